@@ -1,0 +1,188 @@
+/*
+ * range_entropy.c - the entropy range: TensorRT's KL-divergence calibration
+ * (Migacz, "8-bit Inference with TensorRT", GTC 2017), as in MXNet's
+ * _get_optimal_threshold, applied to one group's weights.
+ *
+ * A 2048-bin histogram h of |x| over [0, max|x|].  For each candidate
+ * i = 128..2048:
+ *   P = h[0..i) with the outliers sum(h[i..)) added to P[i-1];
+ *   Q = h[0..i) (outliers not folded) merged into nq = 2^(bits-1) levels,
+ *       bin j going to level floor(j * nq / i) (the even split of
+ *       pytorch-quantization; MXNet's integer split leaves the remainder in
+ *       the last level), and each level's total spread evenly over the bins
+ *       of that level where P is nonzero (MXNet's is_nonzeros);
+ *   KL(P || Q) with both normalised, over the bins where P > 0.  Q can be
+ *       zero there only in the last level, when it holds no values but the
+ *       folded outliers; that bin gets q = 1e-4 counts (MXNet smooths with
+ *       eps = 1e-4; the matching 1e-4-per-bin removal from the other bins is
+ *       left out, it moves KL by ~1e-4 / n).
+ * The smallest KL wins (the first, i.e. the smallest threshold, on ties)
+ * and the threshold is t = (i + 0.5) * bin width (TensorRT's formula),
+ * capped at max|x|.  Symmetric: [-t, t].  Asymmetric: the minmax range
+ * clamped to [-t, t], i.e. [max(lo, -t), min(hi, t)], so a side that does
+ * not reach t keeps its extreme.  With nq >= i (16-bit codes) every bin is
+ * its own level.
+ *
+ * Speed.  The direct loop costs O(i) per candidate, ~2 million bin visits
+ * per group.  Here a candidate costs O(levels): with prefix sums over the
+ * histogram of counts C, of nonzero bins Z and of h log h,
+ *     N * KL = sum_j P_j log P_j - sum_levels S'_L log(S_L / z_L) + N log(M / N)
+ * where S_L and z_L are a level's count and nonzero bins (from C and Z),
+ * S'_L its P mass (S_L plus the outliers in the last level), M = C[i] the
+ * mass of Q and N the group size.  Levels past the last nonzero bin below
+ * i - 1 hold nothing and are skipped; x log x and log z come from tables
+ * filled on first use.  With bits = 8 that is at most 1921 x 128 level
+ * visits, each a few loads and adds.
+ *
+ * Groups under ENT_MIN_N values make a meaningless 2048-bin histogram (most
+ * bins 0 or 1): they use the MSE method instead.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "range_internal.h"
+
+#define ENT_BINS 2048
+#define ENT_START 128
+#define ENT_MIN_N 512
+#define ENT_EPS 1e-4
+/* x log x is tabulated for counts up to this. */
+#define ENT_XLOGX_MAX 8192
+
+static size_t ent_xlogx_size(size_t n) { return (n < ENT_XLOGX_MAX ? n : ENT_XLOGX_MAX) + 1; }
+
+size_t npuc__range_entropy_scratch(size_t n, int bits) {
+    size_t mse = npuc__range_mse_scratch(n, bits);
+    if (n < ENT_MIN_N) return mse;
+    size_t own = ENT_BINS * sizeof(uint32_t) +             /* h */
+                 (ENT_BINS + 1) * sizeof(double) * 2 +    /* C, H */
+                 (ENT_BINS + 1) * sizeof(int32_t) * 2 +   /* Z, last nonzero */
+                 (ENT_BINS + 2) * sizeof(double) +        /* log z */
+                 ent_xlogx_size(n) * sizeof(double) +     /* x log x */
+                 8 * NPUC_RANGE_ALIGN;
+    return own > mse ? own : mse;
+}
+
+/* x log x of a count, from the table (NaN = not yet computed) or computed. */
+static inline double xlogx(double *tab, size_t ntab, double v) {
+    if (v < (double)ntab) {
+        size_t k = (size_t)v;
+        double r = tab[k];
+        if (r != r) r = tab[k] = k ? v * log(v) : 0.0;
+        return r;
+    }
+    return v * log(v);
+}
+
+static inline double logz(double *tab, int32_t z) {
+    double r = tab[z];
+    if (r != r) r = tab[z] = log((double)z);
+    return r;
+}
+
+void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
+                         float *lo, float *hi, void *scratch) {
+    if (n < ENT_MIN_N) {
+        npuc__range_mse(x, n, bits, symmetric, lo0, hi0, lo, hi, scratch);
+        return;
+    }
+    *lo = lo0;
+    *hi = hi0;
+    const float amax = fmaxf(fabsf(lo0), fabsf(hi0));
+    const float invw = (float)ENT_BINS / amax;
+    if (!(amax > 0.0f) || !(invw <= FLT_MAX)) return;
+
+    unsigned char *p = npuc__range_align(scratch);
+    uint32_t *h = (uint32_t *)(void *)p;
+    p = npuc__range_align(p + ENT_BINS * sizeof *h);
+    double *C = (double *)(void *)p;
+    p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *C);
+    double *HS = (double *)(void *)p;
+    p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *HS);
+    int32_t *Z = (int32_t *)(void *)p;
+    p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *Z);
+    int32_t *LNZ = (int32_t *)(void *)p; /* LNZ[i] = last nonzero bin below i, or -1 */
+    p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *LNZ);
+    double *LZ = (double *)(void *)p;
+    p = npuc__range_align(p + (ENT_BINS + 2) * sizeof *LZ);
+    double *XL = (double *)(void *)p;
+    const size_t nxl = ent_xlogx_size(n);
+    memset(LZ, 0xff, (ENT_BINS + 2) * sizeof *LZ); /* all-ones bytes are a NaN */
+    memset(XL, 0xff, nxl * sizeof *XL);
+
+    memset(h, 0, ENT_BINS * sizeof *h);
+    const float top = (float)(ENT_BINS - 1);
+    for (size_t i = 0; i < n; i++) {
+        float u = fabsf(x[i]) * invw;
+        u = u < top ? u : top;
+        h[(int)u]++;
+    }
+    C[0] = 0.0;
+    HS[0] = 0.0;
+    Z[0] = 0;
+    LNZ[0] = -1;
+    for (int j = 0; j < ENT_BINS; j++) {
+        double v = (double)h[j];
+        C[j + 1] = C[j] + v;
+        HS[j + 1] = HS[j] + xlogx(XL, nxl, v);
+        Z[j + 1] = Z[j] + (h[j] != 0);
+        LNZ[j + 1] = h[j] ? j : LNZ[j];
+    }
+
+    const double N = C[ENT_BINS];
+    const double logN = log(N);
+    const int32_t nq = (int32_t)1 << (bits - 1);
+    double best = INFINITY;
+    int best_i = ENT_BINS;
+    for (int32_t i = ENT_START; i <= ENT_BINS; i++) {
+        const double M = C[i];
+        if (!(M > 0.0)) continue;
+        const double O = N - M;
+        const double last = (double)h[i - 1] + O;
+        const double plogp = HS[i - 1] + xlogx(XL, nxl, last);
+        /* Levels: nl of them.  With nl = nq (a power of two, below i) level L
+         * starts at bin ceil(L * i / nq); with nl = i every bin is a level. */
+        const int32_t nl = nq < i ? nq : i;
+        const int one = nl == i;
+        int shift = 0;
+        while (((int32_t)1 << shift) < nl) shift++;
+        const int32_t lnz = LNZ[i - 1];
+        /* The last level holding a nonzero bin below i - 1. */
+        const int32_t lend = lnz < 0 ? -1 : (int32_t)(((int64_t)lnz * nl) / i);
+        double plogq = 0.0;
+        for (int32_t L = 0; L <= lend && L < nl - 1; L++) {
+            int32_t a = one ? L : (int32_t)(((int64_t)L * i + nl - 1) >> shift);
+            int32_t b = one ? L + 1 : (int32_t)(((int64_t)(L + 1) * i + nl - 1) >> shift);
+            double S = C[b] - C[a];
+            if (S > 0.0) plogq += xlogx(XL, nxl, S) - S * logz(LZ, Z[b] - Z[a]);
+        }
+        {
+            /* The last level [a, i): holds P[i-1] with the outliers. */
+            int32_t a = one ? i - 1 : (int32_t)(((int64_t)(nl - 1) * i + nl - 1) >> shift);
+            double S = C[i] - C[a];
+            int32_t z = Z[i] - Z[a];
+            if (h[i - 1] == 0 && O > 0.0) z++;
+            if (S > 0.0)
+                plogq += (S + O) * (log(S) - logz(LZ, z));
+            else if (O > 0.0)
+                plogq += O * log(ENT_EPS);
+        }
+        const double kl = (plogp - plogq) / N + log(M) - logN;
+        if (kl < best) {
+            best = kl;
+            best_i = i;
+        }
+    }
+
+    double t = ((double)best_i + 0.5) * ((double)amax / ENT_BINS);
+    float tf = t < (double)amax ? (float)t : amax;
+    if (symmetric) {
+        *lo = -tf;
+        *hi = tf;
+    } else {
+        *lo = lo0 > -tf ? lo0 : -tf;
+        *hi = hi0 < tf ? hi0 : tf;
+    }
+}

@@ -1,0 +1,84 @@
+/*
+ * range_internal.h - what the range estimators (range.c, range_percentile.c,
+ * range_mse.c, range_entropy.c) share: the quantizer arithmetic they evaluate
+ * candidate ranges with, the exact error of a range, and each method's
+ * scratch needs.  Library-private.
+ *
+ * The quantizer modelled here is the one in src/kernels/npuc_kernels.h
+ * (calib depends on core only, so it is restated rather than called):
+ *   symmetric,  clip c:   scale = c / qmax, qmax = 2^(b-1) - 1, zp = 0
+ *   asymmetric, [lo, hi]: lo <= 0 <= hi after widening to include 0,
+ *                         scale = (float)(((double)hi - lo) / (2^b - 1)),
+ *                         zp = clamp(rint(-lo / scale), 0, 2^b - 1)
+ *   q = clamp(rint(x * inv_scale) + zp, qmin, qmax), inv_scale = 1.0f / scale,
+ *   deq = (float)(q - zp) * scale
+ * all in float.  Because qmin and qmax are integers and rint is monotone,
+ * clamp(rint(v) + zp, qmin, qmax) - zp == rint(clamp(v, qmin - zp, qmax - zp)),
+ * which is how the evaluators below compute it (clamp first, so the rounding
+ * argument stays small).
+ *
+ * Symmetric codes are evaluated on the restricted range [-qmax, qmax].  A
+ * quantizer that also uses -2^(b-1) can only give a value below -c a code
+ * closer to it, so every error computed here is an upper bound for that
+ * convention and "never worse than minmax" holds under both.
+ */
+#ifndef NPUC_RANGE_INTERNAL_H
+#define NPUC_RANGE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "npuc_internal.h"
+
+/* Bit widths MSE and entropy accept. */
+#define NPUC_RANGE_MIN_BITS 2
+#define NPUC_RANGE_MAX_BITS 16
+
+/* Scratch pointers handed out by the estimators are aligned to this. */
+#define NPUC_RANGE_ALIGN 64
+
+/* One candidate quantizer, ready to apply: deq(x) = rint(clamp(x * inv, vmin, vmax)) * scale. */
+typedef struct npuc__qparams {
+    float scale, inv_scale;
+    float vmin, vmax; /* qmin - zp and qmax - zp, integers */
+    int32_t zp;
+} npuc__qparams;
+
+/* Fills p for the symmetric clip c > 0 at `bits`.  Returns 0 when the scale
+ * or its inverse is not a normal finite float (c too small to quantize
+ * with), so the candidate must be skipped. */
+int npuc__qparams_sym(float c, int bits, npuc__qparams *p);
+/* The same for the asymmetric range [lo, hi] (widened to include 0 here). */
+int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p);
+
+/* Sum of squared quantization errors of x[0..n) under p, as the quantizer
+ * produces them: deq is formed in float exactly as above and (deq - x)^2 is
+ * accumulated in double over 8 fixed lanes, so the result is deterministic. */
+double npuc__range_sse(const float *x, size_t n, const npuc__qparams *p);
+
+/* min, max of x[0..n); returns nonzero when some value is NaN or +-Inf. */
+int npuc__range_minmax(const float *x, size_t n, float *lo, float *hi);
+
+/* Aligns p up to NPUC_RANGE_ALIGN. */
+static inline void *npuc__range_align(void *p) {
+    uintptr_t u = (uintptr_t)p;
+    return (void *)((u + (NPUC_RANGE_ALIGN - 1)) & ~(uintptr_t)(NPUC_RANGE_ALIGN - 1));
+}
+
+/* Scratch bytes each method needs for a group of n values (alignment slack
+ * included); SIZE_MAX when that would overflow. */
+size_t npuc__range_percentile_scratch(size_t n);
+size_t npuc__range_mse_scratch(size_t n, int bits);
+size_t npuc__range_entropy_scratch(size_t n, int bits);
+
+/* The methods.  x holds n > 0 finite values whose extremes are lo0, hi0
+ * (already computed); opts are validated; scratch holds the method's
+ * scratch size.  They cannot fail. */
+void npuc__range_percentile(const float *x, size_t n, double pct, int symmetric, float lo0,
+                            float hi0, float *lo, float *hi, void *scratch);
+void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
+                     float *lo, float *hi, void *scratch);
+void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
+                         float *lo, float *hi, void *scratch);
+
+#endif

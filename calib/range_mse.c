@@ -1,0 +1,606 @@
+/*
+ * range_mse.c - the MSE range: the clip that minimises the squared error of
+ * quantizing this group at `bits` with the quantizer of range_internal.h.
+ *
+ * Candidates.  Shrink factors t in (0, 1] of the minmax range: symmetric,
+ * the clip c = t * max|x|; asymmetric, [t * lo, t * hi] of the range widened
+ * to include 0, then each end alone (below).
+ *
+ * Search.  A coarse geometric grid t = 2^(-j/3), j = 0..24 (down to 1/256 of
+ * the extremes, so the bulk stays reachable when a few outliers lie hundreds
+ * of sigmas out) is scanned from t = 1 downwards and stops as soon as a
+ * lower bound on the clipping error alone (every value outside the
+ * representable interval, measured to its nearest end) reaches the best
+ * total error seen: clipping error only grows as t shrinks, so no smaller t
+ * can win.  Two linear refinements follow: 6 points between the best grid
+ * point's neighbours, then 4 points within one step of the new best, which
+ * puts the clip within ~1.3% of the optimum of the search's error estimate.
+ * Asymmetric ranges then move each end alone (grid steps from two outwards
+ * down to pruning, then the refinements): hi with lo fixed, then lo with hi
+ * fixed, so that outliers on one side do not drag the quiet side in with
+ * them, as the joint shrink alone would.
+ *
+ * Evaluation.  Small groups (n <= 8 x the cell boundaries of the code, at
+ * least MSE_EXACT_MIN; 1016 values at int8, 64 at int4 symmetric) evaluate
+ * every candidate exactly on the data, which is then cheaper than a
+ * histogram.  Larger groups make one pass that builds a histogram of
+ * y = |x| (symmetric) or y = x (asymmetric) with up to 2048 bins holding the
+ * count and the sum of their values, and evaluate a candidate in O(cells)
+ * instead of O(n): with levels v_r = r s for r = r0..r1 and cell boundaries
+ * t_r = (r + 1/2) s, summation by parts gives
+ *     E = sum y^2 + v_r1^2 N - 2 v_r1 sum y - 2 s sum_{r0 <= r < r1} G(t_r),
+ *     G(t) = sum over y < t of (t - y)
+ * (the outer cells reach to +-infinity, so the clipped values' error is in
+ * there), and G is exact at bin edges (from the per-bin counts and sums)
+ * and interpolated linearly in between.  sum y^2 is the same for every
+ * candidate; it enters only the pruning test, estimated from the bin
+ * moments plus a uniform within-bin spread (N w^2 / 12).
+ *
+ * Guarantee.  The estimate never decides alone: the winner and minmax are
+ * finally evaluated exactly on the data and minmax is returned unless the
+ * winner is better by more than MSE_MARGIN relative (the exact sums are
+ * formed in float per lane over blocks of 256 values, flushed to double,
+ * relative error < 2e-6, so a win by the margin is a win in exact double
+ * arithmetic too).  In exact mode minmax (t = 1) is a candidate evaluated
+ * with the same function, so the same holds by construction.
+ *
+ * Cost (bench/bench_calib.c): one histogram pass (~1.3 ns per value at
+ * 1 GHz-equivalent, the scatter cannot be vectorised), ~15 candidates x
+ * cells for the search, two exact passes (SSE2, ~0.3 ns per value each).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#ifdef MSE_DEBUG
+#include <stdio.h>
+#endif
+
+#include "range_internal.h"
+
+/* Exact evaluation when n <= max(MSE_EXACT_MIN, MSE_EXACT_PER_CELL x cell boundaries). */
+#define MSE_EXACT_MIN 64
+#define MSE_EXACT_PER_CELL 8
+/* Histogram bins for the approximate evaluation. */
+#define MSE_BINS_MAX 2048
+#define MSE_BINS_MIN 64
+
+/* Geometric coarse grid: t = 2^(-j / MSE_STEPS_PER_OCTAVE), j = 0..MSE_COARSE_N-1. */
+#define MSE_STEPS_PER_OCTAVE 3
+#define MSE_COARSE_N 25
+#define MSE_REFINE1 6
+#define MSE_REFINE2 4
+/* Asymmetric: rounds of one-end searches, and their refinements. */
+#define MSE_SIDE_ROUNDS 3
+#define MSE_SIDE_REFINE1 4
+#define MSE_SIDE_REFINE2 3
+
+/* Relative margin by which a clipped range must beat minmax (exactly). */
+#define MSE_MARGIN 1e-5
+
+/* Exact sums are formed in float over blocks of this many values. */
+#define MSE_BLOCK 256
+
+/* ------------------------------------------------------------ quantizer */
+
+int npuc__qparams_sym(float c, int bits, npuc__qparams *p) {
+    const int32_t qmax = (1 << (bits - 1)) - 1;
+    float scale = c / (float)qmax;
+    if (!(scale >= FLT_MIN) || !(scale <= FLT_MAX)) return 0;
+    float inv = 1.0f / scale;
+    if (!(inv >= FLT_MIN) || !(inv <= FLT_MAX)) return 0;
+    p->scale = scale;
+    p->inv_scale = inv;
+    p->zp = 0;
+    p->vmin = (float)-qmax;
+    p->vmax = (float)qmax;
+    return 1;
+}
+
+int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
+    const int32_t qmax = (int32_t)((1u << bits) - 1);
+    lo = lo < 0.0f ? lo : 0.0f;
+    hi = hi > 0.0f ? hi : 0.0f;
+    /* The width in double, rounded once (as src/passes/quantize.c does). */
+    float scale = (float)(((double)hi - (double)lo) / (double)qmax);
+    if (!(scale >= FLT_MIN) || !(scale <= FLT_MAX)) return 0;
+    float inv = 1.0f / scale;
+    if (!(inv >= FLT_MIN) || !(inv <= FLT_MAX)) return 0;
+    float z = rintf(-lo / scale);
+    z = z < 0.0f ? 0.0f : z;
+    z = z > (float)qmax ? (float)qmax : z;
+    p->scale = scale;
+    p->inv_scale = inv;
+    p->zp = (int32_t)z;
+    p->vmin = (float)-p->zp;
+    p->vmax = (float)(qmax - p->zp);
+    return 1;
+}
+
+/* ------------------------------------------------------- exact error */
+
+/* rint(v) for |v| <= 2^22 in the default rounding mode (round half to even):
+ * adding 1.5 * 2^23 leaves no fraction bits, so the addition itself rounds.
+ * Unlike rintf this is two packed adds on any x86-64. */
+#define NPUC_RINT_MAGIC 12582912.0f
+
+/* Adds the squared error of x[0..m) (m <= MSE_BLOCK) under p into 8 float
+ * lanes e (lane = index mod 8) and, when bnd = {A, B} is given, the squared
+ * distance of the values below A to A into cl and of those above B to B
+ * into ch.  The SSE2 and the scalar code perform the same float operations
+ * in the same order per lane, so the sums are bit-identical across builds. */
+static void block_err(const float *x, size_t m, const npuc__qparams *p, float e[8],
+                      const float *bnd, float cl[8], float ch[8]) {
+    const float inv = p->inv_scale, sc = p->scale, vmin = p->vmin, vmax = p->vmax;
+    size_t i = 0;
+#if defined(__SSE2__)
+    {
+        const __m128 vinv = _mm_set1_ps(inv), vsc = _mm_set1_ps(sc), vlo = _mm_set1_ps(vmin),
+                     vhi = _mm_set1_ps(vmax), mg = _mm_set1_ps(NPUC_RINT_MAGIC);
+        __m128 a0 = _mm_loadu_ps(e), a1 = _mm_loadu_ps(e + 4);
+        if (!bnd) {
+            for (; i + 8 <= m; i += 8) {
+                const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + 4);
+                __m128 v0 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x0, vinv), vlo), vhi);
+                __m128 v1 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x1, vinv), vlo), vhi);
+                v0 = _mm_sub_ps(_mm_add_ps(v0, mg), mg);
+                v1 = _mm_sub_ps(_mm_add_ps(v1, mg), mg);
+                const __m128 d0 = _mm_sub_ps(_mm_mul_ps(v0, vsc), x0);
+                const __m128 d1 = _mm_sub_ps(_mm_mul_ps(v1, vsc), x1);
+                a0 = _mm_add_ps(a0, _mm_mul_ps(d0, d0));
+                a1 = _mm_add_ps(a1, _mm_mul_ps(d1, d1));
+            }
+        } else {
+            const __m128 ba = _mm_set1_ps(bnd[0]), bb = _mm_set1_ps(bnd[1]), z = _mm_setzero_ps();
+            __m128 l0 = _mm_loadu_ps(cl), l1 = _mm_loadu_ps(cl + 4);
+            __m128 h0 = _mm_loadu_ps(ch), h1 = _mm_loadu_ps(ch + 4);
+            for (; i + 8 <= m; i += 8) {
+                const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + 4);
+                __m128 v0 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x0, vinv), vlo), vhi);
+                __m128 v1 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x1, vinv), vlo), vhi);
+                v0 = _mm_sub_ps(_mm_add_ps(v0, mg), mg);
+                v1 = _mm_sub_ps(_mm_add_ps(v1, mg), mg);
+                const __m128 d0 = _mm_sub_ps(_mm_mul_ps(v0, vsc), x0);
+                const __m128 d1 = _mm_sub_ps(_mm_mul_ps(v1, vsc), x1);
+                a0 = _mm_add_ps(a0, _mm_mul_ps(d0, d0));
+                a1 = _mm_add_ps(a1, _mm_mul_ps(d1, d1));
+                const __m128 o0 = _mm_max_ps(_mm_sub_ps(ba, x0), z), o1 = _mm_max_ps(_mm_sub_ps(ba, x1), z);
+                const __m128 u0 = _mm_max_ps(_mm_sub_ps(x0, bb), z), u1 = _mm_max_ps(_mm_sub_ps(x1, bb), z);
+                l0 = _mm_add_ps(l0, _mm_mul_ps(o0, o0));
+                l1 = _mm_add_ps(l1, _mm_mul_ps(o1, o1));
+                h0 = _mm_add_ps(h0, _mm_mul_ps(u0, u0));
+                h1 = _mm_add_ps(h1, _mm_mul_ps(u1, u1));
+            }
+            _mm_storeu_ps(cl, l0);
+            _mm_storeu_ps(cl + 4, l1);
+            _mm_storeu_ps(ch, h0);
+            _mm_storeu_ps(ch + 4, h1);
+        }
+        _mm_storeu_ps(e, a0);
+        _mm_storeu_ps(e + 4, a1);
+    }
+#endif
+    /* The same per element: MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b. */
+    for (; i < m; i++) {
+        const float xv = x[i];
+        float v = xv * inv;
+        v = v > vmin ? v : vmin;
+        v = v < vmax ? v : vmax;
+        const float r = (v + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
+        const float d = r * sc - xv;
+        e[i & 7] += d * d;
+        if (bnd) {
+            float o = bnd[0] - xv, u = xv - bnd[1];
+            o = o > 0.0f ? o : 0.0f;
+            u = u > 0.0f ? u : 0.0f;
+            cl[i & 7] += o * o;
+            ch[i & 7] += u * u;
+        }
+    }
+}
+
+/* Sums 8 float lanes into double in a fixed order. */
+static double lanes_sum(const float l[8]) {
+    return (((double)l[0] + l[1]) + ((double)l[2] + l[3])) +
+           (((double)l[4] + l[5]) + ((double)l[6] + l[7]));
+}
+
+/* Sum of squared errors of x[0..n) under p; with bnd = {A, B}, also the
+ * clipping sums of block_err in *clo and *chi. */
+static double sse_clip(const float *x, size_t n, const npuc__qparams *p, const float *bnd,
+                       double *clo, double *chi) {
+    double tot = 0.0, tl = 0.0, th = 0.0;
+    for (size_t i = 0; i < n; i += MSE_BLOCK) {
+        size_t m = n - i < MSE_BLOCK ? n - i : MSE_BLOCK;
+        float e[8] = {0}, cl[8] = {0}, ch[8] = {0};
+        block_err(x + i, m, p, e, bnd, cl, ch);
+        tot += lanes_sum(e);
+        if (bnd) {
+            tl += lanes_sum(cl);
+            th += lanes_sum(ch);
+        }
+    }
+    if (bnd) {
+        *clo = tl;
+        *chi = th;
+    }
+    return tot;
+}
+
+double npuc__range_sse(const float *x, size_t n, const npuc__qparams *p) {
+    return sse_clip(x, n, p, NULL, NULL, NULL);
+}
+
+/* ------------------------------------------------------------ search */
+
+/* Histogram bin j covers [base + j w, base + (j+1) w).  At its left edge:
+ * G and the slope to the next edge (for interpolation), and the prefix
+ * count, count * edge and count * edge^2 (for the clipping bound). */
+typedef struct mse_node {
+    double g, dg;
+} mse_node;
+typedef struct mse_tail {
+    double c, ce, ce2;
+} mse_tail;
+typedef struct mse_bin {
+    double c, s;
+} mse_bin;
+
+typedef struct mse_search {
+    const float *x;
+    size_t n;
+    int bits, sym, exact;
+    float amax; /* symmetric: max |x| */
+    float L, H; /* asymmetric: extremes widened to include 0 */
+    /* histogram */
+    int nb;
+    double base, w, invw, top;
+    const mse_node *node; /* nb + 1 entries */
+    const mse_tail *tail; /* nb + 1 entries */
+    double tot_c, tot_s, s2;
+    /* best candidate so far */
+    double best_err, best_al, best_ah;
+    double err_mm; /* the error of minmax (al = ah = 1) */
+    int evals;
+} mse_search;
+
+/* Cell boundaries of the code: 2^(b-1) - 1 for |x| (symmetric), 2^b - 1. */
+static size_t mse_boundaries(int bits, int sym) {
+    return sym ? ((size_t)1 << (bits - 1)) - 1 : ((size_t)1 << bits) - 1;
+}
+
+static int mse_exact_mode(size_t n, int bits, int sym) {
+    size_t lim = MSE_EXACT_PER_CELL * mse_boundaries(bits, sym);
+    return n <= MSE_EXACT_MIN || n <= lim;
+}
+
+static int mse_bins(size_t n) {
+    int nb = MSE_BINS_MIN;
+    while (nb < MSE_BINS_MAX && (size_t)nb < n / 2) nb *= 2;
+    return nb;
+}
+
+size_t npuc__range_mse_scratch(size_t n, int bits) {
+    if (bits < NPUC_RANGE_MIN_BITS || bits > NPUC_RANGE_MAX_BITS) return 0;
+    /* The symmetric code has fewer cells, so it switches to the histogram
+     * at smaller n: size for that. */
+    if (mse_exact_mode(n, bits, 1)) return 0;
+    size_t nb = (size_t)mse_bins(n);
+    return nb * sizeof(mse_bin) + (nb + 1) * (sizeof(mse_node) + sizeof(mse_tail)) +
+           4 * NPUC_RANGE_ALIGN;
+}
+
+/* G(t) = sum over y < t of (t - y), interpolated between bin edges. */
+static inline double hist_g(const mse_search *m, double t) {
+    double u = (t - m->base) * m->invw;
+    u = u > 0.0 ? u : 0.0;
+    u = u < (double)m->nb ? u : (double)m->nb;
+    int j = (int)u;
+    j = j < m->nb ? j : m->nb - 1;
+    double f = u - (double)j;
+    return m->node[j].g + f * m->node[j].dg;
+}
+
+/* Lower bounds on the clipping error from the whole bins beyond a bound:
+ * values above b (their bins' left edges are >= b) and below a (right edges
+ * <= a), each measured to the bound. */
+static double hist_clip_hi(const mse_search *m, double b) {
+    const int nb = m->nb;
+    const mse_tail *T = m->tail;
+    double ub = ceil((b - m->base) * m->invw);
+    if (!(ub < (double)nb)) return 0.0;
+    int j = ub < 0.0 ? 0 : (int)ub;
+    double c = T[nb].c - T[j].c, ce = T[nb].ce - T[j].ce, ce2 = T[nb].ce2 - T[j].ce2;
+    double v = ce2 - 2.0 * b * ce + b * b * c;
+    return v > 0.0 ? v : 0.0;
+}
+
+static double hist_clip_lo(const mse_search *m, double a) {
+    const int nb = m->nb;
+    const mse_tail *T = m->tail;
+    double la = floor((a - m->base) * m->invw); /* bins [0, la) end at or below a */
+    if (!(la > 0.0)) return 0.0;
+    int j = la > (double)nb ? nb : (int)la;
+    double aw = a - m->w; /* a - right edge = (a - w) - left edge */
+    double v = T[j].ce2 - 2.0 * aw * T[j].ce + aw * aw * T[j].c;
+    return v > 0.0 ? v : 0.0;
+}
+
+/* Error of the levels r * s, r = r0..r1, on the histogram (see the top). */
+static double hist_err(const mse_search *m, double s, int r0, int r1) {
+    double gs = 0.0;
+    int r = r0;
+    for (; r < r1; r++) {
+        double t = ((double)r + 0.5) * s;
+        if (t >= m->top) break;
+        gs += hist_g(m, t);
+    }
+    if (r < r1) {
+        /* Past the last bin G(t) = t N - sum y: the rest in closed form. */
+        double k = (double)(r1 - r);
+        gs += m->tot_c * s * (k * ((double)r + (double)r1) * 0.5) - k * m->tot_s;
+    }
+    double v = (double)r1 * s;
+    return m->s2 + v * v * m->tot_c - 2.0 * v * m->tot_s - 2.0 * s * gs;
+}
+
+typedef enum { DIR_JOINT, DIR_HI, DIR_LO } mse_dir;
+
+/* Evaluates the candidate (al, ah) (factors on the low and high extremes);
+ * returns its error (+inf when it cannot be quantized) and, in *clip, a
+ * lower bound on the clipping error that can only grow as direction d
+ * moves inwards: the values beyond the clip ends pushed out by half a step
+ * (the zero point's rounding moves the representable ends by up to that),
+ * on the side(s) d moves. */
+static double mse_eval(mse_search *m, mse_dir d, double al, double ah, double *clip) {
+    npuc__qparams p;
+    float a, b;
+    int ok;
+    const float lc = (float)(al * m->L), hc = (float)(ah * m->H);
+    if (m->sym)
+        ok = npuc__qparams_sym((float)(ah * m->amax), m->bits, &p);
+    else
+        ok = npuc__qparams_asym(lc, hc, m->bits, &p);
+    m->evals++;
+    if (!ok) {
+        *clip = INFINITY;
+        return INFINITY;
+    }
+    if (m->sym) {
+        b = p.vmax * p.scale;
+        a = -b;
+    } else {
+        a = lc - 0.5f * p.scale;
+        b = hc + 0.5f * p.scale;
+    }
+    double e, cl, ch;
+    const float bnd[2] = {a, b};
+    if (m->exact) {
+        e = sse_clip(m->x, m->n, &p, bnd, &cl, &ch);
+    } else {
+        const double s = (double)p.scale;
+        e = hist_err(m, s, m->sym ? 0 : (int)p.vmin, (int)p.vmax);
+        if (e < 0.0) e = 0.0; /* cancellation in the histogram form */
+        ch = hist_clip_hi(m, (double)b);
+        cl = m->sym ? 0.0 : hist_clip_lo(m, (double)a);
+    }
+    *clip = d == DIR_HI ? ch : d == DIR_LO ? cl : cl + ch;
+    if (al == 1.0 && ah == 1.0) m->err_mm = e;
+#ifdef MSE_DEBUG
+    fprintf(stderr, "  eval al=%.5f ah=%.5f e=%.6g clip=%.6g best=%.6g\n", al, ah, e, *clip,
+            m->best_err);
+#endif
+    if (e < m->best_err) {
+        m->best_err = e;
+        m->best_al = al;
+        m->best_ah = ah;
+    }
+    return e;
+}
+
+static double dir_eval(mse_search *m, mse_dir d, double t, double al0, double ah0, double *clip) {
+    switch (d) {
+    case DIR_JOINT: return mse_eval(m, d, t, t, clip);
+    case DIR_HI: return mse_eval(m, d, al0, t, clip);
+    case DIR_LO: return mse_eval(m, d, t, ah0, clip);
+    }
+    return INFINITY;
+}
+
+/* Linear refinement: npts points strictly inside (lo, hi).  Returns the best
+ * t (tb unless one beats *eb) and its error in *eb. */
+static double refine(mse_search *m, mse_dir d, double al0, double ah0, double lo, double hi,
+                     int npts, double tb, double *eb) {
+    double h = (hi - lo) / (npts + 1);
+    double clip;
+    for (int k = 1; k <= npts; k++) {
+        double t = lo + h * k;
+        double e = dir_eval(m, d, t, al0, ah0, &clip);
+        if (e < *eb) {
+            *eb = e;
+            tb = t;
+        }
+    }
+    return tb;
+}
+
+/* One-dimensional search along direction d over t in (0, 1]: the geometric
+ * grid t = t0 * 2^(j/3) from j = jup down (t <= 1 only; t0 itself, already
+ * evaluated with error e0 when jup > 0, is not evaluated again), pruned once
+ * the clipping bound reaches the best error, then the two refinements. */
+static void line_search(mse_search *m, mse_dir d, double al0, double ah0, double t0, double e0,
+                        int jup, int n1, int n2) {
+    const double ratio = exp2(1.0 / MSE_STEPS_PER_OCTAVE);
+    const double tmin = t0 * exp2(-(double)(MSE_COARSE_N - 1) / MSE_STEPS_PER_OCTAVE);
+    double grid[MSE_COARSE_N + 8], err[MSE_COARSE_N + 8];
+    int g = 0;
+    for (int j = jup; j > -MSE_COARSE_N && g < MSE_COARSE_N + 8; j--) {
+        double t = t0 * exp2((double)j / MSE_STEPS_PER_OCTAVE);
+        if (t > 1.0 || (g > 0 && t >= grid[g - 1])) continue;
+        double clip = 0.0;
+        grid[g] = t;
+        err[g] = (j == 0 && jup > 0) ? e0 : dir_eval(m, d, t, al0, ah0, &clip);
+        g++;
+        if (clip >= m->best_err) break; /* every smaller t clips at least this much */
+        if (t <= tmin) break;
+    }
+    if (g == 0) return;
+    int b = 0;
+    for (int k = 1; k < g; k++)
+        if (err[k] < err[b]) b = k;
+    double tb = grid[b], eb = err[b];
+    double hi = b > 0 ? grid[b - 1] : fmin(1.0, grid[0] * ratio);
+    double lo = b + 1 < g ? grid[b + 1] : grid[b] / ratio;
+    if (hi > tb || lo < tb) {
+        double t1 = refine(m, d, al0, ah0, lo, hi, n1, tb, &eb);
+        double h1 = (hi - lo) / (n1 + 1);
+        double lo2 = t1 - h1 > 0.0 ? t1 - h1 : t1 / 2, hi2 = t1 + h1 < 1.0 ? t1 + h1 : 1.0;
+        refine(m, d, al0, ah0, lo2, hi2, n2, t1, &eb);
+    }
+}
+
+/* Builds the histogram of y = |x| (symmetric) or y = x (asymmetric) and its
+ * tables.  Returns 0 when the extremes are too small to bin (the caller then
+ * keeps minmax). */
+static int mse_build(mse_search *m, void *scratch) {
+    const int nb = mse_bins(m->n);
+    unsigned char *p = npuc__range_align(scratch);
+    mse_bin *bin = (mse_bin *)(void *)p;
+    p = npuc__range_align(p + (size_t)nb * sizeof *bin);
+    mse_node *node = (mse_node *)(void *)p;
+    p = npuc__range_align(p + (size_t)(nb + 1) * sizeof *node);
+    mse_tail *tail = (mse_tail *)(void *)p;
+
+    const float lo = m->sym ? 0.0f : m->L;
+    const float span = m->sym ? m->amax : m->H - m->L;
+    const float invw = (float)nb / span;
+    if (!(span > 0.0f) || !(invw <= FLT_MAX)) return 0;
+    memset(bin, 0, (size_t)nb * sizeof *bin);
+
+    /* The scatter is the cost of the whole method: one pass, count and sum
+     * only (the sum of squares is not needed for ranking candidates). */
+    const float top = (float)(nb - 1);
+    const float *x = m->x;
+    const size_t n = m->n;
+    if (m->sym) {
+        for (size_t i = 0; i < n; i++) {
+            float a = fabsf(x[i]);
+            float u = a * invw;
+            u = u < top ? u : top;
+            mse_bin *b = &bin[(int)u];
+            b->c += 1.0;
+            b->s += a;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float a = x[i];
+            float u = (a - lo) * invw;
+            u = u < top ? u : top;
+            u = u > 0.0f ? u : 0.0f;
+            mse_bin *b = &bin[(int)u];
+            b->c += 1.0;
+            b->s += a;
+        }
+    }
+    m->nb = nb;
+    m->base = (double)lo;
+    m->w = (double)span / nb;
+    m->invw = (double)nb / (double)span;
+    m->top = m->base + (double)span;
+
+    /* G at the left edges, prefix tables, and sum y^2 estimated as the bins'
+     * sum^2 / count plus a uniform within-bin spread. */
+    double c = 0, s = 0, ce = 0, ce2 = 0, s2 = 0;
+    for (int j = 0; j < nb; j++) {
+        const double e = m->base + m->w * j;
+        node[j].g = e * c - s;
+        tail[j] = (mse_tail){c, ce, ce2};
+        const double dc = bin[j].c, ds = bin[j].s;
+        if (dc > 0) s2 += ds * ds / dc;
+        c += dc;
+        s += ds;
+        ce += dc * e;
+        ce2 += dc * e * e;
+    }
+    node[nb].g = m->top * c - s;
+    node[nb].dg = 0.0;
+    tail[nb] = (mse_tail){c, ce, ce2};
+    for (int j = 0; j < nb; j++) node[j].dg = node[j + 1].g - node[j].g;
+    m->tot_c = c;
+    m->tot_s = s;
+    m->s2 = s2 + c * m->w * m->w / 12.0;
+    m->node = node;
+    m->tail = tail;
+    return 1;
+}
+
+/* The exact error of the range [lo, hi]. */
+static double exact_err(const mse_search *m, float lo, float hi) {
+    npuc__qparams p;
+    int ok = m->sym ? npuc__qparams_sym(hi, m->bits, &p) : npuc__qparams_asym(lo, hi, m->bits, &p);
+    return ok ? sse_clip(m->x, m->n, &p, NULL, NULL, NULL) : INFINITY;
+}
+
+void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
+                     float *lo, float *hi, void *scratch) {
+    *lo = lo0;
+    *hi = hi0;
+    mse_search m;
+    memset(&m, 0, sizeof m);
+    m.x = x;
+    m.n = n;
+    m.bits = bits;
+    m.sym = symmetric;
+    m.amax = hi0; /* symmetric: lo0 = -hi0 */
+    m.L = lo0 < 0.0f ? lo0 : 0.0f;
+    m.H = hi0 > 0.0f ? hi0 : 0.0f;
+    m.best_err = INFINITY;
+    m.err_mm = INFINITY;
+    m.best_al = m.best_ah = 1.0;
+    m.exact = mse_exact_mode(n, bits, symmetric);
+
+    npuc__qparams p0;
+    if (symmetric ? !npuc__qparams_sym(hi0, bits, &p0) : !npuc__qparams_asym(lo0, hi0, bits, &p0))
+        return; /* a range too small to quantize: nothing to gain */
+    if (!m.exact && !mse_build(&m, scratch)) return;
+
+    line_search(&m, DIR_JOINT, 1.0, 1.0, 1.0, 0.0, 0, MSE_REFINE1, MSE_REFINE2);
+    if (!symmetric && m.H > 0.0f && m.L < 0.0f) {
+        /* Then each end alone from the joint optimum (coordinate descent),
+         * again while a round gains more than 0.1%. */
+        for (int round = 0; round < MSE_SIDE_ROUNDS; round++) {
+            double before = m.best_err;
+            line_search(&m, DIR_HI, m.best_al, m.best_ah, m.best_ah, m.best_err, 2, MSE_SIDE_REFINE1,
+                        MSE_SIDE_REFINE2);
+            line_search(&m, DIR_LO, m.best_al, m.best_ah, m.best_al, m.best_err, 2, MSE_SIDE_REFINE1,
+                        MSE_SIDE_REFINE2);
+            if (!(m.best_err < before * (1.0 - 1e-3))) break;
+        }
+    }
+
+    float l, h;
+    if (symmetric) {
+        h = (float)(m.best_ah * m.amax);
+        l = -h;
+    } else {
+        l = (float)(m.best_al * m.L);
+        h = (float)(m.best_ah * m.H);
+        l = l < lo0 ? lo0 : l;
+        h = h > hi0 ? hi0 : h;
+    }
+#ifdef MSE_DEBUG
+    fprintf(stderr, "mse n=%zu bits=%d sym=%d exact=%d evals=%d best=(%g,%g)\n", n, bits, symmetric,
+            m.exact, m.evals, m.best_al, m.best_ah);
+#endif
+    if (l == lo0 && h == hi0) return;
+    /* Exact mode has both numbers already (same function, same order). */
+    double e_best = m.exact ? m.best_err : exact_err(&m, l, h);
+    double e_mm = m.exact ? m.err_mm : exact_err(&m, lo0, hi0);
+    if (e_best < e_mm * (1.0 - MSE_MARGIN)) {
+        *lo = l;
+        *hi = h;
+    }
+}

@@ -1,0 +1,128 @@
+/*
+ * h5_common.h - what the HDF5 reader (h5_reader.c) and writer (h5_writer.c)
+ * share: keeping HDF5 from printing, capturing its error text for npuc
+ * messages, the npuc dtype <-> HDF5 type mapping, string attributes, and a
+ * small string map.
+ *
+ * HDF5 (1.10, serial build) is not thread-safe and keeps global state, so the
+ * HDF5 backend must not be entered from two threads at once; npuc contexts
+ * are per-thread anyway and nothing here adds locking.
+ */
+#ifndef NPUC_H5_COMMON_H
+#define NPUC_H5_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hdf5.h>
+
+#include "npuc_internal.h"
+
+/* Limits that bound what a hostile file can make us do.  See docs/hdf5.md. */
+#define NPUC_H5_MAX_DEPTH 64              /* group nesting */
+#define NPUC_H5_MAX_OBJECTS (1u << 20)    /* links followed in one file */
+#define NPUC_H5_MAX_ATTR_BYTES (64u << 20) /* one string attribute's data */
+#define NPUC_H5_MAX_LIST (1u << 24)       /* entries in layer_names / weight_names */
+#define NPUC_H5_FILL_SLACK (64ull << 20)  /* bytes a dataset may hold beyond its storage */
+#define NPUC_H5_MAX_RATIO 1032ull         /* deflate's best compression ratio */
+
+/* ------------------------------------------------------------ quiet */
+
+/* HDF5 prints its error stack to stderr by default; a library must not.
+ * Every backend entry point brackets its HDF5 calls with quiet_begin/end.
+ * The calls nest (a depth counter): the outermost begin saves the
+ * application's handler and installs none, the matching end restores it, so
+ * calling them repeatedly or recursively never loses the caller's handler. */
+void npuc__h5_quiet_begin(void);
+void npuc__h5_quiet_end(void);
+
+/* Copies the most specific message of HDF5's current error stack into buf
+ * ("inflate() failed"), or "unknown HDF5 error".  Call it right after the
+ * failing HDF5 call: the next API call clears the stack. */
+void npuc__h5_errtext(char *buf, size_t n);
+
+/* ------------------------------------------------------------ types */
+
+/* A new HDF5 type for dt as the writer stores it (caller closes it):
+ * IEEE F64/F32 LE, float16 as h5py spells it, bfloat16 and the two OCP fp8
+ * formats as custom little-endian floats, STD integers LE, BOOL as h5py's
+ * enum {FALSE=0, TRUE=1} over int8.  H5I_INVALID_HID on failure. */
+hid_t npuc__h5_type_create(npuc_dtype dt);
+
+/* Why a stored type has no npuc dtype. */
+typedef enum npuc_h5_typecheck {
+    NPUC_H5_TYPE_OK = 0,
+    NPUC_H5_TYPE_UNSUPPORTED, /* a well-formed type npuc does not handle */
+    NPUC_H5_TYPE_MISMATCH,    /* an npuc_dtype attribute that contradicts the type */
+    NPUC_H5_TYPE_ERROR        /* HDF5 could not describe the type */
+} npuc_h5_typecheck;
+
+/* Maps a stored type to an npuc dtype.  hint is the dataset's `npuc_dtype`
+ * attribute (a safetensors dtype name) or NULL; when given it decides between
+ * types HDF5 cannot tell apart, and must agree with the type's class, size
+ * and signedness.  why (n bytes) receives a short description on failure. */
+npuc_h5_typecheck npuc__h5_type_classify(hid_t ftype, const char *hint, npuc_dtype *dt,
+                                         char *why, size_t n);
+
+/* The memory type to read a dataset of type ftype into raw little-endian
+ * bytes of dtype dt (caller closes it).  Floats keep their own fields with
+ * the byte order set to LE, so reading is a byte copy or byte swap, never a
+ * numeric conversion; integers read as the STD LE type of the same size.
+ * H5I_INVALID_HID on failure. */
+hid_t npuc__h5_memtype(hid_t ftype, npuc_dtype dt);
+
+/* ------------------------------------------------------------ strings */
+
+typedef struct npuc_h5_strlist {
+    char **v;
+    size_t n, cap;
+} npuc_h5_strlist;
+
+void npuc__h5_strlist_free(npuc_h5_strlist *l);
+/* Appends a copy of the first len bytes of s; -1 on allocation failure. */
+int npuc__h5_strlist_push(npuc_h5_strlist *l, const char *s, size_t len);
+
+/* Results of reading string attributes. */
+typedef enum npuc_h5_attr {
+    NPUC_H5_ATTR_OK = 0,
+    NPUC_H5_ATTR_ABSENT,   /* no such attribute */
+    NPUC_H5_ATTR_WRONG,    /* not a string, or not the expected shape */
+    NPUC_H5_ATTR_TOOBIG,   /* more than NPUC_H5_MAX_ATTR_BYTES / NPUC_H5_MAX_LIST */
+    NPUC_H5_ATTR_NOMEM,
+    NPUC_H5_ATTR_ERROR     /* HDF5 failed to read it */
+} npuc_h5_attr;
+
+/* Reads attribute name of obj as one string: a scalar fixed- or
+ * variable-length string.  *out is malloc'd (strings stop at the first NUL;
+ * space padding is trimmed). */
+npuc_h5_attr npuc__h5_attr_string(hid_t obj, const char *name, char **out);
+/* Same for an already open attribute. */
+npuc_h5_attr npuc__h5_attr_read_string(hid_t attr, char **out);
+/* Reads attribute name of obj as a list: a rank-1 array of fixed- or
+ * variable-length strings, appended to out.  An empty array of any type is
+ * an empty list (Keras stores an empty weight list as float64[0]). */
+npuc_h5_attr npuc__h5_attr_strlist(hid_t obj, const char *name, npuc_h5_strlist *out);
+
+/* Writes a scalar variable-length UTF-8 string attribute. -1 on failure. */
+int npuc__h5_write_str_attr(hid_t obj, const char *name, const char *value);
+/* Writes a rank-1 fixed-length, NUL-padded string array attribute, as h5py
+ * stores a numpy 'S' array (Keras' layer_names / weight_names). */
+int npuc__h5_write_str_array_attr(hid_t obj, const char *name, const char *const *v, size_t n);
+
+/* ------------------------------------------------------------ string map */
+
+/* An open-addressing map from strings (copied) to indices, for the writer's
+ * bookkeeping (layer name -> layer index, paths already claimed). */
+typedef struct npuc_h5_strmap {
+    char **key;
+    size_t *val;
+    size_t cap, n;
+} npuc_h5_strmap;
+
+/* 1 and *val (when val is non-NULL) if key is present, else 0. */
+int npuc__h5_strmap_get(const npuc_h5_strmap *s, const char *key, size_t *val);
+/* Sets key -> val; 0 on success, -1 on allocation failure. */
+int npuc__h5_strmap_put(npuc_h5_strmap *s, const char *key, size_t val);
+void npuc__h5_strmap_free(npuc_h5_strmap *s);
+
+#endif

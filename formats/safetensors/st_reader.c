@@ -1,0 +1,336 @@
+/*
+ * st_reader.c - the safetensors reader.
+ *
+ * Byte layout (https://github.com/huggingface/safetensors, "Format"):
+ *
+ *   [0, 8)          N: unsigned 64-bit little-endian header length
+ *   [8, 8+N)        header: a UTF-8 JSON object, possibly padded with spaces
+ *                   { "__metadata__": {str: str, ...},            (optional)
+ *                     "<name>": {"dtype": "F32", "shape": [..],
+ *                                "data_offsets": [begin, end]}, ... }
+ *   [8+N, EOF)      the byte buffer; offsets are relative to its start
+ *
+ * Validation is strict because the file is untrusted: the header length must
+ * fit the file and a 100 MB limit (npuc_open_opts.max_header_bytes); the
+ * header must be a non-empty, valid UTF-8 JSON object starting at its first
+ * byte, with no duplicate keys; every tensor needs exactly the three fields,
+ * a dtype npuc knows, non-negative integer dimensions, begin <= end, and
+ * end - begin == numel * dtype size computed with overflow checks; sorted by
+ * offset the tensors must tile the buffer with no gap and no overlap; the
+ * file must end exactly at 8 + N + the last end.  A malformed file is
+ * NPUC_ERR_FORMAT; a well-formed one that npuc cannot represent (rank > 8, a
+ * dtype of the format that npuc lacks, such as C64 or F8_E8M0) is
+ * NPUC_ERR_UNSUPPORTED; a shape whose sizes overflow 64 bits is
+ * NPUC_ERR_OVERFLOW.
+ *
+ * Every message names the file and, where there is one, the tensor.  Names
+ * and strings from the file are shown up to ST_SHOWN bytes, cut on a UTF-8
+ * character boundary, so that a hostile 1 MB name cannot push the problem
+ * out of the one-line message.
+ *
+ * The file is mmapped read-only; opening touches only the header pages, and a
+ * payload's pages are touched when a pass reads them.  Tensors are listed in
+ * storage (offset) order, which for exported models is graph order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "npuc_internal.h"
+
+typedef struct st_state {
+    int fd;
+    void *map;
+    size_t map_len;
+    uint64_t data_start; /* 8 + N */
+} st_state;
+
+typedef struct st_entry {
+    const char *name;
+    npuc_dtype dtype;
+    int rank;
+    int64_t shape[NPUC_MAX_RANK];
+    uint64_t begin, end;
+    size_t order; /* position in the header */
+} st_entry;
+
+static npuc_status st_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
+    (void)ctx;
+    st_state *s = m->be_state;
+    *data = (char *)s->map + s->data_start + m->offset[i];
+    *owned = 0;
+    return NPUC_OK;
+}
+
+static void st_close(npuc_model *m) {
+    st_state *s = m->be_state;
+    if (!s) return;
+    if (s->map && s->map != MAP_FAILED) munmap(s->map, s->map_len);
+    if (s->fd >= 0) close(s->fd);
+    free(s);
+    m->be_state = NULL;
+}
+
+static const npuc_backend ST_BACKEND = {st_load, st_close};
+
+/* Dtypes the format defines (huggingface/safetensors, Dtype) that npuc has no
+ * representation for: such a file is well-formed but unsupported. */
+static const char *const ST_FOREIGN_DTYPES[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0",
+                                                "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
+
+#define ST_SHOWN 160
+
+/* How many bytes of s a message shows: all of it up to max bytes, else max
+ * bytes backed up to the start of a UTF-8 character. */
+static int shown_len(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n <= max) return (int)n;
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    return (int)n;
+}
+
+/* The three printf arguments of "%.*s%s": s, shortened, and "..." if it was. */
+#define SHOWN(s, max) shown_len((s), (max)), (s), strlen(s) > (max) ? "..." : ""
+/* "tensor '<name>'" for a name from the file. */
+#define TNAME "tensor '%.*s%s'"
+#define NAME(s) SHOWN(s, ST_SHOWN)
+
+static int cmp_entry(const void *a, const void *b) {
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* A JSON integer in [0, INT64_MAX]; jansson rejects larger literals itself. */
+static int get_uint(const json_t *v, uint64_t *out) {
+    if (!json_is_integer(v)) return -1;
+    json_int_t x = json_integer_value(v);
+    if (x < 0) return -1;
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static npuc_status parse_entry(npuc_ctx *ctx, const char *path, const char *name, json_t *v,
+                               st_entry *e) {
+    if (!json_is_object(v))
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": entry is not a JSON object", path,
+                         NAME(name));
+    json_t *dt = NULL, *shape = NULL, *offs = NULL;
+    const char *k;
+    json_t *f;
+    json_object_foreach(v, k, f) {
+        if (strcmp(k, "dtype") == 0) dt = f;
+        else if (strcmp(k, "shape") == 0) shape = f;
+        else if (strcmp(k, "data_offsets") == 0) offs = f;
+        else return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": unknown field '%.*s%s'", path,
+                              NAME(name), SHOWN(k, 32));
+    }
+    if (!dt || !shape || !offs)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": missing field '%s'", path, NAME(name),
+                         !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+    if (!json_is_string(dt))
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": dtype is not a string", path, NAME(name));
+    const char *dts = json_string_value(dt);
+    int known = 0;
+    for (int d = 0; d < NPUC_DTYPE_COUNT; d++)
+        if (strcmp(dts, npuc_dtype_name((npuc_dtype)d)) == 0) { e->dtype = (npuc_dtype)d; known = 1; }
+    if (!known) {
+        for (size_t i = 0; i < sizeof ST_FOREIGN_DTYPES / sizeof ST_FOREIGN_DTYPES[0]; i++)
+            if (strcmp(dts, ST_FOREIGN_DTYPES[i]) == 0)
+                return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED,
+                                 "%s: " TNAME ": dtype '%s' is not supported by npuc", path, NAME(name),
+                                 dts);
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": unknown dtype '%.*s%s'", path,
+                         NAME(name), SHOWN(dts, 32));
+    }
+    if (!json_is_array(shape))
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": shape is not an array", path, NAME(name));
+    size_t rank = json_array_size(shape);
+    if (rank > NPUC_MAX_RANK)
+        return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: " TNAME ": rank %zu exceeds %d", path,
+                         NAME(name), rank, NPUC_MAX_RANK);
+    e->rank = (int)rank;
+    for (size_t i = 0; i < rank; i++) {
+        uint64_t d;
+        if (get_uint(json_array_get(shape, i), &d) != 0)
+            return npuc_fail(ctx, NPUC_ERR_FORMAT,
+                             "%s: " TNAME ": shape[%zu] is not a non-negative integer", path,
+                             NAME(name), i);
+        e->shape[i] = (int64_t)d;
+    }
+    if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+        get_uint(json_array_get(offs, 0), &e->begin) != 0 ||
+        get_uint(json_array_get(offs, 1), &e->end) != 0)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT,
+                         "%s: " TNAME ": data_offsets is not [begin, end] of non-negative integers",
+                         path, NAME(name));
+    if (e->begin > e->end)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": data_offsets [%llu,%llu) end before begin",
+                         path, NAME(name), (unsigned long long)e->begin, (unsigned long long)e->end);
+    uint64_t numel, nbytes;
+    if (npuc__shape_sizes(e->dtype, e->rank, e->shape, &numel, &nbytes) != 0)
+        return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: " TNAME ": shape overflows 64-bit sizes", path,
+                         NAME(name));
+    if (e->end - e->begin != nbytes)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT,
+                         "%s: " TNAME ": data_offsets [%llu,%llu) hold %llu bytes, %s shape needs %llu",
+                         path, NAME(name), (unsigned long long)e->begin, (unsigned long long)e->end,
+                         (unsigned long long)(e->end - e->begin), npuc_dtype_name(e->dtype),
+                         (unsigned long long)nbytes);
+    return NPUC_OK;
+}
+
+npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out) {
+    npuc_status st = NPUC_OK;
+    npuc_model *m = NULL;
+    st_state *s = NULL;
+    json_t *root = NULL;
+    st_entry *ents = NULL;
+    *out = NULL;
+
+    s = calloc(1, sizeof *s);
+    m = npuc__model_new(path, NPUC_FORMAT_SAFETENSORS);
+    if (!s || !m) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
+    s->fd = -1;
+    m->be = &ST_BACKEND;
+    m->be_state = s;
+
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) {
+        st = npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: %s", path,
+                       strerror(errno));
+        goto fail;
+    }
+    struct stat sb;
+    if (fstat(s->fd, &sb) != 0) { st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno)); goto fail; }
+    uint64_t fsize = (uint64_t)sb.st_size;
+    m->file_size = fsize;
+    if (fsize < 8) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: file is %llu bytes, too short for a safetensors header",
+                       path, (unsigned long long)fsize);
+        goto fail;
+    }
+    if ((uint64_t)(size_t)fsize != fsize) {
+        st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: file too large to map", path);
+        goto fail;
+    }
+    s->map_len = (size_t)fsize;
+    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, s->fd, 0);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+        goto fail;
+    }
+    const unsigned char *b = s->map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+    uint64_t limit = o->max_header_bytes ? o->max_header_bytes : 100000000u;
+    if (hlen > limit) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit", path,
+                       (unsigned long long)hlen, (unsigned long long)limit);
+        goto fail;
+    }
+    if (hlen > fsize - 8) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header length %llu exceeds the file (%llu bytes)", path,
+                       (unsigned long long)hlen, (unsigned long long)fsize);
+        goto fail;
+    }
+    if (hlen == 0) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is empty (length 0)", path);
+        goto fail;
+    }
+    if (b[8] != '{') {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header does not start with a JSON object", path);
+        goto fail;
+    }
+    if (!npuc__utf8_valid((const char *)b + 8, (size_t)hlen)) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is not valid UTF-8", path);
+        goto fail;
+    }
+    s->data_start = 8 + hlen;
+    json_error_t je;
+    root = json_loadb((const char *)b + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header JSON: %s at byte %d", path, je.text,
+                       je.position);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is not a JSON object", path);
+        goto fail;
+    }
+    size_t n = json_object_size(root);
+    ents = calloc(n ? n : 1, sizeof *ents);
+    if (!ents) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
+    size_t nt = 0, order = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        if (strcmp(k, "__metadata__") == 0) {
+            if (!json_is_object(v)) {
+                st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
+                goto fail;
+            }
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(v, mk, mv) {
+                if (!json_is_string(mv)) {
+                    st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: __metadata__ '%.*s%s' is not a string",
+                                   path, NAME(mk));
+                    goto fail;
+                }
+                if ((st = npuc__model_add_meta(ctx, m, mk, json_string_value(mv))) != NPUC_OK) goto fail;
+            }
+            continue;
+        }
+        ents[nt].name = k;
+        ents[nt].order = order++;
+        if ((st = parse_entry(ctx, path, k, v, &ents[nt])) != NPUC_OK) goto fail;
+        nt++;
+    }
+    qsort(ents, nt, sizeof *ents, cmp_entry);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < nt; i++) {
+        if (ents[i].begin != pos) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": data_offsets begin at %llu, expected %llu (%s)",
+                           path, NAME(ents[i].name), (unsigned long long)ents[i].begin, (unsigned long long)pos,
+                           ents[i].begin > pos ? "gap in the buffer" : "overlaps the previous tensor");
+            goto fail;
+        }
+        pos = ents[i].end;
+    }
+    uint64_t expect;
+    if (npuc_add_overflow(s->data_start, pos, &expect) || expect != fsize) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT,
+                       "%s: file is %llu bytes but the header describes %llu (8 + %llu header + %llu data)",
+                       path, (unsigned long long)fsize, (unsigned long long)(s->data_start + pos),
+                       (unsigned long long)hlen, (unsigned long long)pos);
+        goto fail;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        size_t idx;
+        if ((st = npuc__model_add(ctx, m, ents[i].name, ents[i].dtype, ents[i].rank, ents[i].shape,
+                                  NULL, &idx)) != NPUC_OK)
+            goto fail;
+        m->offset[idx] = ents[i].begin;
+    }
+    if ((st = npuc__model_finish(ctx, m, 0)) != NPUC_OK) goto fail;
+    free(ents);
+    json_decref(root);
+    *out = m;
+    return NPUC_OK;
+fail:
+    free(ents);
+    json_decref(root);
+    if (m) npuc_model_close(m);
+    else free(s);
+    return st;
+}

@@ -1,0 +1,145 @@
+/*
+ * st_writer.c - the safetensors writer.
+ *
+ * The header needs every tensor's offsets, so the core writer has every
+ * tensor declared before the first payload arrives; begin() then writes the
+ * 8-byte length and the header, and each write() appends one payload.  The
+ * header is compact JSON with "__metadata__" first and tensors in declaration
+ * order (deterministic: the same model gives the same bytes), padded with
+ * spaces so the payload starts 8-byte aligned as the format recommends.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "npuc_internal.h"
+
+typedef struct stw_state {
+    int fd;
+} stw_state;
+
+static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
+    const char *c = p;
+    while (n) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t k = write(fd, c, chunk);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, what,
+                             k < 0 ? strerror(errno) : "short write");
+        c += k;
+        n -= (uint64_t)k;
+    }
+    return NPUC_OK;
+}
+
+static npuc_status stw_begin(npuc_writer *w) {
+    npuc_status st = NPUC_OK;
+    char *hdr = NULL;
+    json_t *root = json_object();
+    stw_state *s = calloc(1, sizeof *s);
+    if (!root || !s) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    s->fd = -1;
+    if (w->nmeta) {
+        json_t *meta = json_object();
+        if (!meta || json_object_set_new(root, "__metadata__", meta)) {
+            st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < w->nmeta; i++)
+            if (json_object_set_new(meta, w->meta_k[i], json_string(w->meta_v[i]))) {
+                st = npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: metadata '%s' is not valid UTF-8", w->path,
+                               w->meta_k[i]);
+                goto fail;
+            }
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const npuc_tensor_info *t = &w->t[i];
+        if (strcmp(t->name, "__metadata__") == 0) {
+            st = npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: a tensor cannot be named __metadata__", w->path);
+            goto fail;
+        }
+        json_t *e = json_object(), *shape = json_array(), *offs = json_array();
+        uint64_t end;
+        if (npuc_add_overflow(off, t->nbytes, &end)) {
+            json_decref(e); json_decref(shape); json_decref(offs);
+            st = npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: total size overflows", w->path);
+            goto fail;
+        }
+        int bad = !e || !shape || !offs;
+        for (int d = 0; !bad && d < t->rank; d++)
+            bad = json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) != 0;
+        bad = bad || json_array_append_new(offs, json_integer((json_int_t)off)) ||
+              json_array_append_new(offs, json_integer((json_int_t)end)) ||
+              json_object_set_new(e, "dtype", json_string(npuc_dtype_name(t->dtype)));
+        if (!bad) {
+            bad = json_object_set_new(e, "shape", shape) || json_object_set_new(e, "data_offsets", offs);
+            shape = offs = NULL;
+        }
+        if (!bad) {
+            bad = json_object_set_new(root, t->name, e);
+            e = NULL;
+        }
+        json_decref(shape); json_decref(offs); json_decref(e);
+        if (bad) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        off = end;
+    }
+    hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!hdr) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    size_t hl = strlen(hdr);
+    size_t padded = (hl + 7) & ~(size_t)7;
+    char *h2 = realloc(hdr, padded + 8);
+    if (!h2) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    hdr = h2;
+    memmove(hdr + 8, hdr, hl);
+    memset(hdr + 8 + hl, ' ', padded - hl);
+    for (int i = 0; i < 8; i++) hdr[i] = (char)(((uint64_t)padded >> (8 * i)) & 0xff);
+
+    s->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0) {
+        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, w->tmp, strerror(errno));
+        goto fail;
+    }
+    w->be_state = s;
+    s = NULL;
+    st = write_all(w, ((stw_state *)w->be_state)->fd, hdr, padded + 8, "the header");
+fail:
+    free(hdr);
+    json_decref(root);
+    free(s);
+    return st;
+}
+
+static npuc_status stw_write(npuc_writer *w, size_t i, const void *data, uint64_t n) {
+    stw_state *s = w->be_state;
+    char what[128];
+    snprintf(what, sizeof what, "tensor '%.100s'", w->t[i].name);
+    return write_all(w, s->fd, data, n, what);
+}
+
+static npuc_status stw_finish(npuc_writer *w) {
+    stw_state *s = w->be_state;
+    npuc_status st = NPUC_OK;
+    if (fsync(s->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: fsync: %s", w->path, strerror(errno));
+    if (close(s->fd) != 0 && st == NPUC_OK)
+        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: close: %s", w->path, strerror(errno));
+    free(s);
+    w->be_state = NULL;
+    return st;
+}
+
+static void stw_abort(npuc_writer *w) {
+    stw_state *s = w->be_state;
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    free(s);
+    w->be_state = NULL;
+}
+
+const npuc_writer_backend npuc__st_writer_backend = {stw_begin, stw_write, stw_finish, stw_abort};

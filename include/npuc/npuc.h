@@ -1,0 +1,33 @@
+/*
+ * npuc/npuc.h - the umbrella header of libnpuc, a C11 library that compresses
+ * neural-network weight files (safetensors and HDF5/Keras).
+ *
+ * Include this one header.  The pieces:
+ *   status.h  status codes and the context that owns error messages
+ *   dtype.h   element types, f16/bf16/fp8 conversions
+ *   tensor.h  tensor descriptions, roles and layouts
+ *   model.h   reading and writing weight files
+ *   calib.h   range estimation for quantization
+ *   quant.h   integer quantization of tensors and models, decompression
+ *   metrics.h measuring tensor values (NaN/Inf/subnormal census)
+ *
+ * Conventions: functions return npuc_status and pass results through
+ * out-parameters; the failing call leaves a message in the npuc_ctx; the
+ * library never prints, never exits and never aborts on file data.
+ */
+#ifndef NPUC_NPUC_H
+#define NPUC_NPUC_H
+
+#define NPUC_VERSION_MAJOR 0
+#define NPUC_VERSION_MINOR 1
+#define NPUC_VERSION_PATCH 0
+
+#include "status.h"
+#include "dtype.h"
+#include "tensor.h"
+#include "model.h"
+#include "metrics.h"
+#include "calib.h"
+#include "quant.h"
+
+#endif

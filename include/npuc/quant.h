@@ -1,0 +1,162 @@
+/*
+ * npuc/quant.h - integer quantization of weights.
+ *
+ * Schemes: 2..8 bits; symmetric (codes in [-(2^(b-1)-1), 2^(b-1)-1], zero
+ * point 0, scale = amax / (2^(b-1)-1)) or asymmetric (the range widened to
+ * include 0, codes in [0, 2^b-1], scale = (hi-lo) / (2^b-1), zero point =
+ * clamp(round(-lo/scale), 0, 2^b-1)); one scale per output channel (the
+ * channel axis of the tensor's layout), per tensor, or per group of G
+ * consecutive values along the reduction axis inside each output channel.
+ * The arithmetic is PyTorch's: q = clamp(round_half_even(w * (1.0f/scale)) +
+ * zp), dequantized (q - zp) * scale; docs/quantization.md works it through.
+ * A scale that would be 0 or subnormal (an all-zero group) is raised to
+ * FLT_MIN, so every group has a finite, positive scale and 1/scale is finite.
+ *
+ * Two levels:
+ *   npuc_quantize_tensor  one float tensor -> codes, scales, zero points,
+ *                         error sums (what tests and other passes use);
+ *   npuc_quantize_model   a whole model -> a quantized artifact, streamed one
+ *                         tensor at a time, with a per-tensor report.
+ *
+ *     npuc_quantize_opts o = npuc_quantize_opts_defaults();
+ *     o.params.bits = 8;                     // per-channel symmetric minmax
+ *     npuc_quantize_summary sum;
+ *     npuc_status st = npuc_quantize_model(ctx, m, "model.q8.safetensors", &o, &sum);
+ *     npuc_quantize_summary_free(&sum);
+ */
+#ifndef NPUC_QUANT_H
+#define NPUC_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "calib.h"
+#include "metrics.h"
+#include "model.h"
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values are pinned. */
+typedef enum npuc_granularity {
+    NPUC_GRAN_CHANNEL = 0,
+    NPUC_GRAN_TENSOR = 1,
+    NPUC_GRAN_GROUP = 2
+} npuc_granularity;
+
+typedef struct npuc_quant_params {
+    int bits;                 /* 2..8, default 8 */
+    int symmetric;            /* default 1 */
+    npuc_granularity gran;    /* default NPUC_GRAN_CHANNEL */
+    uint32_t group_size;      /* for NPUC_GRAN_GROUP, >= 2 */
+    int axis;                 /* -1 (default): the layout's output axis; else an explicit axis */
+    npuc_range_opts range;    /* default minmax */
+} npuc_quant_params;
+
+npuc_quant_params npuc_quant_params_defaults(void);
+
+/* How a tensor's values are grouped under params p: `channels` groups of
+ * scale (per group: `groups_per_channel`), the channel view [outer, C, inner]
+ * and the number of scales.  Fails with NPUC_ERR_ARG (message names the
+ * tensor) when the axis does not exist or the parameters are invalid. */
+typedef struct npuc_quant_shape {
+    uint64_t outer, channels, inner;  /* the view; channels = 1 per tensor */
+    uint64_t per_channel;             /* values per channel = outer * inner */
+    uint64_t groups_per_channel;      /* ceil(per_channel / group size), 1 if not grouped */
+    uint64_t nscales;                 /* channels * groups_per_channel */
+    int axis;                         /* output axis used, -1 per tensor */
+} npuc_quant_shape;
+
+npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_quant_params *p,
+                                npuc_quant_shape *qs);
+
+/* Quantizes w (t->numel finite floats in t's shape).  Outputs: codes
+ * (t->numel bytes: int8 two's complement for symmetric, uint8 for
+ * asymmetric, unpacked even below 8 bits), scales and zero points
+ * (qs.nscales each; zero points all 0 when symmetric), deq (optional,
+ * t->numel floats: the dequantized values) and err (optional).  A NaN or Inf
+ * in w is NPUC_ERR_VALUE naming the tensor and the count of bad values.
+ * Runs on the context's thread count; results do not depend on it. */
+npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
+                                 const npuc_quant_params *p, uint8_t *codes, float *scales,
+                                 int32_t *zero_points, float *deq, npuc_error_stats *err);
+
+/* Dequantizes codes produced by npuc_quantize_tensor back to floats. */
+npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,
+                                   const npuc_quant_params *p, const uint8_t *codes,
+                                   const float *scales, const int32_t *zero_points, float *out);
+
+/* ------------------------------------------------------------ whole models */
+
+/* What happened to one tensor of the model. */
+typedef struct npuc_quant_tensor_report {
+    const char *name;           /* owned by the summary */
+    npuc_dtype dtype;           /* source dtype */
+    int rank;
+    int64_t shape[NPUC_MAX_RANK];
+    int quantized;              /* 0: passed through unchanged */
+    int bits;
+    int symmetric;
+    npuc_granularity gran;
+    uint32_t group_size;
+    int axis;
+    char scheme[32];            /* "int8/ch", "int4/g128", "uint8/t", "-" */
+    char note[96];              /* why it was kept, or kept at 8 bits, or "" */
+    uint64_t bytes_before;      /* source bytes */
+    uint64_t bytes_after;       /* codes + scales + zero points (or the same bytes) */
+    npuc_error_stats err;       /* for quantized tensors */
+} npuc_quant_tensor_report;
+
+typedef struct npuc_quantize_summary {
+    npuc_quant_tensor_report *tensors;  /* one per input tensor, in model order */
+    size_t ntensors;
+    uint64_t bytes_before, bytes_after;
+    uint64_t params_total, params_quantized;
+    size_t nquantized;
+    double weighted_sqnr_db;            /* 10 log10(sum w^2 / sum e^2) over quantized tensors */
+} npuc_quantize_summary;
+
+void npuc_quantize_summary_free(npuc_quantize_summary *s);
+
+typedef struct npuc_quantize_opts {
+    npuc_quant_params params;
+    const char *const *include;    /* regexes: quantize only matching tensors (and rank >= 2) */
+    size_t ninclude;
+    const char *const *exclude;    /* regexes: never quantize matching tensors */
+    size_t nexclude;
+    const char *const *layer_bits; /* "REGEX=N": bit width per tensor, first match wins */
+    size_t nlayer_bits;
+    int quantize_all;              /* below 8 bits, also quantize the first and last
+                                      weight layers at the low width (default: 8 bits) */
+    int fake_quant;                /* write dequantized floats in the source dtype */
+    npuc_write_opts write;         /* output options (format, overwrite, deflate) */
+    /* Called after each tensor is written (from the calling thread). */
+    void (*on_tensor)(void *user, size_t index, size_t count, const npuc_quant_tensor_report *r);
+    void *user;
+} npuc_quantize_opts;
+
+npuc_quantize_opts npuc_quantize_opts_defaults(void);
+
+/* Quantizes every selected tensor of m and writes the artifact to out (see
+ * docs/artifact.md): codes under the tensor's name, "<name>.scale",
+ * "<name>.zero_point" (asymmetric), and a versioned JSON description in the
+ * "npuc" metadata entry.  Tensors are streamed one at a time.  On failure
+ * nothing is written at out and *sum is empty.  On success the caller frees
+ * *sum with npuc_quantize_summary_free. */
+npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+                                const npuc_quantize_opts *o, npuc_quantize_summary *sum);
+
+/* Turns any npuc artifact back into dense float tensors with the original
+ * names, shapes, dtypes and layouts; tensors npuc did not encode are copied. */
+npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+                                  const npuc_write_opts *wo);
+
+/* The short scheme name used in reports ("int8/ch", "uint4/g128", "int8/t"). */
+void npuc_quant_scheme_name(const npuc_quant_params *p, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

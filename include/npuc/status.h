@@ -1,0 +1,75 @@
+/*
+ * npuc/status.h - status codes and the library context.
+ *
+ * Every npuc function that can fail returns an npuc_status and hands its
+ * results back through out-parameters.  The human-readable explanation of a
+ * failure ("model.safetensors: tensor 'fc.weight': data_offsets [64,128)
+ * exceed the 96-byte buffer") is stored in the npuc_ctx that was passed to the
+ * call and read back with npuc_ctx_errmsg().  The message belongs to the
+ * context: it stays valid until the next failing call on that context and is
+ * never freed by the caller.  The library never prints and never exits.
+ *
+ *     npuc_ctx *ctx;
+ *     if (npuc_ctx_new(&ctx) != NPUC_OK) return 1;
+ *     npuc_model *m;
+ *     npuc_status st = npuc_model_open(ctx, "model.safetensors", NULL, &m);
+ *     if (st != NPUC_OK) fprintf(stderr, "error: %s\n", npuc_ctx_errmsg(ctx));
+ *
+ * A context is not thread-safe: use one per thread that calls into npuc.
+ * Pass drivers parallelise internally and report through the caller's context.
+ */
+#ifndef NPUC_STATUS_H
+#define NPUC_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values are pinned: scripts and bindings may rely on them. */
+typedef enum npuc_status {
+    NPUC_OK = 0,
+    NPUC_ERR_IO = 1,          /* the OS refused a read, write, mmap, rename, fsync */
+    NPUC_ERR_FORMAT = 2,      /* a file is malformed or hostile */
+    NPUC_ERR_UNSUPPORTED = 3, /* well-formed but outside what npuc handles */
+    NPUC_ERR_ARG = 4,         /* a bad parameter, flag or pattern */
+    NPUC_ERR_NOMEM = 5,       /* an allocation failed */
+    NPUC_ERR_OVERFLOW = 6,    /* a size computation would overflow */
+    NPUC_ERR_NOT_FOUND = 7,   /* a named tensor, file or key does not exist */
+    NPUC_ERR_VALUE = 8,       /* data values are unusable (NaN/Inf weights, var+eps <= 0) */
+    NPUC_ERR_EXISTS = 9,      /* the output exists and overwriting was not allowed */
+    NPUC_ERR_NUMERIC = 10,    /* a numerical routine failed (SVD did not converge) */
+    NPUC_ERR_INTERNAL = 11    /* a bug in npuc: please report it */
+} npuc_status;
+
+/* A static, never-NULL name for a status ("format error", ...). */
+const char *npuc_status_str(npuc_status st);
+
+/* True for the statuses that mean "the input or the request is wrong" (the
+ * CLI maps these to exit code 2) rather than "the machine failed" (exit 1). */
+int npuc_status_is_input_error(npuc_status st);
+
+typedef struct npuc_ctx npuc_ctx;
+
+/* Creates a context. Returns NPUC_ERR_NOMEM if it cannot be allocated. */
+npuc_status npuc_ctx_new(npuc_ctx **out);
+/* Frees a context; NULL is a no-op. */
+void npuc_ctx_free(npuc_ctx *ctx);
+
+/* The message of the last failure on this context, or "" when none. */
+const char *npuc_ctx_errmsg(const npuc_ctx *ctx);
+/* The status of the last failure on this context, or NPUC_OK. */
+npuc_status npuc_ctx_errcode(const npuc_ctx *ctx);
+/* Forgets the last failure. */
+void npuc_ctx_clear(npuc_ctx *ctx);
+
+/* Worker threads for pass drivers: 0 (default) means all cores. */
+void npuc_ctx_set_threads(npuc_ctx *ctx, int nthreads);
+int npuc_ctx_threads(const npuc_ctx *ctx);
+
+/* The compressor's version string, e.g. "0.1.0". */
+const char *npuc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

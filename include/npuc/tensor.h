@@ -1,0 +1,113 @@
+/*
+ * npuc/tensor.h - what npuc knows about one tensor: name, dtype, shape, role
+ * and layout.
+ *
+ * A *layout* says where a weight's output-channel axis is and which axes are
+ * reduced over when the layer runs.  Every pass needs it: per-channel
+ * quantization scales one channel at a time, N:M sparsity groups along the
+ * reduction axis, BatchNorm folding scales output channels.  The layouts:
+ *
+ *   NONE   rank < 2, or not a weight: no channel axis (biases, norms, stats)
+ *   OI     [out, in]                  PyTorch Linear, embeddings, RNN weights
+ *   IO     [in, out]                  Keras Dense, Paddle/ONNX MatMul constants
+ *   OIHW   [out, in/groups, *spatial] PyTorch/ONNX Conv1d/2d/3d
+ *   IOHW   [in, out/groups, *spatial] PyTorch ConvTranspose (out axis 1)
+ *   HWIO   [*spatial, in, out]        Keras Conv1D/2D/3D
+ *   HWIM   [*spatial, in, mult]       Keras DepthwiseConv2D: the channel is the
+ *                                     flattened (in, mult) pair, c = i*mult + m
+ *
+ * Every layout views a tensor as [outer, C, inner] in row-major order: C
+ * channels, each channel's elements at (o*C + c)*inner + k.  npuc_layout_view()
+ * gives the three counts; passes need nothing else.
+ *
+ * Layouts are guessed from the source format and the tensor's name (a Keras
+ * "kernel" is HWIO/IO in either file format; otherwise safetensors follows the
+ * PyTorch convention) and can be overridden by the user with REGEX=NAME rules
+ * (see npuc_model_apply_layout_rules in model.h).
+ */
+#ifndef NPUC_TENSOR_H
+#define NPUC_TENSOR_H
+
+#include <stdint.h>
+#include "dtype.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NPUC_MAX_RANK 8
+
+/* Values are pinned. */
+typedef enum npuc_layout {
+    NPUC_LAYOUT_NONE = 0,
+    NPUC_LAYOUT_OI = 1,
+    NPUC_LAYOUT_IO = 2,
+    NPUC_LAYOUT_OIHW = 3,
+    NPUC_LAYOUT_IOHW = 4,
+    NPUC_LAYOUT_HWIO = 5,
+    NPUC_LAYOUT_HWIM = 6,
+    NPUC_LAYOUT_COUNT = 7
+} npuc_layout;
+
+/* What a tensor is for, guessed from names and shapes. Values are pinned. */
+typedef enum npuc_role {
+    NPUC_ROLE_OTHER = 0,
+    NPUC_ROLE_CONV = 1,        /* convolution kernel */
+    NPUC_ROLE_DWCONV = 2,      /* depthwise convolution kernel */
+    NPUC_ROLE_LINEAR = 3,      /* linear / dense / matmul weight */
+    NPUC_ROLE_EMBEDDING = 4,
+    NPUC_ROLE_RNN = 5,         /* recurrent weight */
+    NPUC_ROLE_BIAS = 6,
+    NPUC_ROLE_BN_GAMMA = 7,
+    NPUC_ROLE_BN_BETA = 8,
+    NPUC_ROLE_BN_MEAN = 9,
+    NPUC_ROLE_BN_VAR = 10,
+    NPUC_ROLE_BN_COUNT = 11,   /* num_batches_tracked */
+    NPUC_ROLE_NORM = 12,       /* LayerNorm/GroupNorm scale or shift */
+    NPUC_ROLE_CONVT = 13,      /* transposed convolution kernel */
+    NPUC_ROLE_COUNT = 14
+} npuc_role;
+
+typedef struct npuc_tensor_info {
+    const char *name;            /* UTF-8, owned by the model */
+    npuc_dtype dtype;
+    int rank;                    /* 0..NPUC_MAX_RANK */
+    int64_t shape[NPUC_MAX_RANK];
+    uint64_t numel;              /* product of shape (1 for rank 0) */
+    uint64_t nbytes;             /* numel * dtype size */
+    npuc_role role;
+    npuc_layout layout;
+    const char *group;           /* Keras layer name, or NULL; owned by the model */
+} npuc_tensor_info;
+
+/* Lower-case name of a layout ("oihw"), or "?" when invalid. */
+const char *npuc_layout_name(npuc_layout l);
+/* Parses a layout name or alias (none oi io oihw iohw hwio hwim; linear dense
+ * conv convtranspose keras-conv depthwise). Returns 0, or -1 if unknown. */
+int npuc_layout_parse(const char *s, npuc_layout *out);
+/* The lowest rank a layout applies to (2 for OI/IO, 3 for the conv layouts, 0 for NONE). */
+int npuc_layout_min_rank(npuc_layout l);
+/* The output-channel axis of a layout for a tensor of the given rank, or -1
+ * (NONE, or a rank too small).  For HWIM it is rank-2: the channel spans the
+ * last two axes. */
+int npuc_layout_out_axis(npuc_layout l, int rank);
+/* Short name of a role ("conv", "bn_var", ...). */
+const char *npuc_role_name(npuc_role r);
+
+/* Views t as [outer, C, inner] (see above).  For NONE all elements form one
+ * channel: outer = 1, C = 1, inner = numel.  Returns NPUC_ERR_ARG when the
+ * layout does not fit the tensor's rank. */
+npuc_status npuc_layout_view(const npuc_tensor_info *t, uint64_t *outer, uint64_t *channels,
+                             uint64_t *inner);
+
+/* Guesses the role and layout of a tensor from its name, shape and the
+ * convention of its source (keras != 0 for Keras files).  Used by readers;
+ * exposed so that tools and tests can ask the same question. */
+void npuc_guess_role_layout(const char *name, int rank, const int64_t *shape, int keras,
+                            npuc_role *role, npuc_layout *layout);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

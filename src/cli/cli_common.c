@@ -1,0 +1,525 @@
+/*
+ * cli_common.c - option parsing, error reporting and formatting shared by
+ * every npuc command (see cli_common.h for the contracts).
+ *
+ * Option parsing is getopt_long with a table assembled per command from the
+ * common options it accepts plus its own, so every command spells -o, -f,
+ * -j, --layout and --json the same way and reports a bad flag the same way.
+ * getopt's own messages are switched off (opterr = 0): they do not follow the
+ * `npuc: error:` convention and do not name the command's --help.
+ */
+#include "cli_common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* getopt values of the common long-only options (below CLI_OPT_USER). */
+enum { ID_LAYOUT = 0x800, ID_JSON = 0x801 };
+
+/* ------------------------------------------------------------ messages */
+
+static void vmsg(const char *prefix, const char *fmt, va_list ap) {
+    fflush(stdout); /* keep stdout and stderr in order on a shared terminal */
+    fprintf(stderr, "npuc: %s", prefix);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("error: ", fmt, ap);
+    va_end(ap);
+}
+
+void cli_warn(const cli_args *a, const char *fmt, ...) {
+    if (a && a->quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void cli_note(const cli_args *a, const char *fmt, ...) {
+    if (a && a->quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+}
+
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("error: ", fmt, ap);
+    va_end(ap);
+    if (cmd) fprintf(stderr, "Try 'npuc %s --help'.\n", cmd->name);
+    else fprintf(stderr, "Try 'npuc --help'.\n");
+    return CLI_EXIT_USAGE;
+}
+
+int cli_exit_code(npuc_status st) {
+    if (st == NPUC_OK) return CLI_EXIT_OK;
+    return npuc_status_is_input_error(st) ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+}
+
+int cli_fail(const npuc_ctx *ctx, npuc_status st) {
+    const char *msg = ctx ? npuc_ctx_errmsg(ctx) : "";
+    cli_error("%s", msg && *msg ? msg : npuc_status_str(st));
+    return cli_exit_code(st);
+}
+
+/* ------------------------------------------------------------ parsing */
+
+/* The getopt_long tables being assembled for one command; sized for the
+ * worst case before the first add. */
+typedef struct opt_tables {
+    struct option *lo; /* long options, zero-terminated */
+    size_t nl;
+    char *so; /* short options, ':' first so a missing value is reported as ':' */
+    size_t ns;
+} opt_tables;
+
+/* Adds an option under its long name and, when short_name is a letter, its
+ * short one; getopt returns val for either. */
+static void add_opt(opt_tables *t, const char *name, int short_name, int has_arg, int val) {
+    t->lo[t->nl].name = name;
+    t->lo[t->nl].has_arg = has_arg ? required_argument : no_argument;
+    t->lo[t->nl].flag = NULL;
+    t->lo[t->nl].val = val;
+    t->nl++;
+    if (short_name) {
+        t->so[t->ns++] = (char)short_name;
+        if (has_arg) t->so[t->ns++] = ':';
+        t->so[t->ns] = 0;
+    }
+}
+
+/* The option text the user typed for getopt value val, for messages. */
+static const char *opt_text(const struct option *lo, int val, const char *typed, char *buf,
+                            size_t n) {
+    if (typed && strncmp(typed, "--", 2) == 0) {
+        size_t len = strcspn(typed, "=");
+        snprintf(buf, n, "%.*s", (int)len, typed);
+        return buf;
+    }
+    if (val > 0 && val < 128) {
+        snprintf(buf, n, "-%c", val);
+        return buf;
+    }
+    for (size_t i = 0; lo[i].name; i++)
+        if (lo[i].val == val) {
+            snprintf(buf, n, "--%s", lo[i].name);
+            return buf;
+        }
+    return typed ? typed : "?";
+}
+
+static int add_layout(cli_args *a, const char *rule) {
+    const char **p = realloc(a->layouts, (a->nlayouts + 1) * sizeof *p);
+    if (!p) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    a->layouts = p;
+    a->layouts[a->nlayouts++] = rule;
+    return CLI_CONTINUE;
+}
+
+int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
+              const cli_option *extra, cli_opt_fn fn, void *ud, int min_pos, int max_pos,
+              cli_args *a) {
+    memset(a, 0, sizeof *a);
+    a->cmd = cmd;
+    size_t nextra = 0;
+    while (extra && extra[nextra].name) nextra++;
+
+    opt_tables t = {calloc(8 + nextra + 1, sizeof(struct option)), 0,
+                    malloc(2 * (8 + nextra) + 2), 0};
+    if (!t.lo || !t.so) {
+        free(t.lo);
+        free(t.so);
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    t.so[t.ns++] = ':';
+    t.so[t.ns] = 0;
+    add_opt(&t, "help", 'h', 0, 'h');
+    add_opt(&t, "quiet", 'q', 0, 'q');
+    add_opt(&t, "verbose", 'v', 0, 'v');
+    if (common & CLI_OPT_OUTPUT) add_opt(&t, "output", 'o', 1, 'o');
+    if (common & CLI_OPT_FORCE) add_opt(&t, "force", 'f', 0, 'f');
+    if (common & CLI_OPT_JOBS) add_opt(&t, "jobs", 'j', 1, 'j');
+    if (common & CLI_OPT_LAYOUT) add_opt(&t, "layout", 0, 1, ID_LAYOUT);
+    if (common & CLI_OPT_JSON) add_opt(&t, "json", 0, 0, ID_JSON);
+    for (size_t i = 0; i < nextra; i++)
+        add_opt(&t, extra[i].name, extra[i].short_name, extra[i].has_arg,
+                extra[i].short_name ? extra[i].short_name : extra[i].id);
+    const struct option *lo = t.lo;
+
+    int rc = CLI_CONTINUE;
+    char tb[128];
+    optind = 0; /* glibc: full re-initialisation, so commands can be run repeatedly */
+    opterr = 0;
+    int c;
+    while (rc == CLI_CONTINUE && (c = getopt_long(argc, argv, t.so, lo, NULL)) != -1) {
+        const char *typed = optind > 0 && optind <= argc ? argv[optind - 1] : NULL;
+        /* The command's own options first: one may reuse a letter of a
+         * common option the command does not accept. */
+        const cli_option *e = NULL;
+        for (size_t i = 0; i < nextra && !e; i++)
+            if ((extra[i].short_name ? extra[i].short_name : extra[i].id) == c) e = &extra[i];
+        if (e) {
+            rc = fn ? fn(a, ud, e->id, optarg)
+                    : cli_usage_error(cmd, "unhandled option (a bug in npuc)");
+            continue;
+        }
+        switch (c) {
+        case 'h':
+            fputs(cmd->usage, stdout);
+            rc = CLI_EXIT_OK;
+            break;
+        case 'q': a->quiet = 1; break;
+        case 'v': a->verbose++; break;
+        case 'o': a->output = optarg; break;
+        case 'f': a->force = 1; break;
+        case 'j': {
+            long j;
+            if (cli_parse_long(optarg, 0, 4096, &j) != 0)
+                rc = cli_usage_error(cmd, "-j: expected a thread count 0..4096, got '%s'", optarg);
+            else a->jobs = (int)j;
+            break;
+        }
+        case ID_LAYOUT: rc = add_layout(a, optarg); break;
+        case ID_JSON: a->json = 1; break;
+        case ':':
+            rc = cli_usage_error(cmd, "option '%s' needs a value",
+                                 opt_text(lo, optopt, typed, tb, sizeof tb));
+            break;
+        case '?':
+            if (optopt != 0 && typed && strncmp(typed, "--", 2) == 0)
+                rc = cli_usage_error(cmd, "option '%s' takes no value",
+                                     opt_text(lo, optopt, typed, tb, sizeof tb));
+            else if (optopt > 0 && optopt < 128)
+                rc = cli_usage_error(cmd, "unknown option '-%c'", optopt);
+            else
+                rc = cli_usage_error(cmd, "unknown option '%s'",
+                                     opt_text(lo, optopt, typed, tb, sizeof tb));
+            break;
+        default:
+            rc = cli_usage_error(cmd, "unhandled option (a bug in npuc)");
+            break;
+        }
+    }
+    if (rc == CLI_CONTINUE) {
+        a->pos = argv + optind;
+        a->npos = argc - optind;
+        if (a->npos < min_pos)
+            rc = cli_usage_error(cmd, "missing %s", cmd->operand ? cmd->operand : "argument");
+        else if (max_pos >= 0 && a->npos > max_pos)
+            rc = cli_usage_error(cmd, "unexpected argument '%s'", a->pos[max_pos]);
+    }
+    free(t.lo);
+    free(t.so);
+    return rc;
+}
+
+void cli_args_free(cli_args *a) {
+    if (!a) return;
+    free(a->layouts);
+    a->layouts = NULL;
+    a->nlayouts = 0;
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------ models */
+
+int cli_ctx_new(const cli_args *a, npuc_ctx **ctx) {
+    if (npuc_ctx_new(ctx) != NPUC_OK) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    npuc_ctx_set_threads(*ctx, a ? a->jobs : 0);
+    return CLI_EXIT_OK;
+}
+
+int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_model **m) {
+    npuc_status st = npuc_model_open(ctx, path, NULL, m);
+    if (st != NPUC_OK) return cli_fail(ctx, st);
+    if (a && a->nlayouts) {
+        st = npuc_model_apply_layout_rules(ctx, *m, a->layouts, a->nlayouts);
+        if (st != NPUC_OK) {
+            npuc_model_close(*m);
+            *m = NULL;
+            return cli_fail(ctx, st);
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+const char *cli_h5_style_name(npuc_h5_style s) {
+    switch (s) {
+    case NPUC_H5_PLAIN: return "plain";
+    case NPUC_H5_KERAS2: return "keras2";
+    case NPUC_H5_KERAS3: return "keras3";
+    }
+    return "?";
+}
+
+int cli_h5_style_parse(const char *s, npuc_h5_style *out) {
+    static const npuc_h5_style ALL[] = {NPUC_H5_PLAIN, NPUC_H5_KERAS2, NPUC_H5_KERAS3};
+    for (size_t i = 0; i < sizeof ALL / sizeof ALL[0]; i++)
+        if (strcmp(s, cli_h5_style_name(ALL[i])) == 0) {
+            *out = ALL[i];
+            return 0;
+        }
+    return -1;
+}
+
+/* ------------------------------------------------------------ formatting */
+
+const char *cli_fmt_size(uint64_t b, char buf[CLI_FMT_MAX]) {
+    static const char *const UNITS[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (b < 1024) {
+        snprintf(buf, CLI_FMT_MAX, "%" PRIu64 " B", b);
+        return buf;
+    }
+    double v = (double)b / 1024.0;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, CLI_FMT_MAX, "%.2f %s", v, UNITS[u]);
+    return buf;
+}
+
+const char *cli_fmt_count(uint64_t n, char buf[CLI_FMT_MAX]) {
+    char digits[24];
+    int len = snprintf(digits, sizeof digits, "%" PRIu64, n);
+    int k = 0;
+    for (int i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0) buf[k++] = ',';
+        buf[k++] = digits[i];
+    }
+    buf[k] = 0;
+    return buf;
+}
+
+const char *cli_fmt_shape(const npuc_tensor_info *t, char *buf, size_t n) {
+    size_t k = 0;
+    if (n == 0) return buf;
+    buf[0] = 0;
+    k += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? "," : "", t->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not one
+ * (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned cp, min;
+    if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; min = 0x80; }
+    else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; min = 0x800; }
+    else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
+        cp = (cp << 6) | (s[k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+size_t cli_width(const char *s) {
+    size_t w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p & 0xc0) != 0x80) w++;
+    return w;
+}
+
+void cli_print_padded(const char *s, size_t width) {
+    size_t w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned char c = *p;
+        putchar(c < 0x20 || c == 0x7f ? '?' : c);
+        if ((c & 0xc0) != 0x80) w++;
+    }
+    for (; w < width; w++) putchar(' ');
+}
+
+const char *cli_fmt_oneline(const char *s, size_t max_cols, char *buf, size_t n, int *cut) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t k = 0, cols = 0;
+    if (cut) *cut = 0;
+    if (n < 8) {
+        if (n) buf[0] = 0;
+        return buf;
+    }
+    /* Reserve room for "..." and the NUL. */
+    size_t limit = n - 4;
+    while (*p) {
+        char piece[8];
+        size_t plen, pcols;
+        size_t sl = utf8_seq(p);
+        if (sl == 1 && (*p < 0x20 || *p == 0x7f)) {
+            const char *esc = *p == '\n' ? "\\n" : *p == '\t' ? "\\t" : *p == '\r' ? "\\r" : NULL;
+            if (esc) plen = (size_t)snprintf(piece, sizeof piece, "%s", esc);
+            else plen = (size_t)snprintf(piece, sizeof piece, "\\x%02x", *p);
+            pcols = plen;
+        } else if (sl == 0) {
+            plen = (size_t)snprintf(piece, sizeof piece, "\\x%02x", *p);
+            pcols = plen;
+            sl = 1;
+        } else {
+            memcpy(piece, p, sl);
+            plen = sl;
+            pcols = 1;
+        }
+        if (cols + pcols > max_cols || k + plen > limit) {
+            memcpy(buf + k, "...", 4);
+            if (cut) *cut = 1;
+            return buf;
+        }
+        memcpy(buf + k, piece, plen);
+        k += plen;
+        cols += pcols;
+        p += sl;
+    }
+    buf[k] = 0;
+    return buf;
+}
+
+json_t *cli_json_str(const char *s) {
+    if (!s) return json_null();
+    size_t n = strlen(s);
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, sl;
+    while (i < n && (sl = utf8_seq(p + i)) != 0) i += sl;
+    if (i == n) return json_stringn(s, n);
+    /* Invalid bytes: each becomes U+FFFD (3 bytes). */
+    char *b = malloc(3 * n + 1);
+    if (!b) return NULL;
+    size_t k = 0;
+    for (i = 0; i < n;) {
+        sl = utf8_seq(p + i);
+        if (sl) {
+            memcpy(b + k, p + i, sl);
+            k += sl;
+            i += sl;
+        } else {
+            memcpy(b + k, "\xef\xbf\xbd", 3);
+            k += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(b, k);
+    free(b);
+    return j;
+}
+
+/* A container is written on one line when it is an element of an array (a
+ * record, such as one tensor), holds only scalars, or is short; otherwise
+ * one member per line.  The result reads like a table and greps well, and
+ * is still plain JSON. */
+#define JSON_INLINE_COLS 80
+#define JSON_ONE_LINE (JSON_INDENT(0) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY)
+
+static int json_all_scalars(json_t *v) {
+    size_t i;
+    json_t *e;
+    if (!json_is_array(v)) return 0;
+    json_array_foreach(v, i, e) if (json_is_object(e) || json_is_array(e)) return 0;
+    return 1;
+}
+
+static int json_is_short(json_t *v) {
+    char *s = json_dumps(v, JSON_ONE_LINE);
+    if (!s) return 0;
+    int r = strlen(s) <= JSON_INLINE_COLS;
+    free(s);
+    return r;
+}
+
+static int json_pretty(json_t *v, int depth, int in_array) {
+    int container = json_is_object(v) || json_is_array(v);
+    if (!container || (depth > 0 && (in_array || json_all_scalars(v) || json_is_short(v))) ||
+        (json_is_object(v) ? json_object_size(v) : json_array_size(v)) == 0)
+        return json_dumpf(v, stdout, JSON_ONE_LINE);
+    int r = 0;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        size_t left = json_object_size(v);
+        fputs("{\n", stdout);
+        json_object_foreach(v, k, e) {
+            json_t *ks = json_string(k);
+            printf("%*s", 2 * (depth + 1), "");
+            r |= !ks || json_dumpf(ks, stdout, JSON_ONE_LINE);
+            json_decref(ks);
+            fputs(": ", stdout);
+            r |= json_pretty(e, depth + 1, 0);
+            fputs(--left ? ",\n" : "\n", stdout);
+        }
+        printf("%*s}", 2 * depth, "");
+    } else {
+        size_t i, n = json_array_size(v);
+        json_t *e;
+        fputs("[\n", stdout);
+        json_array_foreach(v, i, e) {
+            printf("%*s", 2 * (depth + 1), "");
+            r |= json_pretty(e, depth + 1, 1);
+            fputs(i + 1 < n ? ",\n" : "\n", stdout);
+        }
+        printf("%*s]", 2 * depth, "");
+    }
+    return r ? -1 : 0;
+}
+
+int cli_json_print(json_t *doc) {
+    if (!doc) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    int r = json_pretty(doc, 0, 0);
+    json_decref(doc);
+    if (r != 0) {
+        cli_error("writing JSON to stdout failed");
+        return CLI_EXIT_FAIL;
+    }
+    putchar('\n');
+    return CLI_EXIT_OK;
+}
+
+int cli_progress_enabled(const cli_args *a) {
+    return !(a && a->quiet) && isatty(STDERR_FILENO);
+}
+
+int cli_finish_stdout(int rc) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno;
+        cli_error("writing to stdout: %s", e ? strerror(e) : "write error");
+        return rc ? rc : CLI_EXIT_FAIL;
+    }
+    return rc;
+}

@@ -1,0 +1,188 @@
+/*
+ * cli_common.h - what every `npuc <command>` shares: the command table entry,
+ * option parsing, opening a model with --layout rules, error reporting, exit
+ * codes, and number / size / JSON formatting.
+ *
+ * The CLI is a client of the public API only (<npuc/...>), like any other
+ * program linking libnpuc.  A command is a cli_command with a run function;
+ * main.c dispatches to it with argv starting at the command name.  A typical
+ * run function:
+ *
+ *     static int run(int argc, char **argv) {
+ *         cli_args a;
+ *         int rc = cli_parse(&cli_cmd_info, argc, argv, CLI_OPT_JSON | CLI_OPT_LAYOUT,
+ *                            NULL, NULL, NULL, 1, 1, &a);
+ *         if (rc != CLI_CONTINUE) return rc;          // --help (0) or usage error (2)
+ *         npuc_ctx *ctx; npuc_model *m;
+ *         if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
+ *         if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
+ *         ...results to stdout, diagnostics through cli_error/cli_warn/cli_note...
+ *     done:
+ *         npuc_model_close(m); npuc_ctx_free(ctx); cli_args_free(&a);
+ *         return cli_finish_stdout(rc);
+ *     }
+ *
+ * Conventions (docs/cli.md): results go to stdout, everything else to stderr;
+ * `npuc: error: <message>` where a library message already starts with the
+ * file's path; exit codes come from the table below and nowhere else.
+ */
+#ifndef NPUC_CLI_COMMON_H
+#define NPUC_CLI_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <npuc/npuc.h>
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+/* The exit-code table, the same for every command. */
+enum {
+    CLI_EXIT_OK = 0,    /* success */
+    CLI_EXIT_FAIL = 1,  /* the machine failed: I/O, memory, a bug */
+    CLI_EXIT_USAGE = 2, /* usage error or bad input (file, flag, pattern, values) */
+    CLI_EXIT_GATE = 3   /* the work was done but a quality gate failed */
+};
+
+/* cli_parse()'s "go on and run the command" result; every other result is
+ * an exit code to return at once. */
+#define CLI_CONTINUE (-1)
+
+typedef struct cli_command {
+    const char *name;    /* "info" */
+    const char *summary; /* one line for `npuc --help` */
+    const char *usage;   /* the full text of `npuc <name> --help` */
+    const char *operand; /* what a missing positional argument is called ("FILE") */
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} cli_command;
+
+/* The commands, in the order `npuc --help` lists them (main.c holds the table). */
+extern const cli_command cli_cmd_info;
+extern const cli_command cli_cmd_validate;
+extern const cli_command cli_cmd_convert;
+extern const cli_command cli_cmd_quantize;
+extern const cli_command cli_cmd_decompress;
+
+/* Common options a command may accept, as a bit set for cli_parse().
+ * -h/--help, -q/--quiet and -v/--verbose are always accepted. */
+enum {
+    CLI_OPT_OUTPUT = 1u << 0, /* -o, --output FILE */
+    CLI_OPT_FORCE = 1u << 1,  /* -f, --force: overwrite an existing output */
+    CLI_OPT_JOBS = 1u << 2,   /* -j, --jobs N: worker threads, 0 = all cores */
+    CLI_OPT_LAYOUT = 1u << 3, /* --layout REGEX=NAME, repeatable */
+    CLI_OPT_JSON = 1u << 4    /* --json */
+};
+
+/* A command's own option.  id is handed back to the command's callback; use
+ * values >= CLI_OPT_USER for options without a short letter. */
+typedef struct cli_option {
+    const char *name; /* long name without "--" */
+    int short_name;   /* a letter, or 0 */
+    int has_arg;      /* 0 or 1 */
+    int id;           /* passed to the callback */
+} cli_option;
+
+#define CLI_OPT_USER 0x1000
+
+/* Parsed command line.  Strings point into argv; layouts is owned. */
+typedef struct cli_args {
+    const cli_command *cmd;
+    int quiet;    /* -q: no notes, warnings or progress on stderr */
+    int verbose;  /* -v, counted */
+    int force;    /* -f */
+    int json;     /* --json */
+    int jobs;     /* -j N (0 when not given: all cores) */
+    const char *output;   /* -o FILE, or NULL */
+    const char **layouts; /* --layout rules in command-line order */
+    size_t nlayouts;
+    char **pos;           /* positional arguments */
+    int npos;
+} cli_args;
+
+/* A command's callback for its own options: returns CLI_CONTINUE to go on or
+ * an exit code (after printing an error, usually via cli_usage_error). */
+typedef int (*cli_opt_fn)(cli_args *a, void *ud, int id, const char *arg);
+
+/* Parses argv (argv[0] = the command name) with getopt_long; options may come
+ * before or after the positional arguments, "--" ends options.  `common`
+ * selects the CLI_OPT_* options the command accepts, `extra` (terminated by
+ * an entry with name NULL, or NULL itself) adds the command's own.  Checks
+ * the positional count against [min_pos, max_pos] (max_pos < 0: unlimited).
+ * Returns CLI_CONTINUE with *a filled, CLI_EXIT_OK after printing the usage
+ * for --help, or CLI_EXIT_USAGE after printing `npuc: error: ...` and a hint.
+ * On every result *a may be passed to cli_args_free(). */
+int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
+              const cli_option *extra, cli_opt_fn fn, void *ud, int min_pos, int max_pos,
+              cli_args *a);
+void cli_args_free(cli_args *a);
+
+/* Prints `npuc: error: <message>` and `Try 'npuc <cmd> --help'.` to stderr
+ * and returns CLI_EXIT_USAGE. */
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* `npuc: error: <message>` on stderr. */
+void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* `npuc: warning: <message>` on stderr unless -q. */
+void cli_warn(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* `npuc: <message>` on stderr unless -q (summaries, notes). */
+void cli_note(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+/* The exit code for a library status: 0 for NPUC_OK, 2 for input errors
+ * (npuc_status_is_input_error), 1 otherwise. */
+int cli_exit_code(npuc_status st);
+/* Prints the context's message for a failed call as `npuc: error: ...` and
+ * returns cli_exit_code(st). */
+int cli_fail(const npuc_ctx *ctx, npuc_status st);
+
+/* Creates a context with a's -j setting; on failure prints and returns 1. */
+int cli_ctx_new(const cli_args *a, npuc_ctx **ctx);
+/* Opens path and applies a's --layout rules.  Returns CLI_EXIT_OK with *m
+ * set, or prints the error and returns its exit code with *m NULL. */
+int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_model **m);
+
+/* "plain", "keras2", "keras3"; and back (0, or -1 if unknown). */
+const char *cli_h5_style_name(npuc_h5_style s);
+int cli_h5_style_parse(const char *s, npuc_h5_style *out);
+
+/* Parses a decimal integer in [lo, hi]; returns 0, or -1 if it is not one. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+
+/* Formatting into caller buffers (returned for use in printf arguments). */
+#define CLI_FMT_MAX 48
+/* "864 B", "12.34 KiB", "1.50 MiB", "2.00 GiB" (binary units, 2 decimals). */
+const char *cli_fmt_size(uint64_t bytes, char buf[CLI_FMT_MAX]);
+/* "2,690,109". */
+const char *cli_fmt_count(uint64_t n, char buf[CLI_FMT_MAX]);
+/* "[8,3,3,3]", "[]" for a scalar. */
+const char *cli_fmt_shape(const npuc_tensor_info *t, char *buf, size_t n);
+
+/* Terminal columns a UTF-8 string takes, counting one per code point. */
+size_t cli_width(const char *s);
+/* Prints s to stdout padded with spaces to `width` columns (left-aligned),
+ * with control characters shown as '?'. */
+void cli_print_padded(const char *s, size_t width);
+/* Copies s into buf (n bytes, at least 8) for one-line display: control
+ * characters and invalid UTF-8 bytes escaped (\n, \t, \xHH), cut at max_cols
+ * columns (or when buf is full) on a character boundary with "..." appended;
+ * *cut (may be NULL) tells whether it was cut. */
+const char *cli_fmt_oneline(const char *s, size_t max_cols, char *buf, size_t n, int *cut);
+
+/* A JSON string from s; invalid UTF-8 bytes become U+FFFD.  NULL s gives
+ * JSON null.  Returns NULL only when out of memory. */
+json_t *cli_json_str(const char *s);
+/* Prints doc to stdout (2-space indent, key order kept, trailing newline)
+ * and drops the reference.  Returns 0, or 1 after printing an error. */
+int cli_json_print(json_t *doc);
+
+/* 1 when progress lines should be drawn: stderr is a terminal and no -q. */
+int cli_progress_enabled(const cli_args *a);
+
+/* Flushes stdout; if that or an earlier write failed, prints an error and
+ * returns 1 when rc was 0.  Otherwise returns rc. */
+int cli_finish_stdout(int rc);
+
+#endif

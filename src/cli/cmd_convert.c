@@ -1,0 +1,168 @@
+/*
+ * cmd_convert.c - `npuc convert IN -o OUT`: the same tensors in another file
+ * format or float dtype.
+ *
+ * A thin front end to npuc_model_convert, which streams one tensor at a time
+ * into "<OUT>.tmp" and renames it into place, so OUT is either the whole new
+ * file or untouched.  Names, shapes, metadata, Keras layer groups and layouts
+ * (including --layout overrides, recorded in the "npuc.layout" metadata
+ * entry) carry over; tensor bytes are copied exactly unless --dtype casts the
+ * float tensors.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli_common.h"
+
+static const char USAGE[] =
+    "Usage: npuc convert IN -o OUT [options]\n"
+    "\n"
+    "Writes the tensors of IN to OUT; the output format follows OUT's extension\n"
+    "(.safetensors; .h5 .hdf5 .keras for HDF5).  Tensor bytes, names, shapes,\n"
+    "metadata, Keras layer groups and layouts are kept.\n"
+    "\n"
+    "Options:\n"
+    "  -o, --output OUT         the file to write (required)\n"
+    "  -f, --force              overwrite OUT if it exists\n"
+    "      --dtype f32|f16|bf16 cast every float tensor (round half to even);\n"
+    "                           integer tensors are copied as they are\n"
+    "      --deflate N          HDF5 deflate level 0..9 (default 4; 0 = contiguous)\n"
+    "      --h5-style STYLE     HDF5 tree: plain, keras2 (save_weights layout) or\n"
+    "                           keras3 (.weights.h5); default: the input's style for\n"
+    "                           an HDF5 input, else keras2 when tensors have Keras\n"
+    "                           layer groups, else plain\n"
+    "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
+    "                           stored in OUT so later commands see it\n"
+    "  -q, --quiet              no summary line on stderr\n"
+    "  -v, --verbose            more detail on stderr\n"
+    "  -h, --help               show this help\n"
+    "\n"
+    "Exit codes: 0 ok, 1 I/O or memory failure, 2 usage error, unreadable input,\n"
+    "or OUT exists without -f (nothing is written).\n";
+
+static int run(int argc, char **argv);
+
+const cli_command cli_cmd_convert = {
+    .name = "convert",
+    .summary = "copy a weight file to another format or float dtype",
+    .usage = USAGE,
+    .operand = "IN",
+    .run = run,
+};
+
+enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE };
+
+static const cli_option OPTIONS[] = {
+    {"dtype", 0, 1, OPT_DTYPE},
+    {"deflate", 0, 1, OPT_DEFLATE},
+    {"h5-style", 0, 1, OPT_H5_STYLE},
+    {NULL, 0, 0, 0},
+};
+
+typedef struct convert_opts {
+    int dtype_set;
+    npuc_dtype dtype;
+    int deflate_set;
+    int deflate;
+    int style_set;
+    npuc_h5_style style;
+} convert_opts;
+
+static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
+    convert_opts *o = ud;
+    switch (id) {
+    case OPT_DTYPE: {
+        npuc_dtype dt;
+        if (npuc_dtype_parse(arg, &dt) != 0 ||
+            (dt != NPUC_DTYPE_F32 && dt != NPUC_DTYPE_F16 && dt != NPUC_DTYPE_BF16))
+            return cli_usage_error(a->cmd, "--dtype: expected f32, f16 or bf16, got '%s'", arg);
+        o->dtype_set = 1;
+        o->dtype = dt;
+        return CLI_CONTINUE;
+    }
+    case OPT_DEFLATE: {
+        long v;
+        if (cli_parse_long(arg, 0, 9, &v) != 0)
+            return cli_usage_error(a->cmd, "--deflate: expected a level 0..9, got '%s'", arg);
+        o->deflate_set = 1;
+        o->deflate = (int)v;
+        return CLI_CONTINUE;
+    }
+    case OPT_H5_STYLE:
+        if (cli_h5_style_parse(arg, &o->style) != 0)
+            return cli_usage_error(a->cmd, "--h5-style: expected plain, keras2 or keras3, got '%s'",
+                                   arg);
+        o->style_set = 1;
+        return CLI_CONTINUE;
+    }
+    return cli_usage_error(a->cmd, "unhandled option (a bug in npuc)");
+}
+
+static int run(int argc, char **argv) {
+    cli_args a;
+    convert_opts co;
+    memset(&co, 0, sizeof co);
+    npuc_ctx *ctx = NULL;
+    npuc_model *m = NULL;
+    int rc = cli_parse(&cli_cmd_convert, argc, argv,
+                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_LAYOUT, OPTIONS, on_opt, &co, 1, 1,
+                       &a);
+    if (rc != CLI_CONTINUE) goto done;
+    const char *in = a.pos[0], *out = a.output;
+    if (!out || !*out) {
+        rc = cli_usage_error(a.cmd, "missing -o OUT");
+        goto done;
+    }
+    npuc_format ofmt = npuc_format_from_path(out);
+    if (ofmt == NPUC_FORMAT_AUTO) {
+        rc = cli_usage_error(a.cmd, "%s: cannot tell the output format from the name "
+                                    "(use .safetensors, .h5, .hdf5 or .keras)", out);
+        goto done;
+    }
+    if (ofmt != NPUC_FORMAT_HDF5 && (co.deflate_set || co.style_set))
+        cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
+
+    if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
+    if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;
+
+    npuc_write_opts wo = npuc_write_opts_defaults();
+    wo.format = ofmt;
+    wo.overwrite = a.force;
+    if (co.deflate_set) wo.h5_deflate = co.deflate;
+    if (co.style_set) {
+        wo.h5_style = co.style;
+        wo.h5_style_set = 1;
+    }
+    npuc_status st = npuc_model_convert(ctx, m, out, &wo, co.dtype_set, co.dtype);
+    if (st != NPUC_OK) {
+        rc = cli_fail(ctx, st);
+        goto done;
+    }
+
+    if (!a.quiet) {
+        uint64_t params = 0, bytes = 0;
+        size_t n = npuc_model_count(m);
+        for (size_t i = 0; i < n; i++) {
+            params += npuc_model_tensor(m, i)->numel;
+            bytes += npuc_model_tensor(m, i)->nbytes;
+        }
+        struct stat sb;
+        char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX], b3[CLI_FMT_MAX], cast[64] = "";
+        if (co.dtype_set)
+            snprintf(cast, sizeof cast, ", float tensors cast to %s", npuc_dtype_name(co.dtype));
+        cli_note(&a, "converted %s (%s, %s) -> %s (%s, %s): %zu %s, %s params%s", in,
+                 npuc_format_name(npuc_model_format(m)),
+                 cli_fmt_size(npuc_model_file_size(m), b1), out, npuc_format_name(ofmt),
+                 stat(out, &sb) == 0 ? cli_fmt_size((uint64_t)sb.st_size, b2) : "?", n,
+                 n == 1 ? "tensor" : "tensors", cli_fmt_count(params, b3), cast);
+        if (a.verbose)
+            cli_note(&a, "tensor data: %s in the input", cli_fmt_size(bytes, b1));
+    }
+done:
+    npuc_model_close(m);
+    npuc_ctx_free(ctx);
+    cli_args_free(&a);
+    return cli_finish_stdout(rc);
+}

@@ -1,0 +1,420 @@
+/*
+ * cmd_quantize.c - `npuc quantize`: a model in, a quantized artifact out, and
+ * the error it cost, tensor by tensor.
+ *
+ * stdout carries the results: one aligned line per tensor as it is written,
+ * then totals (or, with --json, one npuc.quantize/1 document at the end).
+ * --report FILE writes the same data to a file (JSON for .json, CSV for
+ * .csv, else the text table).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_common.h"
+
+enum {
+    OPT_BITS = 'b',
+    OPT_SYM = CLI_OPT_USER,
+    OPT_ASYM,
+    OPT_PER_CHANNEL,
+    OPT_PER_TENSOR,
+    OPT_GROUP,
+    OPT_AXIS,
+    OPT_RANGE,
+    OPT_INCLUDE,
+    OPT_EXCLUDE,
+    OPT_LAYER_BITS,
+    OPT_ALL,
+    OPT_FAKE,
+    OPT_REPORT,
+    OPT_DEFLATE
+};
+
+static const cli_option OPTIONS[] = {
+    {"bits", 'b', 1, OPT_BITS},
+    {"symmetric", 0, 0, OPT_SYM},
+    {"asymmetric", 0, 0, OPT_ASYM},
+    {"per-channel", 0, 0, OPT_PER_CHANNEL},
+    {"per-tensor", 0, 0, OPT_PER_TENSOR},
+    {"group-size", 'g', 1, OPT_GROUP},
+    {"axis", 0, 1, OPT_AXIS},
+    {"range", 0, 1, OPT_RANGE},
+    {"include", 0, 1, OPT_INCLUDE},
+    {"exclude", 0, 1, OPT_EXCLUDE},
+    {"layer-bits", 0, 1, OPT_LAYER_BITS},
+    {"quantize-all", 0, 0, OPT_ALL},
+    {"fake-quant", 0, 0, OPT_FAKE},
+    {"report", 0, 1, OPT_REPORT},
+    {"deflate", 0, 1, OPT_DEFLATE},
+    {NULL, 0, 0, 0},
+};
+
+typedef struct qargs {
+    npuc_quantize_opts o;
+    const char **inc, **exc, **lb;
+    size_t ninc, nexc, nlb;
+    const char *range;
+    const char *report;
+    int gran_set;
+} qargs;
+
+static int push(const char ***arr, size_t *n, const char *s) {
+    const char **p = realloc(*arr, (*n + 1) * sizeof *p);
+    if (!p) return -1;
+    p[(*n)++] = s;
+    *arr = p;
+    return 0;
+}
+
+static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
+    qargs *q = ud;
+    long v;
+    (void)a;
+    switch (id) {
+    case OPT_BITS:
+        if (cli_parse_long(arg, 2, 8, &v) != 0)
+            return cli_usage_error(&cli_cmd_quantize, "--bits '%s': bit width must be 2..8", arg);
+        q->o.params.bits = (int)v;
+        break;
+    case OPT_SYM: q->o.params.symmetric = 1; break;
+    case OPT_ASYM: q->o.params.symmetric = 0; break;
+    case OPT_PER_CHANNEL:
+    case OPT_PER_TENSOR:
+    case OPT_GROUP:
+        if (q->gran_set)
+            return cli_usage_error(&cli_cmd_quantize,
+                                   "choose one of --per-channel, --per-tensor, --group-size");
+        q->gran_set = 1;
+        if (id == OPT_PER_CHANNEL) q->o.params.gran = NPUC_GRAN_CHANNEL;
+        else if (id == OPT_PER_TENSOR) q->o.params.gran = NPUC_GRAN_TENSOR;
+        else {
+            if (cli_parse_long(arg, 2, 1L << 30, &v) != 0)
+                return cli_usage_error(&cli_cmd_quantize,
+                                       "--group-size '%s': must be an integer from 2 to 2^30", arg);
+            q->o.params.gran = NPUC_GRAN_GROUP;
+            q->o.params.group_size = (uint32_t)v;
+        }
+        break;
+    case OPT_AXIS:
+        if (cli_parse_long(arg, 0, 7, &v) != 0)
+            return cli_usage_error(&cli_cmd_quantize, "--axis '%s': must be 0..7", arg);
+        q->o.params.axis = (int)v;
+        break;
+    case OPT_RANGE: q->range = arg; break;
+    case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_BITS: if (push(&q->lb, &q->nlb, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_ALL: q->o.quantize_all = 1; break;
+    case OPT_FAKE: q->o.fake_quant = 1; break;
+    case OPT_REPORT: q->report = arg; break;
+    case OPT_DEFLATE:
+        if (cli_parse_long(arg, 0, 9, &v) != 0)
+            return cli_usage_error(&cli_cmd_quantize, "--deflate '%s': level must be 0..9", arg);
+        q->o.write.h5_deflate = (int)v;
+        break;
+    }
+    return CLI_CONTINUE;
+}
+
+/* ------------------------------------------------------------- printing */
+
+typedef struct printer {
+    const cli_args *a;
+    int namew;
+    int text; /* per-tensor lines on stdout */
+    int progress;
+} printer;
+
+static const char *dt_lower(npuc_dtype dt, char *buf) {
+    const char *s = npuc_dtype_name(dt);
+    size_t i = 0;
+    for (; s[i] && i < 15; i++) buf[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+    buf[i] = 0;
+    return buf;
+}
+
+static void fmt_db(double v, char *buf, size_t n) {
+    if (isinf(v)) snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    else if (isnan(v)) snprintf(buf, n, "nan");
+    else snprintf(buf, n, "%.1f", v);
+}
+
+static void tensor_line(FILE *f, const printer *p, size_t i, size_t n,
+                        const npuc_quant_tensor_report *r) {
+    char shape[128], b1[CLI_FMT_MAX], b2[CLI_FMT_MAX], dt[16], db[32], name[256];
+    npuc_tensor_info t;
+    memset(&t, 0, sizeof t);
+    t.rank = r->rank;
+    memcpy(t.shape, r->shape, sizeof t.shape);
+    cli_fmt_shape(&t, shape, sizeof shape);
+    int cut;
+    cli_fmt_oneline(r->name, (size_t)p->namew, name, sizeof name, &cut);
+    int w = (int)snprintf(NULL, 0, "%zu", n);
+    fprintf(f, "[%*zu/%zu] ", w, i + 1, n);
+    size_t pad = cli_width(name);
+    fputs(name, f);
+    for (size_t k = pad; k < (size_t)p->namew; k++) fputc(' ', f);
+    fprintf(f, " %-16s %4s -> %-10s %10s -> %10s", shape, dt_lower(r->dtype, dt), r->scheme,
+            cli_fmt_size(r->bytes_before, b1), cli_fmt_size(r->bytes_after, b2));
+    if (r->quantized) {
+        fmt_db(r->err.sqnr_db, db, sizeof db);
+        fprintf(f, "  sqnr=%s dB", db);
+    }
+    if (r->note[0]) fprintf(f, "  (%s)", r->note);
+    fputc('\n', f);
+}
+
+static void on_tensor(void *user, size_t i, size_t n, const npuc_quant_tensor_report *r) {
+    printer *p = user;
+    if (p->text) tensor_line(stdout, p, i, n, r);
+    if (p->progress) {
+        fprintf(stderr, "\r[%zu/%zu] quantizing...", i + 1, n);
+        if (i + 1 == n) fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+}
+
+static void totals_text(FILE *f, const npuc_quantize_summary *s) {
+    char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX], c1[CLI_FMT_MAX], c2[CLI_FMT_MAX], db[32];
+    fmt_db(s->weighted_sqnr_db, db, sizeof db);
+    fprintf(f, "total: %zu tensors, %zu quantized (%s of %s params); %s -> %s (%.2fx incl. scales); "
+               "weighted sqnr=%s dB\n",
+            s->ntensors, s->nquantized, cli_fmt_count(s->params_quantized, c1),
+            cli_fmt_count(s->params_total, c2), cli_fmt_size(s->bytes_before, b1),
+            cli_fmt_size(s->bytes_after, b2),
+            s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : 0.0, db);
+}
+
+static json_t *jnum(double v) {
+    if (isnan(v)) return json_string("nan");
+    if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
+    return json_real(v);
+}
+
+static json_t *summary_json(const npuc_quantize_summary *s, const qargs *q, const char *in,
+                            const char *out) {
+    char range[48], scheme[32];
+    npuc_range_format(&q->o.params.range, range, sizeof range);
+    npuc_quant_scheme_name(&q->o.params, scheme, sizeof scheme);
+    json_t *doc = json_object(), *tens = json_array();
+    json_object_set_new(doc, "schema", json_string("npuc.quantize/1"));
+    json_object_set_new(doc, "npuc_version", json_string(npuc_version()));
+    json_object_set_new(doc, "input", cli_json_str(in));
+    json_object_set_new(doc, "output", cli_json_str(out));
+    json_object_set_new(doc, "params",
+                        json_pack("{s:i, s:b, s:s, s:s, s:i, s:s, s:b, s:b}", "bits", q->o.params.bits,
+                                  "symmetric", q->o.params.symmetric, "scheme", scheme, "granularity",
+                                  q->o.params.gran == NPUC_GRAN_TENSOR ? "tensor" :
+                                  q->o.params.gran == NPUC_GRAN_GROUP ? "group" : "channel",
+                                  "group_size", (int)q->o.params.group_size, "range", range,
+                                  "quantize_all", q->o.quantize_all, "fake_quant", q->o.fake_quant));
+    for (size_t i = 0; i < s->ntensors; i++) {
+        const npuc_quant_tensor_report *r = &s->tensors[i];
+        json_t *t = json_object(), *shape = json_array();
+        for (int k = 0; k < r->rank; k++) json_array_append_new(shape, json_integer(r->shape[k]));
+        json_object_set_new(t, "name", cli_json_str(r->name));
+        json_object_set_new(t, "dtype", json_string(npuc_dtype_name(r->dtype)));
+        json_object_set_new(t, "shape", shape);
+        json_object_set_new(t, "quantized", json_boolean(r->quantized));
+        json_object_set_new(t, "scheme", json_string(r->scheme));
+        json_object_set_new(t, "bits", r->quantized ? json_integer(r->bits) : json_null());
+        json_object_set_new(t, "axis", r->quantized && r->axis >= 0 ? json_integer(r->axis) : json_null());
+        json_object_set_new(t, "note", json_string(r->note));
+        json_object_set_new(t, "bytes_before", json_integer((json_int_t)r->bytes_before));
+        json_object_set_new(t, "bytes_after", json_integer((json_int_t)r->bytes_after));
+        if (r->quantized) {
+            const npuc_error_stats *e = &r->err;
+            json_t *err = json_object();
+            json_object_set_new(err, "mse", jnum(e->mse));
+            json_object_set_new(err, "rmse", jnum(e->rmse));
+            json_object_set_new(err, "max_abs", jnum(e->max_abs));
+            json_object_set_new(err, "sqnr_db", jnum(e->sqnr_db));
+            json_object_set_new(err, "cosine", jnum(e->cosine));
+            json_object_set_new(err, "rel_fro", jnum(e->rel_fro));
+            json_object_set_new(err, "noise_pred", jnum(e->noise_pred));
+            json_object_set_new(err, "clipped", json_integer((json_int_t)e->clipped));
+            json_object_set_new(t, "error", err);
+        } else {
+            json_object_set_new(t, "error", json_null());
+        }
+        json_array_append_new(tens, t);
+    }
+    json_object_set_new(doc, "tensors", tens);
+    json_t *tot = json_object();
+    json_object_set_new(tot, "tensors", json_integer((json_int_t)s->ntensors));
+    json_object_set_new(tot, "quantized", json_integer((json_int_t)s->nquantized));
+    json_object_set_new(tot, "params_total", json_integer((json_int_t)s->params_total));
+    json_object_set_new(tot, "params_quantized", json_integer((json_int_t)s->params_quantized));
+    json_object_set_new(tot, "bytes_before", json_integer((json_int_t)s->bytes_before));
+    json_object_set_new(tot, "bytes_after", json_integer((json_int_t)s->bytes_after));
+    json_object_set_new(tot, "ratio", jnum(s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : 0));
+    json_object_set_new(tot, "weighted_sqnr_db", jnum(s->weighted_sqnr_db));
+    json_object_set_new(doc, "totals", tot);
+    return doc;
+}
+
+static int write_report(const char *path, const npuc_quantize_summary *s, const qargs *q,
+                        const char *in, const char *out, const printer *p) {
+    const char *dot = strrchr(path, '.');
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cli_error("%s: cannot write report: %s", path, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    if (dot && strcmp(dot, ".json") == 0) {
+        json_t *doc = summary_json(s, q, in, out);
+        json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        fputc('\n', f);
+        json_decref(doc);
+    } else if (dot && strcmp(dot, ".csv") == 0) {
+        fputs("name,dtype,quantized,scheme,bytes_before,bytes_after,mse,rmse,max_abs,sqnr_db,cosine,"
+              "rel_fro,noise_pred,clipped,note\n", f);
+        for (size_t i = 0; i < s->ntensors; i++) {
+            const npuc_quant_tensor_report *r = &s->tensors[i];
+            const npuc_error_stats *e = &r->err;
+            fputc('"', f);
+            for (const char *c = r->name; *c; c++) {
+                if (*c == '"') fputc('"', f);
+                fputc(*c, f);
+            }
+            fprintf(f, "\",%s,%d,%s,%llu,%llu,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%llu,\"%s\"\n",
+                    npuc_dtype_name(r->dtype), r->quantized, r->scheme,
+                    (unsigned long long)r->bytes_before, (unsigned long long)r->bytes_after, e->mse,
+                    e->rmse, e->max_abs, e->sqnr_db, e->cosine, e->rel_fro, e->noise_pred,
+                    (unsigned long long)e->clipped, r->note);
+        }
+    } else {
+        for (size_t i = 0; i < s->ntensors; i++) tensor_line(f, p, i, s->ntensors, &s->tensors[i]);
+        totals_text(f, s);
+    }
+    if (fclose(f) != 0) {
+        cli_error("%s: cannot write report: %s", path, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* <dir>/<stem>.q<bits>.<ext> beside the input. */
+static char *default_output(const char *in, const npuc_quantize_opts *o) {
+    const char *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
+    if (!dot || (slash && dot < slash)) dot = in + strlen(in);
+    size_t stem = (size_t)(dot - in);
+    char *s = malloc(stem + strlen(dot) + 16);
+    if (!s) return NULL;
+    sprintf(s, "%.*s.%s%d%s", (int)stem, in, o->fake_quant ? "fq" : "q", o->params.bits,
+            *dot ? dot : ".safetensors");
+    return s;
+}
+
+static int run(int argc, char **argv) {
+    cli_args a;
+    qargs q;
+    memset(&q, 0, sizeof q);
+    q.o = npuc_quantize_opts_defaults();
+    npuc_ctx *ctx = NULL;
+    npuc_model *m = NULL;
+    char *out_alloc = NULL;
+    npuc_quantize_summary sum;
+    memset(&sum, 0, sizeof sum);
+    int rc = cli_parse(&cli_cmd_quantize, argc, argv,
+                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON,
+                       OPTIONS, on_opt, &q, 1, 1, &a);
+    if (rc != CLI_CONTINUE) goto done;
+    if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
+    if (q.range) {
+        npuc_status st = npuc_range_parse(ctx, q.range, &q.o.params.range);
+        if (st != NPUC_OK) { rc = cli_usage_error(&cli_cmd_quantize, "%s", npuc_ctx_errmsg(ctx)); goto done; }
+    }
+    q.o.include = q.inc; q.o.ninclude = q.ninc;
+    q.o.exclude = q.exc; q.o.nexclude = q.nexc;
+    q.o.layer_bits = q.lb; q.o.nlayer_bits = q.nlb;
+    q.o.write.overwrite = a.force;
+    if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
+    const char *out = a.output;
+    if (!out) {
+        out = out_alloc = default_output(a.pos[0], &q.o);
+        if (!out) { rc = CLI_EXIT_FAIL; goto done; }
+    }
+    if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
+
+    printer p = {&a, 8, !a.json, cli_progress_enabled(&a) && a.json};
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
+        if (w > p.namew) p.namew = w;
+    }
+    if (p.namew > 48) p.namew = 48;
+    q.o.on_tensor = on_tensor;
+    q.o.user = &p;
+    npuc_status st = npuc_quantize_model(ctx, m, out, &q.o, &sum);
+    if (st != NPUC_OK) {
+        fflush(stdout);
+        rc = cli_fail(ctx, st);
+        goto done;
+    }
+    if (a.json) {
+        if (cli_json_print(summary_json(&sum, &q, a.pos[0], out)) != 0) { rc = CLI_EXIT_FAIL; goto done; }
+    } else {
+        totals_text(stdout, &sum);
+    }
+    if (q.report && (rc = write_report(q.report, &sum, &q, a.pos[0], out, &p)) != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_OK;
+done:
+    npuc_quantize_summary_free(&sum);
+    npuc_model_close(m);
+    npuc_ctx_free(ctx);
+    free(out_alloc);
+    free(q.inc); free(q.exc); free(q.lb);
+    cli_args_free(&a);
+    return cli_finish_stdout(rc);
+}
+
+const cli_command cli_cmd_quantize = {
+    "quantize",
+    "quantize weights to 2..8-bit integers, report the error per tensor",
+    "Usage: npuc quantize IN [-o OUT] [options]\n"
+    "\n"
+    "Quantizes every float weight of rank >= 2 (conv, linear, embedding, recurrent) and\n"
+    "writes an artifact: codes under the tensor's name, <name>.scale and, asymmetric,\n"
+    "<name>.zero_point, described in the 'npuc' metadata entry (docs/artifact.md).\n"
+    "Biases, norms and BatchNorm statistics stay as they are.\n"
+    "\n"
+    "Scheme:\n"
+    "  -b, --bits N           bit width 2..8 (default 8); codes below 8 bits are bit-packed\n"
+    "      --symmetric        codes in [-(2^(b-1)-1), 2^(b-1)-1], zero point 0 (default)\n"
+    "      --asymmetric       range widened to include 0, codes in [0, 2^b-1]\n"
+    "      --per-channel      one scale per output channel of the layout (default)\n"
+    "      --per-tensor       one scale per tensor\n"
+    "  -g, --group-size G     one scale per G values along the reduction axis of each channel\n"
+    "      --axis N           use axis N as the channel axis for every quantized tensor\n"
+    "      --range METHOD     minmax (default), percentile=P, mse, entropy\n"
+    "\n"
+    "Selection:\n"
+    "      --include REGEX    quantize only tensors matching REGEX (repeatable)\n"
+    "      --exclude REGEX    never quantize tensors matching REGEX (repeatable)\n"
+    "      --layer-bits REGEX=N  bit width for matching tensors; the first match wins\n"
+    "      --quantize-all     below 8 bits, also take the first and last weight layers to\n"
+    "                         the low width (default: they stay at 8 bits)\n"
+    "      --layout REGEX=NAME  override the layout of matching tensors (docs/formats.md)\n"
+    "  A pattern that matches no tensor is an error.\n"
+    "\n"
+    "Output:\n"
+    "  -o, --output OUT       the artifact (default: IN's name with .q<bits>); the format\n"
+    "                         follows OUT's extension, else IN's format\n"
+    "      --fake-quant       write quantized-then-dequantized floats in the source dtype\n"
+    "      --deflate N        HDF5 deflate level 0..9 (default 4)\n"
+    "  -f, --force            overwrite OUT\n"
+    "      --json             print an npuc.quantize/1 JSON document instead of the table\n"
+    "      --report FILE      also write the results to FILE (.json, .csv, else text)\n"
+    "  -j, --jobs N           worker threads (default: all cores); output is identical for any N\n"
+    "  -q, --quiet            no notes or progress on stderr\n"
+    "  -h, --help             this help\n"
+    "\n"
+    "Errors: NaN or Inf in a tensor to quantize, a bad bit width, axis or group size, or an\n"
+    "existing OUT without -f exit 2 and write nothing.\n",
+    "IN",
+    run,
+};

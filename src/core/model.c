@@ -1,0 +1,428 @@
+/*
+ * model.c - the in-memory model container every reader fills and every pass
+ * reads: the tensor table, the name index, metadata, Keras layer groups, and
+ * lazy payload access through the format backend.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "npuc_internal.h"
+
+/* ------------------------------------------------------------ formats */
+
+npuc_format npuc_format_from_path(const char *path) {
+    const char *dot = strrchr(path, '.');
+    if (!dot) return NPUC_FORMAT_AUTO;
+    if (strcmp(dot, ".safetensors") == 0 || strcmp(dot, ".st") == 0) return NPUC_FORMAT_SAFETENSORS;
+    if (strcmp(dot, ".h5") == 0 || strcmp(dot, ".hdf5") == 0 || strcmp(dot, ".keras") == 0 ||
+        strcmp(dot, ".he5") == 0)
+        return NPUC_FORMAT_HDF5;
+    return NPUC_FORMAT_AUTO;
+}
+
+const char *npuc_format_name(npuc_format f) {
+    switch (f) {
+    case NPUC_FORMAT_SAFETENSORS: return "safetensors";
+    case NPUC_FORMAT_HDF5: return "hdf5";
+    default: return "auto";
+    }
+}
+
+npuc_open_opts npuc_open_opts_defaults(void) {
+    npuc_open_opts o = {.format = NPUC_FORMAT_AUTO, .max_header_bytes = 100000000u};
+    return o;
+}
+
+/* HDF5 files start with an 8-byte signature at 0, 512, 1024, 2048... */
+static int has_hdf5_signature(const char *path) {
+    static const unsigned char SIG[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int found = 0;
+    unsigned char b[8];
+    for (long off = 0; off <= 8192 && !found; off = off ? off * 2 : 512) {
+        if (fseek(f, off, SEEK_SET) != 0 || fread(b, 1, 8, f) != 8) break;
+        found = memcmp(b, SIG, 8) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *opts,
+                            npuc_model **out) {
+    *out = NULL;
+    npuc_open_opts o = opts ? *opts : npuc_open_opts_defaults();
+    if (!path || !*path) return npuc_fail(ctx, NPUC_ERR_ARG, "no input file given");
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: %s", path,
+                         strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
+    npuc_format f = o.format;
+    if (f == NPUC_FORMAT_AUTO) {
+        /* The extension decides when it names a format (a safetensors payload
+         * may contain an HDF5 signature at offset 512); otherwise the bytes. */
+        f = npuc_format_from_path(path);
+        if (f == NPUC_FORMAT_AUTO)
+            f = has_hdf5_signature(path) ? NPUC_FORMAT_HDF5 : NPUC_FORMAT_SAFETENSORS;
+        else if (f == NPUC_FORMAT_HDF5 && !has_hdf5_signature(path))
+            return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: not an HDF5 file (no HDF5 signature)", path);
+    }
+    if (f == NPUC_FORMAT_HDF5) return npuc__h5_open(ctx, path, &o, out);
+    return npuc__st_open(ctx, path, &o, out);
+}
+
+/* ------------------------------------------------------------ builder */
+
+npuc_model *npuc__model_new(const char *path, npuc_format fmt) {
+    npuc_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->path = npuc__strdup(path);
+    if (!m->path) { free(m); return NULL; }
+    m->format = fmt;
+    return m;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, nc * elem);
+    if (!q) return -1;
+    memset((char *)q + *cap * elem, 0, (nc - *cap) * elem);
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc_dtype dt,
+                            int rank, const int64_t *shape, const char *group, size_t *idx) {
+    if (rank < 0 || rank > NPUC_MAX_RANK)
+        return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': rank %d exceeds %d", m->path,
+                         name, rank, NPUC_MAX_RANK);
+    if (m->n == m->cap) {
+        size_t cap = m->cap;
+        size_t c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+        if (grow((void **)&m->t, &cap, m->n + 1, sizeof *m->t) ||
+            grow((void **)&m->offset, &c2, m->n + 1, sizeof *m->offset) ||
+            grow((void **)&m->src, &c3, m->n + 1, sizeof *m->src) ||
+            grow((void **)&m->buf, &c4, m->n + 1, sizeof *m->buf) ||
+            grow((void **)&m->owned, &c5, m->n + 1, sizeof *m->owned))
+            return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+        m->cap = cap;
+    }
+    npuc_tensor_info *t = &m->t[m->n];
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+    if (npuc__shape_sizes(dt, rank, shape, &t->numel, &t->nbytes) != 0)
+        return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': shape overflows 64-bit sizes",
+                         m->path, name);
+    t->name = npuc__strdup(name);
+    t->group = group ? npuc__strdup(group) : NULL;
+    if (!t->name || (group && !t->group)) {
+        free((char *)t->name);
+        free((char *)t->group);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    if (idx) *idx = m->n;
+    m->n++;
+    return NPUC_OK;
+}
+
+static npuc_status add_pair(npuc_ctx *ctx, const char *path, char ***ks, char ***vs, size_t *n,
+                            size_t *cap, const char *k, const char *v) {
+    size_t c1 = *cap, c2 = *cap;
+    if (grow((void **)ks, &c1, *n + 1, sizeof **ks) || grow((void **)vs, &c2, *n + 1, sizeof **vs))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
+    *cap = c1;
+    char *kk = npuc__strdup(k), *vv = npuc__strdup(v);
+    if (!kk || !vv) {
+        free(kk);
+        free(vv);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
+    }
+    (*ks)[*n] = kk;
+    (*vs)[*n] = vv;
+    (*n)++;
+    return NPUC_OK;
+}
+
+npuc_status npuc__model_add_meta(npuc_ctx *ctx, npuc_model *m, const char *k, const char *v) {
+    return add_pair(ctx, m->path, &m->meta_k, &m->meta_v, &m->nmeta, &m->capmeta, k, v);
+}
+
+npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g) {
+    if (grow((void **)&m->groups, &m->capgroups, m->ngroups + 1, sizeof *m->groups))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    if (!(m->groups[m->ngroups] = npuc__strdup(g)))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    m->ngroups++;
+    return NPUC_OK;
+}
+
+/* FNV-1a: small, good enough for tensor names. */
+static size_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* Builds an open-addressing index of names[0..n); returns the index of the
+ * first duplicate name + 1, 0 on success, or (size_t)-1 on allocation failure. */
+static size_t build_index(const npuc_tensor_info *t, size_t n, size_t **hash, size_t *hcap) {
+    size_t cap = 16;
+    while (cap < 2 * n + 1) cap *= 2;
+    size_t *h = calloc(cap, sizeof *h);
+    if (!h) return (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        size_t s = hash_str(t[i].name) & (cap - 1);
+        while (h[s]) {
+            if (strcmp(t[h[s] - 1].name, t[i].name) == 0) { free(h); return i + 1; }
+            s = (s + 1) & (cap - 1);
+        }
+        h[s] = i + 1;
+    }
+    free(*hash);
+    *hash = h;
+    *hcap = cap;
+    return 0;
+}
+
+static int index_find(const npuc_tensor_info *t, const size_t *hash, size_t hcap, const char *name,
+                      size_t *idx) {
+    if (!hash) return -1;
+    size_t s = hash_str(name) & (hcap - 1);
+    while (hash[s]) {
+        if (strcmp(t[hash[s] - 1].name, name) == 0) { *idx = hash[s] - 1; return 0; }
+        s = (s + 1) & (hcap - 1);
+    }
+    return -1;
+}
+
+/* Replaces the suffix of name after its last '.' and looks the result up. */
+static int find_sibling(const npuc_model *m, const char *name, const char *suffix, size_t *idx) {
+    const char *dot = strrchr(name, '.');
+    if (!dot) return -1;
+    size_t stem = (size_t)(dot - name) + 1;
+    size_t sl = strlen(suffix);
+    char buf[1024];
+    if (stem + sl + 1 > sizeof buf) return -1;
+    memcpy(buf, name, stem);
+    memcpy(buf + stem, suffix, sl + 1);
+    return npuc_model_find(m, buf, idx);
+}
+
+npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras) {
+    size_t dup = build_index(m->t, m->n, &m->hash, &m->hcap);
+    if (dup == (size_t)-1) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    if (dup) return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: duplicate tensor name '%s'", m->path,
+                              m->t[dup - 1].name);
+    for (size_t i = 0; i < m->n; i++) {
+        npuc_tensor_info *t = &m->t[i];
+        npuc_guess_role_layout(t->name, t->rank, t->shape, keras, &t->role, &t->layout);
+    }
+    /* PyTorch BatchNorm: X.weight / X.bias beside X.running_mean are gamma/beta. */
+    for (size_t i = 0; i < m->n; i++) {
+        size_t j;
+        npuc_tensor_info *t = &m->t[i];
+        if (t->rank != 1 || find_sibling(m, t->name, "running_mean", &j) != 0) continue;
+        const char *dot = strrchr(t->name, '.');
+        if (strcmp(dot, ".weight") == 0) t->role = NPUC_ROLE_BN_GAMMA;
+        else if (strcmp(dot, ".bias") == 0) t->role = NPUC_ROLE_BN_BETA;
+    }
+    /* Layouts recorded by npuc when it wrote the file. */
+    const char *lj = npuc_model_meta_get(m, "npuc.layout");
+    if (lj) {
+        json_error_t e;
+        json_t *o = json_loads(lj, 0, &e);
+        if (!o || !json_is_object(o)) {
+            json_decref(o);
+            return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: metadata 'npuc.layout' is not a JSON object",
+                             m->path);
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) {
+            size_t idx;
+            npuc_layout l;
+            if (!json_is_string(v) || npuc_layout_parse(json_string_value(v), &l) != 0 ||
+                npuc_model_find(m, k, &idx) != 0 ||
+                (l != NPUC_LAYOUT_NONE && npuc_layout_out_axis(l, m->t[idx].rank) < 0)) {
+                /* k belongs to o: format the message before dropping o. */
+                npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: metadata 'npuc.layout': bad entry for tensor '%.160s'",
+                          m->path, k);
+                json_decref(o);
+                return NPUC_ERR_FORMAT;
+            }
+            m->t[idx].layout = l;
+        }
+        json_decref(o);
+    }
+    return NPUC_OK;
+}
+
+/* ------------------------------------------------------------ accessors */
+
+void npuc_model_close(npuc_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->n; i++) npuc_model_release(m, i);
+    if (m->be && m->be->close) m->be->close(m);
+    for (size_t i = 0; i < m->n; i++) {
+        free((char *)m->t[i].name);
+        free((char *)m->t[i].group);
+        free(m->src[i]);
+    }
+    for (size_t i = 0; i < m->nmeta; i++) { free(m->meta_k[i]); free(m->meta_v[i]); }
+    for (size_t i = 0; i < m->ngroups; i++) free(m->groups[i]);
+    free(m->t); free(m->offset); free(m->src); free(m->buf); free(m->owned);
+    free(m->hash); free(m->meta_k); free(m->meta_v); free(m->groups); free(m->path);
+    free(m);
+}
+
+const char *npuc_model_path(const npuc_model *m) { return m->path; }
+npuc_format npuc_model_format(const npuc_model *m) { return m->format; }
+npuc_h5_style npuc_model_h5_style(const npuc_model *m) { return m->h5_style; }
+uint64_t npuc_model_file_size(const npuc_model *m) { return m->file_size; }
+size_t npuc_model_count(const npuc_model *m) { return m->n; }
+
+const npuc_tensor_info *npuc_model_tensor(const npuc_model *m, size_t i) {
+    return i < m->n ? &m->t[i] : NULL;
+}
+
+int npuc_model_find(const npuc_model *m, const char *name, size_t *idx) {
+    return index_find(m->t, m->hash, m->hcap, name, idx);
+}
+
+size_t npuc_model_meta_count(const npuc_model *m) { return m->nmeta; }
+
+void npuc_model_meta_at(const npuc_model *m, size_t i, const char **key, const char **value) {
+    *key = i < m->nmeta ? m->meta_k[i] : NULL;
+    *value = i < m->nmeta ? m->meta_v[i] : NULL;
+}
+
+const char *npuc_model_meta_get(const npuc_model *m, const char *key) {
+    for (size_t i = 0; i < m->nmeta; i++)
+        if (strcmp(m->meta_k[i], key) == 0) return m->meta_v[i];
+    return NULL;
+}
+
+size_t npuc_model_group_count(const npuc_model *m) { return m->ngroups; }
+const char *npuc_model_group(const npuc_model *m, size_t i) {
+    return i < m->ngroups ? m->groups[i] : NULL;
+}
+
+npuc_status npuc_model_set_layout(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_layout l) {
+    if (i >= m->n) return npuc_fail(ctx, NPUC_ERR_ARG, "tensor index %zu out of range", i);
+    npuc_tensor_info *t = &m->t[i];
+    if ((unsigned)l >= NPUC_LAYOUT_COUNT ||
+        (l != NPUC_LAYOUT_NONE && npuc_layout_out_axis(l, t->rank) < 0))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: tensor '%s': layout '%s' does not fit rank %d",
+                         m->path, t->name, npuc_layout_name(l), t->rank);
+    t->layout = l;
+    return NPUC_OK;
+}
+
+npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const char *const *rules,
+                                          size_t nrules) {
+    if (nrules == 0) return NPUC_OK;
+    regex_t *re = calloc(nrules, sizeof *re);
+    npuc_layout *lay = calloc(nrules, sizeof *lay);
+    size_t *hits = calloc(nrules, sizeof *hits);
+    npuc_layout *newl = calloc(m->n ? m->n : 1, sizeof *newl);
+    size_t ncomp = 0;
+    npuc_status st = NPUC_OK;
+    if (!re || !lay || !hits || !newl) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    for (size_t r = 0; r < nrules; r++) {
+        const char *eq = strrchr(rules[r], '=');
+        if (!eq || eq == rules[r] || !eq[1]) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layout '%s': expected REGEX=NAME", rules[r]);
+            goto fail;
+        }
+        if (npuc_layout_parse(eq + 1, &lay[r]) != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG,
+                           "--layout '%s': unknown layout '%s' (none oi io oihw iohw hwio hwim)",
+                           rules[r], eq + 1);
+            goto fail;
+        }
+        size_t pl = (size_t)(eq - rules[r]);
+        char *pat = malloc(pl + 1);
+        if (!pat) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        memcpy(pat, rules[r], pl);
+        pat[pl] = 0;
+        int rc = regcomp(&re[r], pat, REG_EXTENDED | REG_NOSUB);
+        free(pat);
+        if (rc != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layout '%s': invalid regular expression", rules[r]);
+            goto fail;
+        }
+        ncomp++;
+    }
+    for (size_t i = 0; i < m->n; i++) {
+        newl[i] = m->t[i].layout;
+        for (size_t r = 0; r < nrules; r++) {
+            if (regexec(&re[r], m->t[i].name, 0, NULL, 0) != 0) continue;
+            hits[r]++;
+            if (lay[r] != NPUC_LAYOUT_NONE && npuc_layout_out_axis(lay[r], m->t[i].rank) < 0) {
+                st = npuc_fail(ctx, NPUC_ERR_ARG,
+                               "%s: --layout '%s': tensor '%s' has rank %d, layout '%s' needs %s",
+                               m->path, rules[r], m->t[i].name, m->t[i].rank,
+                               npuc_layout_name(lay[r]),
+                               npuc_layout_min_rank(lay[r]) == 2 ? "rank 2" : "rank >= 3");
+                goto fail;
+            }
+            newl[i] = lay[r];
+            break;
+        }
+    }
+    for (size_t r = 0; r < nrules; r++)
+        if (!hits[r]) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: --layout '%s' matches no tensor", m->path, rules[r]);
+            goto fail;
+        }
+    for (size_t i = 0; i < m->n; i++) m->t[i].layout = newl[i];
+fail:
+    for (size_t r = 0; r < ncomp; r++) regfree(&re[r]);
+    free(re); free(lay); free(hits); free(newl);
+    return st;
+}
+
+npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, const void **data) {
+    if (i >= m->n) return npuc_fail(ctx, NPUC_ERR_ARG, "tensor index %zu out of range", i);
+    if (!m->buf[i]) {
+        void *p = NULL;
+        int owned = 0;
+        npuc_status st = m->be->load(ctx, m, i, &p, &owned);
+        if (st != NPUC_OK) return st;
+        m->buf[i] = p;
+        m->owned[i] = (unsigned char)owned;
+    }
+    *data = m->buf[i];
+    return NPUC_OK;
+}
+
+void npuc_model_release(npuc_model *m, size_t i) {
+    if (i >= m->n) return;
+    if (m->owned[i]) free(m->buf[i]);
+    m->buf[i] = NULL;
+    m->owned[i] = 0;
+}
+
+npuc_status npuc_model_read_f32(npuc_ctx *ctx, npuc_model *m, size_t i, float *dst) {
+    const void *p;
+    int was_loaded = i < m->n && m->buf[i] != NULL;
+    npuc_status st = npuc_model_data(ctx, m, i, &p);
+    if (st != NPUC_OK) return st;
+    npuc_convert(dst, NPUC_DTYPE_F32, p, m->t[i].dtype, (size_t)m->t[i].numel);
+    if (!was_loaded) npuc_model_release(m, i);
+    return NPUC_OK;
+}

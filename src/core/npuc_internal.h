@@ -1,0 +1,145 @@
+/*
+ * npuc_internal.h - what the library's own modules share and users never see:
+ * the context and model structs, the error setter, overflow-checked
+ * arithmetic, and the interface a file-format backend implements.
+ *
+ * Format backends (formats/safetensors, formats/hdf5) fill an npuc_model
+ * through the npuc__model_* builders and provide an npuc_backend for loading
+ * payloads; writers provide an npuc_writer_backend.  Nothing here is exported.
+ */
+#ifndef NPUC_INTERNAL_H
+#define NPUC_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "npuc/npuc.h"
+
+#if defined(__GNUC__)
+#define NPUC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define NPUC_PRINTF(a, b)
+#endif
+
+#define NPUC_MSG_MAX 1024
+
+struct npuc_ctx {
+    npuc_status code;
+    int nthreads;
+    char msg[NPUC_MSG_MAX];
+};
+
+/* Records a failure on ctx (ctx may be NULL) and returns st, so callers write
+ * `return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: ...", path);`. */
+npuc_status npuc_fail(npuc_ctx *ctx, npuc_status st, const char *fmt, ...) NPUC_PRINTF(3, 4);
+npuc_status npuc_vfail(npuc_ctx *ctx, npuc_status st, const char *fmt, va_list ap);
+
+/* Overflow-checked size arithmetic: return 1 on overflow, else 0 and *r. */
+static inline int npuc_mul_overflow(uint64_t a, uint64_t b, uint64_t *r) {
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline int npuc_add_overflow(uint64_t a, uint64_t b, uint64_t *r) {
+    return __builtin_add_overflow(a, b, r);
+}
+
+/* numel and nbytes of a shape; 0 on success, -1 on overflow or a negative dim. */
+int npuc__shape_sizes(npuc_dtype dt, int rank, const int64_t *shape, uint64_t *numel,
+                      uint64_t *nbytes);
+
+/* Duplicates a string (NULL -> NULL); NULL on allocation failure of a non-NULL s. */
+char *npuc__strdup(const char *s);
+/* 1 if the n bytes at s are valid UTF-8 (no overlongs, no surrogates), else 0. */
+int npuc__utf8_valid(const char *s, size_t n);
+
+/* ---------------------------------------------------------------- models */
+
+typedef struct npuc_backend {
+    /* Loads tensor i.  Either points *data into memory the backend keeps
+     * (owned = 0) or allocates it with malloc (owned = 1). */
+    npuc_status (*load)(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned);
+    void (*close)(npuc_model *m);
+} npuc_backend;
+
+struct npuc_model {
+    char *path;
+    npuc_format format;
+    npuc_h5_style h5_style;
+    uint64_t file_size;
+
+    npuc_tensor_info *t; /* tensors in storage order */
+    uint64_t *offset;    /* backend use: byte offset of each payload */
+    char **src;          /* backend use: source path (HDF5 dataset path) */
+    void **buf;          /* loaded payloads */
+    unsigned char *owned;
+    size_t n, cap;
+
+    size_t *hash; /* open-addressing name index: slot -> tensor index + 1 */
+    size_t hcap;
+
+    char **meta_k, **meta_v;
+    size_t nmeta, capmeta;
+
+    char **groups;
+    size_t ngroups, capgroups;
+
+    const npuc_backend *be;
+    void *be_state;
+};
+
+npuc_model *npuc__model_new(const char *path, npuc_format fmt);
+/* Appends a tensor; copies name (and group when non-NULL).  Checks rank and
+ * shape, computes numel/nbytes with overflow checks. */
+npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc_dtype dt,
+                            int rank, const int64_t *shape, const char *group, size_t *idx);
+npuc_status npuc__model_add_meta(npuc_ctx *ctx, npuc_model *m, const char *k, const char *v);
+npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g);
+/* Builds the name index (rejecting duplicate names) and guesses roles and
+ * layouts, then applies the "npuc.layout" metadata entry if present. */
+npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras);
+
+/* Format entry points (formats/). */
+npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
+npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
+
+/* ---------------------------------------------------------------- writers */
+
+typedef struct npuc_writer_backend {
+    /* Called once, after every tensor is declared, before the first write. */
+    npuc_status (*begin)(npuc_writer *w);
+    /* Writes the bytes of tensor i (its full nbytes). */
+    npuc_status (*write)(npuc_writer *w, size_t i, const void *data, uint64_t n);
+    /* Completes and closes the temporary file, fsyncing it. */
+    npuc_status (*finish)(npuc_writer *w);
+    /* Releases backend state after a failure; the core removes the file. */
+    void (*abort)(npuc_writer *w);
+} npuc_writer_backend;
+
+struct npuc_writer {
+    npuc_ctx *ctx;
+    char *path, *tmp;
+    npuc_write_opts opts;
+    npuc_format format;
+
+    npuc_tensor_info *t; /* declared tensors (names, groups owned) */
+    size_t n, cap, next;
+    size_t *hash;
+    size_t hcap;
+
+    char **meta_k, **meta_v;
+    size_t nmeta, capmeta;
+
+    int begun, failed;
+    const npuc_writer_backend *be;
+    void *be_state;
+};
+
+extern const npuc_writer_backend npuc__st_writer_backend;
+extern const npuc_writer_backend npuc__h5_writer_backend;
+
+/* Serialises layouts that differ from the guess (NONE counts as unset) as the "npuc.layout" JSON
+ * object {"name": "io", ...}; returns a malloc'd string or NULL when every
+ * layout equals its guess (*err set on allocation failure). */
+char *npuc__layout_meta_json(const npuc_tensor_info *t, size_t n, int keras, int *err);
+
+#endif

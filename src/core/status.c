@@ -1,0 +1,90 @@
+/*
+ * status.c - status names and the context that owns error messages.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "npuc_internal.h"
+
+#ifndef NPUC_VERSION_STRING
+#define NPUC_VERSION_STRING "0.1.0"
+#endif
+
+const char *npuc_version(void) { return NPUC_VERSION_STRING; }
+
+const char *npuc_status_str(npuc_status st) {
+    switch (st) {
+    case NPUC_OK: return "ok";
+    case NPUC_ERR_IO: return "I/O error";
+    case NPUC_ERR_FORMAT: return "malformed file";
+    case NPUC_ERR_UNSUPPORTED: return "unsupported";
+    case NPUC_ERR_ARG: return "invalid argument";
+    case NPUC_ERR_NOMEM: return "out of memory";
+    case NPUC_ERR_OVERFLOW: return "size overflow";
+    case NPUC_ERR_NOT_FOUND: return "not found";
+    case NPUC_ERR_VALUE: return "invalid values";
+    case NPUC_ERR_EXISTS: return "already exists";
+    case NPUC_ERR_NUMERIC: return "numerical failure";
+    case NPUC_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+int npuc_status_is_input_error(npuc_status st) {
+    switch (st) {
+    case NPUC_ERR_FORMAT:
+    case NPUC_ERR_UNSUPPORTED:
+    case NPUC_ERR_ARG:
+    case NPUC_ERR_OVERFLOW:
+    case NPUC_ERR_NOT_FOUND:
+    case NPUC_ERR_VALUE:
+    case NPUC_ERR_EXISTS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+npuc_status npuc_ctx_new(npuc_ctx **out) {
+    npuc_ctx *c = calloc(1, sizeof *c);
+    *out = c;
+    return c ? NPUC_OK : NPUC_ERR_NOMEM;
+}
+
+void npuc_ctx_free(npuc_ctx *ctx) { free(ctx); }
+
+const char *npuc_ctx_errmsg(const npuc_ctx *ctx) { return ctx ? ctx->msg : ""; }
+npuc_status npuc_ctx_errcode(const npuc_ctx *ctx) { return ctx ? ctx->code : NPUC_OK; }
+
+void npuc_ctx_clear(npuc_ctx *ctx) {
+    if (!ctx) return;
+    ctx->code = NPUC_OK;
+    ctx->msg[0] = 0;
+}
+
+void npuc_ctx_set_threads(npuc_ctx *ctx, int n) { ctx->nthreads = n < 0 ? 0 : n; }
+int npuc_ctx_threads(const npuc_ctx *ctx) { return ctx->nthreads; }
+
+npuc_status npuc_vfail(npuc_ctx *ctx, npuc_status st, const char *fmt, va_list ap) {
+    if (!ctx) return st;
+    ctx->code = st;
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    /* Messages are one line and safe to print on a terminal: control
+     * characters a name from a file may have brought in (newlines, escape
+     * sequences) become '?', except newline and tab which become spaces. */
+    for (char *p = ctx->msg; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '\n' || c == '\r' || c == '\t') *p = ' ';
+        else if (c < 0x20 || c == 0x7f) *p = '?';
+    }
+    return st;
+}
+
+npuc_status npuc_fail(npuc_ctx *ctx, npuc_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    npuc_vfail(ctx, st, fmt, ap);
+    va_end(ap);
+    return st;
+}

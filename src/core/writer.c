@@ -1,0 +1,238 @@
+/*
+ * writer.c - the format-independent half of writing a weight file: the
+ * declared tensor table, the temporary file beside the output, and the
+ * fsync + rename that makes the output appear whole or not at all.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "npuc_internal.h"
+
+npuc_write_opts npuc_write_opts_defaults(void) {
+    npuc_write_opts o = {.format = NPUC_FORMAT_AUTO, .overwrite = 0, .h5_deflate = 4,
+                         .h5_style = NPUC_H5_PLAIN, .h5_style_set = 0};
+    return o;
+}
+
+npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
+                             npuc_writer **out) {
+    *out = NULL;
+    npuc_write_opts o = opts ? *opts : npuc_write_opts_defaults();
+    if (!path || !*path) return npuc_fail(ctx, NPUC_ERR_ARG, "no output file given");
+    npuc_format f = o.format != NPUC_FORMAT_AUTO ? o.format : npuc_format_from_path(path);
+    if (f == NPUC_FORMAT_AUTO)
+        return npuc_fail(ctx, NPUC_ERR_ARG,
+                         "%s: cannot tell the output format from the name (use .safetensors or .h5)",
+                         path);
+    if (o.h5_deflate < 0 || o.h5_deflate > 9)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "deflate level %d is outside 0..9", o.h5_deflate);
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (!o.overwrite)
+            return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
+        if (S_ISDIR(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
+    }
+    npuc_writer *w = calloc(1, sizeof *w);
+    if (!w) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    w->ctx = ctx;
+    w->opts = o;
+    w->format = f;
+    w->be = f == NPUC_FORMAT_HDF5 ? &npuc__h5_writer_backend : &npuc__st_writer_backend;
+    w->path = npuc__strdup(path);
+    size_t n = strlen(path);
+    w->tmp = malloc(n + 5);
+    if (!w->path || !w->tmp) {
+        free(w->path); free(w->tmp); free(w);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    memcpy(w->tmp, path, n);
+    memcpy(w->tmp + n, ".tmp", 5);
+    *out = w;
+    return NPUC_OK;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, nc * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const char *value) {
+    if (w->begun) return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "metadata added after data");
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->meta_k[i], key) == 0) {
+            char *v = npuc__strdup(value);
+            if (!v) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+            free(w->meta_v[i]);
+            w->meta_v[i] = v;
+            return NPUC_OK;
+        }
+    size_t c1 = w->capmeta, c2 = w->capmeta;
+    if (grow((void **)&w->meta_k, &c1, w->nmeta + 1, sizeof *w->meta_k) ||
+        grow((void **)&w->meta_v, &c2, w->nmeta + 1, sizeof *w->meta_v))
+        return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    w->capmeta = c1;
+    char *k = npuc__strdup(key), *v = npuc__strdup(value);
+    if (!k || !v) { free(k); free(v); return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); }
+    w->meta_k[w->nmeta] = k;
+    w->meta_v[w->nmeta] = v;
+    w->nmeta++;
+    return NPUC_OK;
+}
+
+npuc_status npuc_writer_declare(npuc_writer *w, const npuc_tensor_info *info) {
+    if (w->begun) return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "tensor declared after data");
+    if (!info->name || !npuc__utf8_valid(info->name, strlen(info->name)))
+        return npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: tensor name is not valid UTF-8", w->path);
+    if ((unsigned)info->dtype >= NPUC_DTYPE_COUNT)
+        return npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: tensor '%s': invalid dtype", w->path, info->name);
+    if (grow((void **)&w->t, &w->cap, w->n + 1, sizeof *w->t))
+        return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_tensor_info t = *info;
+    if (npuc__shape_sizes(t.dtype, t.rank, t.shape, &t.numel, &t.nbytes) != 0)
+        return npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': bad or overflowing shape",
+                         w->path, info->name);
+    /* Names must be unique.  A linear scan: declaring is not the hot path,
+     * and models hold thousands of tensors, not millions. */
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->t[i].name[0] == t.name[0] && strcmp(w->t[i].name, t.name) == 0)
+            return npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: duplicate tensor name '%s'", w->path, t.name);
+    }
+    t.name = npuc__strdup(info->name);
+    t.group = info->group ? npuc__strdup(info->group) : NULL;
+    if (!t.name || (info->group && !t.group)) {
+        free((char *)t.name);
+        free((char *)t.group);
+        return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    w->t[w->n++] = t;
+    return NPUC_OK;
+}
+
+static npuc_status begin(npuc_writer *w) {
+    if (w->begun) return NPUC_OK;
+    if (w->format == NPUC_FORMAT_HDF5 && !w->opts.h5_style_set) {
+        w->opts.h5_style = NPUC_H5_PLAIN;
+        for (size_t i = 0; i < w->n; i++)
+            if (w->t[i].group) { w->opts.h5_style = NPUC_H5_KERAS2; break; }
+    }
+    /* Record layouts that a reader of this file would not guess. */
+    int keras = 0;
+    if (w->format == NPUC_FORMAT_HDF5 && w->opts.h5_style != NPUC_H5_PLAIN) {
+        keras = 1;
+        for (size_t i = 0; i < w->nmeta; i++)
+            if (strcmp(w->meta_k[i], "format") == 0 && strcmp(w->meta_v[i], "pt") == 0) keras = 0;
+    }
+    int err;
+    char *lj = npuc__layout_meta_json(w->t, w->n, keras, &err);
+    if (err) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->meta_k[i], "npuc.layout") == 0) {
+            free(w->meta_k[i]);
+            free(w->meta_v[i]);
+            memmove(&w->meta_k[i], &w->meta_k[i + 1], (w->nmeta - i - 1) * sizeof *w->meta_k);
+            memmove(&w->meta_v[i], &w->meta_v[i + 1], (w->nmeta - i - 1) * sizeof *w->meta_v);
+            w->nmeta--;
+            break;
+        }
+    if (lj) {
+        npuc_status st = npuc_writer_meta(w, "npuc.layout", lj);
+        free(lj);
+        if (st != NPUC_OK) return st;
+    }
+    w->begun = 1;
+    unlink(w->tmp); /* a leftover from a killed run */
+    return w->be->begin(w);
+}
+
+npuc_status npuc_writer_write(npuc_writer *w, const void *data, uint64_t nbytes) {
+    if (w->failed) return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "write after a failed write");
+    npuc_status st = begin(w);
+    if (st != NPUC_OK) { w->failed = 1; return st; }
+    if (w->next >= w->n)
+        return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "%s: more tensors written than declared", w->path);
+    const npuc_tensor_info *t = &w->t[w->next];
+    if (nbytes != t->nbytes) {
+        w->failed = 1;
+        return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "%s: tensor '%s': %llu bytes given, %llu expected",
+                         w->path, t->name, (unsigned long long)nbytes, (unsigned long long)t->nbytes);
+    }
+    st = w->be->write(w, w->next, data, nbytes);
+    if (st != NPUC_OK) { w->failed = 1; return st; }
+    w->next++;
+    return NPUC_OK;
+}
+
+static void free_writer(npuc_writer *w) {
+    for (size_t i = 0; i < w->n; i++) { free((char *)w->t[i].name); free((char *)w->t[i].group); }
+    for (size_t i = 0; i < w->nmeta; i++) { free(w->meta_k[i]); free(w->meta_v[i]); }
+    free(w->t); free(w->hash); free(w->meta_k); free(w->meta_v);
+    free(w->path); free(w->tmp);
+    free(w);
+}
+
+void npuc_writer_abort(npuc_writer *w) {
+    if (!w) return;
+    if (w->begun && w->be->abort) w->be->abort(w);
+    if (w->begun) unlink(w->tmp);
+    free_writer(w);
+}
+
+/* fsyncs the directory holding path so the rename itself is durable. */
+static void sync_dir(const char *path) {
+    char *copy = npuc__strdup(path);
+    if (!copy) return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+    free(copy);
+}
+
+npuc_status npuc_writer_finish(npuc_writer *w) {
+    npuc_ctx *ctx = w->ctx;
+    npuc_status st = NPUC_OK;
+    if (w->failed) { st = NPUC_ERR_INTERNAL; npuc_fail(ctx, st, "%s: finish after a failed write", w->path); goto fail; }
+    if ((st = begin(w)) != NPUC_OK) goto fail;
+    if (w->next != w->n) {
+        st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: %zu of %zu declared tensors written", w->path,
+                       w->next, w->n);
+        goto fail;
+    }
+    if ((st = w->be->finish(w)) != NPUC_OK) goto fail;
+    if (!w->opts.overwrite) {
+        /* Refuse to clobber a file that appeared while we were writing. */
+        if (link(w->tmp, w->path) != 0) {
+            int e = errno;
+            /* Filesystems without hard links: fall back to a plain rename. */
+            if (e != EEXIST && rename(w->tmp, w->path) == 0) goto done;
+            st = npuc_fail(ctx, e == EEXIST ? NPUC_ERR_EXISTS : NPUC_ERR_IO, "%s: %s", w->path,
+                           e == EEXIST ? "output exists (use -f to overwrite)" : strerror(e));
+            unlink(w->tmp);
+            free_writer(w);
+            return st;
+        }
+        unlink(w->tmp);
+    } else if (rename(w->tmp, w->path) != 0) {
+        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: rename: %s", w->path, strerror(errno));
+        unlink(w->tmp);
+        free_writer(w);
+        return st;
+    }
+done:
+    sync_dir(w->path);
+    free_writer(w);
+    return NPUC_OK;
+fail:
+    npuc_writer_abort(w);
+    return st;
+}

@@ -1,0 +1,88 @@
+/*
+ * npuc_kernels.h - the numeric kernels behind the passes (library-private).
+ *
+ * Every kernel has a scalar reference version (kernels/ref/, the
+ * specification) and may have optimised versions (kernels/x86/) with the
+ * same signature.  npuc_kernels() returns the table chosen once at start-up
+ * from the CPU's features; NPUC_FORCE_REF=1 in the environment forces the
+ * reference table.  Integer outputs (codes, counts) of every version are
+ * bit-identical to the reference; float statistics match within a stated
+ * tolerance (they are sums taken in a different order).
+ *
+ * Kernels are single-threaded over the range they are given; pass drivers
+ * split work into fixed chunks and run chunks in parallel, combining
+ * per-chunk results in chunk order so that results do not depend on the
+ * thread count.
+ *
+ * Quantization arithmetic (the same as PyTorch's quantize_per_channel):
+ *     v    = x * inv_scale                  (float multiply, inv_scale = 1.0f / scale)
+ *     v    = clamp(v, -2^24, 2^24)          (keeps the int conversion defined; no effect on codes)
+ *     q    = clamp(rint_half_even(v) + zp, qmin, qmax)
+ *     code = (uint8_t)q                     (two's complement byte for signed codes)
+ *     deq  = (float)(q - zp) * scale        (float multiply)
+ * A value is "clipped" when rint_half_even(v) + zp fell outside [qmin, qmax].
+ */
+#ifndef NPUC_KERNELS_H
+#define NPUC_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error sums over the elements one kernel call saw (double accumulators). */
+typedef struct npuc_qsums {
+    double sum_w2;   /* sum of x^2 */
+    double sum_e2;   /* sum of (deq - x)^2 */
+    double sum_wd;   /* sum of x * deq */
+    double sum_d2;   /* sum of deq^2 */
+    double max_abs;  /* max |deq - x| */
+    uint64_t clipped;
+} npuc_qsums;
+
+/* Adds b into a (in that order). */
+void npuc_qsums_add(npuc_qsums *a, const npuc_qsums *b);
+
+typedef struct npuc_kernel_table {
+    const char *name; /* "ref", "avx2" */
+
+    /* Min and max over x[0..n) ignoring non-finite values; returns how many
+     * values were NaN or +-Inf.  With no finite value, *lo = *hi = 0. */
+    uint64_t (*minmax)(const float *x, size_t n, float *lo, float *hi);
+
+    /* Column-wise min/max over a row-major [rows, cols] block with row stride
+     * ld (in floats): lo[c] = min(lo[c], x[r*ld + c]) over r, likewise hi.
+     * lo/hi must be initialised by the caller (+Inf / -Inf).  Non-finite
+     * values are skipped and counted in the return value. */
+    uint64_t (*minmax_cols)(const float *x, size_t rows, size_t cols, size_t ld, float *lo,
+                            float *hi);
+
+    /* Quantizes a run x[0..n) that shares one scale/zero point (see the
+     * arithmetic above), writes codes[0..n) and, when deq is non-NULL, the
+     * dequantized values; adds the error sums into *s. */
+    void (*quant_run)(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
+                      int32_t qmin, int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s);
+
+    /* The same for a run whose element i has its own scale[i], inv_scale[i]
+     * and zp[i] (a row of a [in, out] weight quantized per output column). */
+    void (*quant_vec)(const float *x, size_t n, const float *scale, const float *inv_scale,
+                      const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
+                      npuc_qsums *s);
+} npuc_kernel_table;
+
+/* The table in use (chosen once, thread-safe after the first call). */
+const npuc_kernel_table *npuc_kernels(void);
+/* The scalar reference table, always available (tests compare against it). */
+const npuc_kernel_table *npuc_kernels_ref(void);
+/* The AVX2 table when the CPU and the build support it, else NULL. */
+const npuc_kernel_table *npuc_kernels_avx2(void);
+
+/* Bit packing of codes narrower than 8 bits, LSB-first: element i occupies
+ * bits [i*bits, (i+1)*bits) of the output stream, bit 0 being the least
+ * significant bit of byte 0.  Only the low `bits` bits of each code are kept.
+ * out must hold npuc_packed_size(n, bits) bytes; trailing bits are zero. */
+uint64_t npuc_packed_size(uint64_t n, int bits);
+void npuc_pack_bits(const uint8_t *codes, size_t n, int bits, uint8_t *out);
+/* Inverse of npuc_pack_bits; sign-extends each field to a full byte when
+ * is_signed (so a 4-bit code 0xF becomes 0xFF, i.e. -1). */
+void npuc_unpack_bits(const uint8_t *in, size_t n, int bits, int is_signed, uint8_t *codes);
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * pass_util.c - rule lists, thread counts and scratch buffers for passes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "passes/pass_util.h"
+
+npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const *src, size_t n,
+                                int with_value, const char *flag) {
+    memset(r, 0, sizeof *r);
+    if (n == 0) return NPUC_OK;
+    r->re = calloc(n, sizeof *r->re);
+    r->value = calloc(n, sizeof *r->value);
+    r->hits = calloc(n, sizeof *r->hits);
+    r->src = src;
+    r->cap = n;
+    if (!r->re || !r->value || !r->hits) {
+        npuc__rules_free(r);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *s = src[i];
+        size_t plen = strlen(s);
+        if (with_value) {
+            const char *eq = strrchr(s, '=');
+            if (!eq || eq == s || !eq[1]) {
+                npuc__rules_free(r);
+                return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%s': expected REGEX=VALUE", flag, s);
+            }
+            plen = (size_t)(eq - s);
+            r->value[i] = npuc__strdup(eq + 1);
+        }
+        char *pat = malloc(plen + 1);
+        if (!pat || (with_value && !r->value[i])) {
+            free(pat);
+            npuc__rules_free(r);
+            return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+        memcpy(pat, s, plen);
+        pat[plen] = 0;
+        int rc = regcomp(&r->re[i], pat, REG_EXTENDED | REG_NOSUB);
+        free(pat);
+        if (rc != 0) {
+            r->n = i; /* free only the compiled ones */
+            npuc__rules_free(r);
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%s': invalid regular expression", flag, s);
+        }
+        r->n = i + 1;
+    }
+    return NPUC_OK;
+}
+
+int npuc__rules_match(npuc_rules *r, const char *name) {
+    for (size_t i = 0; i < r->n; i++)
+        if (regexec(&r->re[i], name, 0, NULL, 0) == 0) {
+            r->hits[i]++;
+            return (int)i;
+        }
+    return -1;
+}
+
+npuc_status npuc__rules_check_hits(npuc_ctx *ctx, const npuc_rules *r, const char *flag,
+                                   const char *path) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!r->hits[i])
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s '%s' matches no tensor", path, flag, r->src[i]);
+    return NPUC_OK;
+}
+
+void npuc__rules_free(npuc_rules *r) {
+    for (size_t i = 0; i < r->n; i++) regfree(&r->re[i]);
+    if (r->value)
+        for (size_t i = 0; i < r->cap; i++) free(r->value[i]);
+    free(r->re);
+    free(r->value);
+    free(r->hits);
+    memset(r, 0, sizeof *r);
+}
+
+int npuc__threads(npuc_ctx *ctx) {
+    int n = npuc_ctx_threads(ctx);
+#ifdef _OPENMP
+    if (n <= 0) n = omp_get_max_threads();
+#else
+    n = 1;
+#endif
+    return n < 1 ? 1 : n;
+}
+
+void *npuc__scratch(npuc_scratch *s, uint64_t n) {
+    if (n == 0) n = 1;
+    if ((uint64_t)(size_t)n != n) return NULL;
+    if (n <= s->cap) return s->p;
+    void *p = malloc((size_t)n);
+    if (!p) return NULL;
+    free(s->p);
+    s->p = p;
+    s->cap = (size_t)n;
+    return p;
+}
+
+void npuc__scratch_free(npuc_scratch *s) {
+    free(s->p);
+    s->p = NULL;
+    s->cap = 0;
+}

@@ -1,0 +1,419 @@
+/*
+ * quantize.c - quantizing one tensor: grouping, range estimation, scales and
+ * zero points, codes and error sums.  This is the OpenMP pass driver; the
+ * per-element work is in the kernels (src/kernels/npuc_kernels.h), ranges
+ * other than minmax come from calib/.
+ *
+ * Every layout views a tensor as [outer, C, inner].  Channel c holds the
+ * values x[(o*C + c)*inner + k]; in "sequence order" j = o*inner + k, and a
+ * group of size G is G consecutive j.  Two access patterns follow:
+ *
+ *   runs     inner > 1 or C == 1 (OIHW, IOHW, per tensor): a channel is
+ *            `outer` contiguous runs of `inner` values, so each run (split at
+ *            group boundaries) is one quant_run call with scalar parameters;
+ *   columns  inner == 1 and C > 1 ([in,out], HWIO, HWIM): channels are the
+ *            columns of a row-major [outer, C] matrix, so each row is one
+ *            quant_vec call with per-column parameters of the row's group.
+ *
+ * Work is cut into items whose boundaries depend only on the tensor and the
+ * parameters (a channel's chunk of at most CHUNK values, or a block of rows),
+ * never on the thread count; each item has its own error sums, added in item
+ * order.  Codes are elementwise, so they are identical for any thread count
+ * and for the reference and SIMD kernels alike.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/npuc_kernels.h"
+#include "npuc_internal.h"
+#include "passes/pass_util.h"
+
+#define CHUNK 65536u
+
+npuc_quant_params npuc_quant_params_defaults(void) {
+    npuc_quant_params p;
+    memset(&p, 0, sizeof p);
+    p.bits = 8;
+    p.symmetric = 1;
+    p.gran = NPUC_GRAN_CHANNEL;
+    p.axis = -1;
+    p.range = npuc_range_opts_defaults();
+    return p;
+}
+
+void npuc_quant_scheme_name(const npuc_quant_params *p, char *buf, size_t n) {
+    char g[24];
+    if (p->gran == NPUC_GRAN_TENSOR) snprintf(g, sizeof g, "t");
+    else if (p->gran == NPUC_GRAN_GROUP) snprintf(g, sizeof g, "g%u", p->group_size);
+    else snprintf(g, sizeof g, "ch");
+    snprintf(buf, n, "%s%d/%s", p->symmetric ? "int" : "uint", p->bits, g);
+}
+
+static npuc_status check_params(npuc_ctx *ctx, const npuc_quant_params *p) {
+    if (p->bits < 2 || p->bits > 8)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "bit width %d is not supported (2..8)", p->bits);
+    if (p->gran == NPUC_GRAN_GROUP && p->group_size < 2)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "group size %u is too small (use >= 2, or --per-channel)",
+                         p->group_size);
+    if ((unsigned)p->gran > NPUC_GRAN_GROUP)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "unknown granularity %d", (int)p->gran);
+    return NPUC_OK;
+}
+
+npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_quant_params *p,
+                                npuc_quant_shape *qs) {
+    npuc_status st = check_params(ctx, p);
+    if (st != NPUC_OK) return st;
+    memset(qs, 0, sizeof *qs);
+    if (p->gran == NPUC_GRAN_TENSOR) {
+        qs->outer = 1;
+        qs->channels = 1;
+        qs->inner = t->numel;
+        qs->axis = -1;
+    } else if (p->axis >= 0) {
+        if (p->axis >= t->rank)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "tensor '%s': axis %d is outside its rank %d", t->name,
+                             p->axis, t->rank);
+        uint64_t o = 1, in = 1;
+        for (int i = 0; i < t->rank; i++) {
+            if (i < p->axis) o *= (uint64_t)t->shape[i];
+            else if (i > p->axis) in *= (uint64_t)t->shape[i];
+        }
+        qs->outer = o;
+        qs->channels = (uint64_t)t->shape[p->axis];
+        qs->inner = in;
+        qs->axis = p->axis;
+    } else {
+        if (t->layout == NPUC_LAYOUT_NONE)
+            return npuc_fail(ctx, NPUC_ERR_ARG,
+                             "tensor '%s': no output-channel axis (layout none); use --per-tensor, "
+                             "--axis or --layout",
+                             t->name);
+        if (npuc_layout_view(t, &qs->outer, &qs->channels, &qs->inner) != NPUC_OK)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "tensor '%s': layout %s does not fit rank %d", t->name,
+                             npuc_layout_name(t->layout), t->rank);
+        qs->axis = npuc_layout_out_axis(t->layout, t->rank);
+    }
+    qs->per_channel = qs->outer * qs->inner;
+    qs->groups_per_channel = 1;
+    if (p->gran == NPUC_GRAN_GROUP && qs->per_channel > 0)
+        qs->groups_per_channel = (qs->per_channel + p->group_size - 1) / p->group_size;
+    qs->nscales = qs->channels * qs->groups_per_channel;
+    return NPUC_OK;
+}
+
+/* Scale and zero point of a range, as quant.h specifies. */
+void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, float *scale,
+                                   float *inv, int32_t *zp) {
+    float s;
+    int32_t z = 0;
+    if (symmetric) {
+        float amax = fmaxf(fabsf(lo), fabsf(hi));
+        s = amax / (float)((1 << (bits - 1)) - 1);
+    } else {
+        double l = lo < 0 ? lo : 0, h = hi > 0 ? hi : 0;
+        s = (float)((h - l) / (double)((1 << bits) - 1));
+        if (!(s >= FLT_MIN)) s = FLT_MIN;
+        float zf = nearbyintf((float)(-l) / s);
+        float qmax = (float)((1 << bits) - 1);
+        z = (int32_t)(zf < 0 ? 0 : zf > qmax ? qmax : zf);
+    }
+    if (!(s >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
+    *scale = s;
+    *inv = 1.0f / s;
+    *zp = z;
+}
+
+static void qrange(int bits, int symmetric, int32_t *qmin, int32_t *qmax) {
+    if (symmetric) {
+        *qmax = (1 << (bits - 1)) - 1;
+        *qmin = -*qmax;
+    } else {
+        *qmin = 0;
+        *qmax = (1 << bits) - 1;
+    }
+}
+
+
+/* ---------------------------------------------------------------- ranges */
+
+/* Min/max of every (channel, group), plus the count of non-finite values.
+ * lo/hi are indexed c * gpc + g. */
+static uint64_t ranges_minmax(const npuc_kernel_table *k, const float *x, const npuc_quant_shape *qs,
+                              uint64_t G, float *lo, float *hi, int nth) {
+    const uint64_t C = qs->channels, gpc = qs->groups_per_channel;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < qs->nscales; i++) { lo[i] = INFINITY; hi[i] = -INFINITY; }
+    if (qs->inner > 1 || C == 1) {
+        /* Items: (channel, chunk of CHUNK sequence values).  Each item writes
+         * the min/max of every group it touches into its own slots (offsets
+         * from a prefix sum), then the slots are merged in order: no locks,
+         * and min/max are exact in any order anyway. */
+        const uint64_t per = qs->per_channel;
+        const uint64_t chunks = per ? (per + CHUNK - 1) / CHUNK : 0;
+        const uint64_t items = C * chunks;
+        uint64_t *first = malloc(sizeof(uint64_t) * (size_t)(items + 1));
+        if (!first) return UINT64_MAX;
+        first[0] = 0;
+        for (uint64_t it = 0; it < items; it++) {
+            uint64_t s = (it % chunks) * CHUNK, e = s + CHUNK < per ? s + CHUNK : per;
+            first[it + 1] = first[it] + (e - 1) / G - s / G + 1;
+        }
+        float *pl = malloc(sizeof(float) * (size_t)(first[items] ? first[items] : 1));
+        float *ph = malloc(sizeof(float) * (size_t)(first[items] ? first[items] : 1));
+        if (!pl || !ph) { free(first); free(pl); free(ph); return UINT64_MAX; }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) reduction(+ : bad)
+        for (int64_t it = 0; it < (int64_t)items; it++) {
+            uint64_t c = (uint64_t)it / chunks, s = ((uint64_t)it % chunks) * CHUNK;
+            uint64_t e = s + CHUNK < per ? s + CHUNK : per;
+            uint64_t g0 = s / G;
+            for (uint64_t q = first[it]; q < first[it + 1]; q++) { pl[q] = INFINITY; ph[q] = -INFINITY; }
+            for (uint64_t j = s; j < e;) {
+                uint64_t o = j / qs->inner, kk = j % qs->inner, g = j / G;
+                uint64_t end = j + (qs->inner - kk);
+                if (end > e) end = e;
+                if (end > (g + 1) * G) end = (g + 1) * G;
+                float l, h;
+                bad += k->minmax(x + (o * C + c) * qs->inner + kk, (size_t)(end - j), &l, &h);
+                uint64_t q = first[it] + (g - g0);
+                if (l < pl[q]) pl[q] = l;
+                if (h > ph[q]) ph[q] = h;
+                j = end;
+            }
+        }
+        for (uint64_t it = 0; it < items; it++) {
+            uint64_t c = it / chunks, s = (it % chunks) * CHUNK, g0 = s / G;
+            for (uint64_t q = first[it]; q < first[it + 1]; q++) {
+                uint64_t idx = c * gpc + g0 + (q - first[it]);
+                if (pl[q] < lo[idx]) lo[idx] = pl[q];
+                if (ph[q] > hi[idx]) hi[idx] = ph[q];
+            }
+        }
+        free(first); free(pl); free(ph);
+    } else {
+        /* Columns: each item is a block of rows inside one group. */
+        const uint64_t rows = qs->outer;
+        const uint64_t rb = C >= CHUNK ? 1 : CHUNK / C;
+        const uint64_t blocks_per_group = (G + rb - 1) / rb;
+        const uint64_t items = gpc * blocks_per_group;
+        const uint64_t nslots = C * items > 0 ? C * items : 1;
+        float *plo = malloc(sizeof(float) * (size_t)nslots);
+        float *phi = malloc(sizeof(float) * (size_t)nslots);
+        if (!plo || !phi) { free(plo); free(phi); return UINT64_MAX; }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) reduction(+ : bad)
+        for (int64_t it = 0; it < (int64_t)items; it++) {
+            uint64_t g = (uint64_t)it / blocks_per_group, b = (uint64_t)it % blocks_per_group;
+            uint64_t r0 = g * G + b * rb, r1 = r0 + rb;
+            if (r1 > (g + 1) * G) r1 = (g + 1) * G;
+            if (r1 > rows) r1 = rows;
+            float *l = plo + (uint64_t)it * C, *h = phi + (uint64_t)it * C;
+            for (uint64_t c = 0; c < C; c++) { l[c] = INFINITY; h[c] = -INFINITY; }
+            if (r0 < r1) bad += k->minmax_cols(x + r0 * C, (size_t)(r1 - r0), (size_t)C, (size_t)C, l, h);
+        }
+        for (uint64_t it = 0; it < items; it++) {
+            uint64_t g = it / blocks_per_group;
+            for (uint64_t c = 0; c < C; c++) {
+                uint64_t idx = c * gpc + g;
+                if (plo[it * C + c] < lo[idx]) lo[idx] = plo[it * C + c];
+                if (phi[it * C + c] > hi[idx]) hi[idx] = phi[it * C + c];
+            }
+        }
+        free(plo);
+        free(phi);
+    }
+    for (uint64_t i = 0; i < qs->nscales; i++)
+        if (lo[i] > hi[i]) lo[i] = hi[i] = 0; /* empty or all non-finite */
+    return bad;
+}
+
+/* Copies the values of group (c, g) into buf; returns how many. */
+static uint64_t gather_group(const float *x, const npuc_quant_shape *qs, uint64_t G, uint64_t c,
+                             uint64_t g, float *buf) {
+    uint64_t s = g * G, e = s + G < qs->per_channel ? s + G : qs->per_channel, n = 0;
+    for (uint64_t j = s; j < e; j++) {
+        uint64_t o = j / qs->inner, kk = j % qs->inner;
+        buf[n++] = x[(o * qs->channels + c) * qs->inner + kk];
+    }
+    return n;
+}
+
+static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_quant_shape *qs,
+                                   uint64_t G, const npuc_quant_params *p, float *lo, float *hi,
+                                   int nth) {
+    npuc_range_opts ro = p->range;
+    ro.bits = p->bits;
+    ro.symmetric = p->symmetric;
+    const int64_t items = (int64_t)qs->nscales;
+    const uint64_t gmax = G < qs->per_channel ? G : qs->per_channel;
+    int failed = 0;
+    npuc_status fst = NPUC_OK;
+    char msg[NPUC_MSG_MAX] = "";
+    if (qs->channels == 1 && qs->outer == 1) {
+        /* One contiguous group: no gather. */
+        return npuc_range_estimate(ctx, x, (size_t)qs->per_channel, &ro, lo, hi, NULL);
+    }
+#pragma omp parallel num_threads(nth)
+    {
+        float *buf = malloc(sizeof(float) * (size_t)(gmax ? gmax : 1));
+        size_t scr = npuc_range_scratch_size((size_t)gmax, &ro);
+        void *scratch = scr ? malloc(scr) : NULL;
+        npuc_ctx *tctx = NULL;
+        int ok = buf && (!scr || scratch) && npuc_ctx_new(&tctx) == NPUC_OK;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t it = 0; it < items; it++) {
+            if (!ok) continue;
+            uint64_t c = (uint64_t)it / qs->groups_per_channel, g = (uint64_t)it % qs->groups_per_channel;
+            uint64_t n = gather_group(x, qs, G, c, g, buf);
+            npuc_status st = npuc_range_estimate(tctx, buf, (size_t)n, &ro, &lo[it], &hi[it], scratch);
+            if (st != NPUC_OK) {
+#pragma omp critical(npuc_qfail)
+                {
+                    if (!failed) {
+                        failed = 2;
+                        fst = st;
+                        snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(tctx));
+                    }
+                }
+            }
+        }
+        npuc_ctx_free(tctx);
+        free(buf);
+        free(scratch);
+    }
+    if (failed == 1) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (failed == 2) return npuc_fail(ctx, fst, "%s", msg);
+    return NPUC_OK;
+}
+
+/* ---------------------------------------------------------------- codes */
+
+npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
+                                 const npuc_quant_params *p, uint8_t *codes, float *scales,
+                                 int32_t *zero_points, float *deq, npuc_error_stats *err) {
+    npuc_quant_shape qs;
+    npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
+    if (st != NPUC_OK) return st;
+    const npuc_kernel_table *k = npuc_kernels();
+    const int nth = npuc__threads(ctx);
+    const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
+    const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
+    int32_t qmin, qmax;
+    qrange(p->bits, p->symmetric, &qmin, &qmax);
+
+    float *lo = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+    float *hi = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+    float *inv = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+    npuc_qsums *sums = NULL;
+    float *vs = NULL, *vinv = NULL;
+    int32_t *vzp = NULL;
+    if (!lo || !hi || !inv) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+
+    uint64_t bad = ranges_minmax(k, w, &qs, G, lo, hi, nth);
+    if (bad == UINT64_MAX) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    if (bad) {
+        st = npuc_fail(ctx, NPUC_ERR_VALUE, "tensor '%s': %llu NaN or Inf value%s; cannot quantize",
+                       t->name, (unsigned long long)bad, bad == 1 ? "" : "s");
+        goto done;
+    }
+    if (p->range.method != NPUC_RANGE_MINMAX &&
+        (st = ranges_estimate(ctx, w, &qs, G, p, lo, hi, nth)) != NPUC_OK)
+        goto done;
+    for (uint64_t i = 0; i < qs.nscales; i++)
+        npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, &scales[i], &inv[i],
+                                      &zero_points[i]);
+
+    double noise = 0;
+    for (uint64_t c = 0; c < C; c++)
+        for (uint64_t g = 0; g < gpc; g++) {
+            uint64_t s = g * G, e = s + G < qs.per_channel ? s + G : qs.per_channel;
+            double sc = scales[c * gpc + g];
+            noise += (double)(e - s) * sc * sc / 12.0;
+        }
+
+    uint64_t items;
+    if (qs.inner > 1 || C == 1) {
+        const uint64_t per = qs.per_channel;
+        const uint64_t chunks = per ? (per + CHUNK - 1) / CHUNK : 0;
+        items = C * chunks;
+        sums = calloc((size_t)(items ? items : 1), sizeof *sums);
+        if (!sums) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+        for (int64_t it = 0; it < (int64_t)items; it++) {
+            uint64_t c = (uint64_t)it / chunks, s = ((uint64_t)it % chunks) * CHUNK;
+            uint64_t e = s + CHUNK < per ? s + CHUNK : per;
+            for (uint64_t j = s; j < e;) {
+                uint64_t o = j / qs.inner, kk = j % qs.inner, g = j / G;
+                uint64_t end = j + (qs.inner - kk);
+                if (end > e) end = e;
+                if (end > (g + 1) * G) end = (g + 1) * G;
+                uint64_t off = (o * C + c) * qs.inner + kk, idx = c * gpc + g;
+                k->quant_run(w + off, (size_t)(end - j), scales[idx], inv[idx], zero_points[idx], qmin,
+                             qmax, codes + off, deq ? deq + off : NULL, &sums[it]);
+                j = end;
+            }
+        }
+    } else {
+        /* Per-column parameters, transposed to [group][C] so a row reads them
+         * contiguously. */
+        vs = malloc(sizeof(float) * (size_t)(gpc * C));
+        vinv = malloc(sizeof(float) * (size_t)(gpc * C));
+        vzp = malloc(sizeof(int32_t) * (size_t)(gpc * C));
+        const uint64_t rb = C >= CHUNK ? 1 : CHUNK / C;
+        const uint64_t rows = qs.outer;
+        items = (rows + rb - 1) / rb;
+        sums = calloc((size_t)(items ? items : 1), sizeof *sums);
+        if (!vs || !vinv || !vzp || !sums) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+        for (uint64_t c = 0; c < C; c++)
+            for (uint64_t g = 0; g < gpc; g++) {
+                vs[g * C + c] = scales[c * gpc + g];
+                vinv[g * C + c] = inv[c * gpc + g];
+                vzp[g * C + c] = zero_points[c * gpc + g];
+            }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+        for (int64_t it = 0; it < (int64_t)items; it++) {
+            uint64_t r0 = (uint64_t)it * rb, r1 = r0 + rb < rows ? r0 + rb : rows;
+            for (uint64_t r = r0; r < r1; r++) {
+                uint64_t g = r / G;
+                k->quant_vec(w + r * C, (size_t)C, vs + g * C, vinv + g * C, vzp + g * C, qmin, qmax,
+                             codes + r * C, deq ? deq + r * C : NULL, &sums[it]);
+            }
+        }
+    }
+    if (err) {
+        npuc_qsums tot;
+        memset(&tot, 0, sizeof tot);
+        for (uint64_t it = 0; it < items; it++) npuc_qsums_add(&tot, &sums[it]);
+        npuc_error_from_sums(err, t->numel, tot.sum_w2, tot.sum_e2, tot.sum_wd, tot.sum_d2, tot.max_abs,
+                             noise, tot.clipped);
+    }
+done:
+    free(lo); free(hi); free(inv); free(sums); free(vs); free(vinv); free(vzp);
+    return st;
+}
+
+npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,
+                                   const npuc_quant_params *p, const uint8_t *codes,
+                                   const float *scales, const int32_t *zero_points, float *out) {
+    npuc_quant_shape qs;
+    npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
+    if (st != NPUC_OK) return st;
+    const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
+    const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
+    const int nth = npuc__threads(ctx);
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t i = 0; i < (int64_t)t->numel; i++) {
+        uint64_t u = (uint64_t)i;
+        uint64_t k = u % qs.inner, rest = u / qs.inner, c = rest % C, o = rest / C;
+        uint64_t idx = c * gpc + (o * qs.inner + k) / G;
+        int32_t q = p->symmetric ? (int32_t)(int8_t)codes[u] : (int32_t)codes[u];
+        out[u] = (float)(q - zero_points[idx]) * scales[idx];
+    }
+    return NPUC_OK;
+}

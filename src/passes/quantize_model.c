@@ -1,0 +1,418 @@
+/*
+ * quantize_model.c - quantizing a whole model into an artifact.
+ *
+ * Three phases:
+ *   plan     decide for every tensor whether it is quantized and how (rank
+ *            >= 2 float tensors by default, --include/--exclude, --layer-bits,
+ *            the first and last weight layers kept at 8 bits below 8 bits);
+ *            every rule must match something and every selected tensor must
+ *            have a channel axis, or the run fails before anything is written;
+ *   declare  every output tensor (codes, scales, zero points, or the tensor
+ *            itself) and the "npuc" description, so the writer can lay out the
+ *            file before the first payload;
+ *   stream   one tensor at a time: load (zero-copy from the mmap when the
+ *            source is aligned F32), quantize, write, release.  Scratch buffers
+ *            grow to the largest tensor and are reused, so peak anonymous
+ *            memory is about twice the largest tensor, whatever the model size.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifact/artifact_meta.h"
+#include "kernels/npuc_kernels.h"
+#include "npuc_internal.h"
+#include "passes/pass_util.h"
+
+npuc_quantize_opts npuc_quantize_opts_defaults(void) {
+    npuc_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.params = npuc_quant_params_defaults();
+    o.write = npuc_write_opts_defaults();
+    return o;
+}
+
+void npuc_quantize_summary_free(npuc_quantize_summary *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->ntensors; i++) free((char *)s->tensors[i].name);
+    free(s->tensors);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct qplan {
+    int quantize;
+    npuc_quant_params p;
+    npuc_quant_shape qs;
+    int packed;
+} qplan;
+
+static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
+                             npuc_quant_tensor_report *rep) {
+    const char *path = npuc_model_path(m);
+    npuc_rules inc, exc, lb;
+    npuc_status st;
+    memset(&inc, 0, sizeof inc);
+    memset(&exc, 0, sizeof exc);
+    memset(&lb, 0, sizeof lb);
+    if ((st = npuc__rules_compile(ctx, &inc, o->include, o->ninclude, 0, "--include")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &lb, o->layer_bits, o->nlayer_bits, 1, "--layer-bits")) != NPUC_OK)
+        goto done;
+    for (size_t r = 0; r < lb.n; r++) {
+        char *end;
+        long b = strtol(lb.value[r], &end, 10);
+        if (*end || b < 2 || b > 8) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-bits '%s': bit width must be 2..8", o->layer_bits[r]);
+            goto done;
+        }
+    }
+    size_t n = npuc_model_count(m);
+    int *explicit_bits = calloc(n ? n : 1, sizeof *explicit_bits);
+    if (!explicit_bits) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        qplan *q = &plan[i];
+        q->p = o->params;
+        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2;
+        int ex = npuc__rules_match(&exc, t->name) >= 0;
+        int r = npuc__rules_match(&lb, t->name);
+        if (r >= 0) {
+            q->p.bits = atoi(lb.value[r]);
+            explicit_bits[i] = 1;
+        }
+        if (!in || ex) continue;
+        if (!npuc_dtype_is_float(t->dtype)) {
+            snprintf(rep[i].note, sizeof rep[i].note, "not a float tensor");
+            continue;
+        }
+        if (t->numel == 0) {
+            snprintf(rep[i].note, sizeof rep[i].note, "empty");
+            continue;
+        }
+        if (q->p.gran != NPUC_GRAN_TENSOR && q->p.axis < 0 && t->layout == NPUC_LAYOUT_NONE) {
+            q->p.gran = NPUC_GRAN_TENSOR;
+            snprintf(rep[i].note, sizeof rep[i].note, "no channel axis: per tensor");
+        }
+        q->quantize = 1;
+    }
+    /* Below 8 bits the first and last weight layers stay at 8 bits. */
+    if (!o->quantize_all) {
+        size_t first = n, last = n;
+        for (size_t i = 0; i < n; i++)
+            if (plan[i].quantize) { if (first == n) first = i; last = i; }
+        size_t ends[2] = {first, last};
+        for (int e = 0; e < 2; e++) {
+            size_t i = ends[e];
+            if (i == n || explicit_bits[i] || plan[i].p.bits >= 8) continue;
+            plan[i].p.bits = 8;
+            snprintf(rep[i].note, sizeof rep[i].note, "%s weight layer kept at 8 bits",
+                     first == last ? "only" : e == 0 ? "first" : "last");
+        }
+    }
+    free(explicit_bits);
+    if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &lb, "--layer-bits", path)) != NPUC_OK)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        if (!plan[i].quantize) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        if ((st = npuc_quant_shape_of(ctx, t, &plan[i].p, &plan[i].qs)) != NPUC_OK) {
+            /* Prefix the file name to the tensor-level message. */
+            char msg[NPUC_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
+            st = npuc_fail(ctx, st, "%s: %s", path, msg);
+            goto done;
+        }
+        plan[i].packed = plan[i].p.bits < 8;
+    }
+done:
+    npuc__rules_free(&inc);
+    npuc__rules_free(&exc);
+    npuc__rules_free(&lb);
+    return st;
+}
+
+static void scale_shape(const qplan *q, npuc_tensor_info *s) {
+    if (q->p.gran == NPUC_GRAN_TENSOR) s->rank = 0;
+    else if (q->p.gran == NPUC_GRAN_GROUP) {
+        s->rank = 2;
+        s->shape[0] = (int64_t)q->qs.channels;
+        s->shape[1] = (int64_t)q->qs.groups_per_channel;
+    } else {
+        s->rank = 1;
+        s->shape[0] = (int64_t)q->qs.channels;
+    }
+}
+
+/* Declares the outputs of tensor t under plan q and describes them in art. */
+static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t,
+                           const qplan *q, const npuc_quantize_opts *o, char **names) {
+    npuc_status st;
+    if (!q->quantize || o->fake_quant) {
+        if (q->quantize) {
+            json_t *e = npuc__art_add(art, t, "fake_quant");
+            char range[48];
+            npuc_range_format(&q->p.range, range, sizeof range);
+            if (!e || json_object_set_new(e, "bits", json_integer(q->p.bits)) ||
+                json_object_set_new(e, "symmetric", json_boolean(q->p.symmetric)) ||
+                json_object_set_new(e, "range", json_string(range)))
+                return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+        return npuc_writer_declare(w, t);
+    }
+    npuc_tensor_info c = *t;
+    c.layout = NPUC_LAYOUT_NONE;
+    c.dtype = q->p.symmetric && !q->packed ? NPUC_DTYPE_I8 : NPUC_DTYPE_U8;
+    if (q->packed) {
+        c.rank = 1;
+        c.shape[0] = (int64_t)npuc_packed_size(t->numel, q->p.bits);
+    }
+    if ((st = npuc_writer_declare(w, &c)) != NPUC_OK) return st;
+    size_t nl = strlen(t->name);
+    names[0] = malloc(nl + 8);
+    names[1] = malloc(nl + 13);
+    if (!names[0] || !names[1]) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    memcpy(names[0], t->name, nl);
+    memcpy(names[0] + nl, ".scale", 7);
+    memcpy(names[1], t->name, nl);
+    memcpy(names[1] + nl, ".zero_point", 12);
+    npuc_tensor_info s;
+    memset(&s, 0, sizeof s);
+    s.name = names[0];
+    s.dtype = NPUC_DTYPE_F32;
+    s.group = t->group;
+    scale_shape(q, &s);
+    if ((st = npuc_writer_declare(w, &s)) != NPUC_OK) return st;
+    if (!q->p.symmetric) {
+        s.name = names[1];
+        s.dtype = NPUC_DTYPE_U8;
+        if ((st = npuc_writer_declare(w, &s)) != NPUC_OK) return st;
+    }
+    json_t *e = npuc__art_add(art, t, "quant");
+    char range[48];
+    npuc_range_format(&q->p.range, range, sizeof range);
+    const char *gran = q->p.gran == NPUC_GRAN_TENSOR ? "tensor" :
+                       q->p.gran == NPUC_GRAN_GROUP ? "group" : "channel";
+    json_t *view = json_pack("[III]", (json_int_t)q->qs.outer, (json_int_t)q->qs.channels,
+                             (json_int_t)q->qs.inner);
+    if (!e || !view ||
+        json_object_set_new(e, "bits", json_integer(q->p.bits)) ||
+        json_object_set_new(e, "symmetric", json_boolean(q->p.symmetric)) ||
+        json_object_set_new(e, "granularity", json_string(gran)) ||
+        json_object_set_new(e, "axis", json_integer(q->qs.axis)) ||
+        json_object_set_new(e, "group_size", json_integer(q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0)) ||
+        json_object_set_new(e, "view", view) ||
+        json_object_set_new(e, "range", json_string(range)) ||
+        json_object_set_new(e, "packed", json_boolean(q->packed)) ||
+        json_object_set_new(e, "codes", json_string(t->name)) ||
+        json_object_set_new(e, "codes_dtype", json_string(npuc_dtype_name(c.dtype))) ||
+        json_object_set_new(e, "scale", json_string(names[0])) ||
+        json_object_set_new(e, "zero_point", q->p.symmetric ? json_null() : json_string(names[1])))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    return NPUC_OK;
+}
+
+/* Float32 view of tensor i: the mapped bytes themselves when they are
+ * aligned F32, else a converted copy in scratch. */
+static npuc_status load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr,
+                            const float **out) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    const void *p;
+    npuc_status st = npuc_model_data(ctx, m, i, &p);
+    if (st != NPUC_OK) return st;
+    if (t->dtype == NPUC_DTYPE_F32 && ((uintptr_t)p & 3) == 0) {
+        *out = p;
+        return NPUC_OK;
+    }
+    float *f = npuc__scratch(scr, t->numel * sizeof(float));
+    if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
+    *out = f;
+    return NPUC_OK;
+}
+
+npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+                                const npuc_quantize_opts *o, npuc_quantize_summary *sum) {
+    const char *path = npuc_model_path(m);
+    const size_t n = npuc_model_count(m);
+    npuc_status st = NPUC_OK;
+    npuc_writer *w = NULL;
+    json_t *art = NULL, *prev = NULL;
+    char *artjson = NULL;
+    char **names = NULL;
+    npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0};
+    float *scales = NULL;
+    int32_t *zps = NULL;
+    qplan *plan = calloc(n ? n : 1, sizeof *plan);
+    memset(sum, 0, sizeof *sum);
+    sum->tensors = calloc(n ? n : 1, sizeof *sum->tensors);
+    names = calloc(2 * (n ? n : 1), sizeof *names);
+    if (!plan || !sum->tensors || !names) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    sum->ntensors = n;
+
+    if ((st = npuc__art_load(ctx, m, &prev)) != NPUC_OK) goto fail;
+    if (prev) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(prev, "tensors"), k, v) {
+            json_t *enc = json_object_get(v, "encoding");
+            if (!json_is_string(enc) || strcmp(json_string_value(enc), "fake_quant") != 0) {
+                st = npuc_fail(ctx, NPUC_ERR_ARG,
+                               "%s: already an npuc artifact (tensor '%s' is encoded); decompress it first",
+                               path, k);
+                goto fail;
+            }
+        }
+    }
+    if ((st = make_plan(ctx, m, o, plan, sum->tensors)) != NPUC_OK) goto fail;
+
+    /* Reports and totals that do not depend on the data. */
+    uint64_t max_scales = 1;
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        npuc_quant_tensor_report *r = &sum->tensors[i];
+        r->name = npuc__strdup(t->name);
+        if (!r->name) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        r->dtype = t->dtype;
+        r->rank = t->rank;
+        memcpy(r->shape, t->shape, sizeof r->shape);
+        r->bytes_before = t->nbytes;
+        r->bytes_after = t->nbytes;
+        r->axis = -1;
+        snprintf(r->scheme, sizeof r->scheme, "-");
+        sum->params_total += t->numel;
+        if (!plan[i].quantize) continue;
+        const qplan *q = &plan[i];
+        r->quantized = 1;
+        r->bits = q->p.bits;
+        r->symmetric = q->p.symmetric;
+        r->gran = q->p.gran;
+        r->group_size = q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0;
+        r->axis = q->qs.axis;
+        npuc_quant_scheme_name(&q->p, r->scheme, sizeof r->scheme);
+        if (!o->fake_quant) {
+            uint64_t code_bytes = q->packed ? npuc_packed_size(t->numel, q->p.bits) : t->numel;
+            r->bytes_after = code_bytes + q->qs.nscales * 4 + (q->p.symmetric ? 0 : q->qs.nscales);
+        }
+        if (q->qs.nscales > max_scales) max_scales = q->qs.nscales;
+        sum->params_quantized += t->numel;
+        sum->nquantized++;
+    }
+
+    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
+    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
+        const char *k, *v;
+        npuc_model_meta_at(m, i, &k, &v);
+        if (strcmp(k, NPUC_ART_KEY) == 0 || strcmp(k, "npuc.layout") == 0) continue;
+        if ((st = npuc_writer_meta(w, k, v)) != NPUC_OK) goto fail;
+    }
+    art = npuc__art_new();
+    if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    for (size_t i = 0; i < n; i++)
+        if ((st = declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
+            goto fail;
+    if (json_object_size(json_object_get(art, "tensors"))) {
+        artjson = npuc__art_dumps(art);
+        if (!artjson || (st = npuc_writer_meta(w, NPUC_ART_KEY, artjson)) != NPUC_OK) {
+            if (!artjson) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
+
+    scales = malloc(sizeof(float) * (size_t)max_scales);
+    zps = malloc(sizeof(int32_t) * (size_t)max_scales);
+    if (!scales || !zps) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    double sw2 = 0, se2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        npuc_quant_tensor_report *r = &sum->tensors[i];
+        const qplan *q = &plan[i];
+        if (!q->quantize) {
+            const void *p;
+            if ((st = npuc_model_data(ctx, m, i, &p)) != NPUC_OK) goto fail;
+            st = npuc_writer_write(w, p, t->nbytes);
+            npuc_model_release(m, i);
+            if (st != NPUC_OK) goto fail;
+            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            continue;
+        }
+        const float *x = NULL;
+        if ((st = load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
+        uint8_t *codes = npuc__scratch(&s_codes, t->numel);
+        float *deq = o->fake_quant ? npuc__scratch(&s_deq, t->numel * sizeof(float)) : NULL;
+        if (!codes || (o->fake_quant && !deq)) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
+            goto fail;
+        }
+        st = npuc_quantize_tensor(ctx, t, x, &q->p, codes, scales, zps, deq, &r->err);
+        if (st != NPUC_OK) {
+            char msg[NPUC_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
+            st = npuc_fail(ctx, st, "%s: %s", path, msg);
+            goto fail;
+        }
+        sw2 += r->err.sum_w2;
+        se2 += r->err.sum_e2;
+        if (o->fake_quant) {
+            const void *outp = deq;
+            if (t->dtype != NPUC_DTYPE_F32) {
+                void *cast = npuc__scratch(&s_cast, t->nbytes);
+                if (!cast) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+                npuc_convert(cast, t->dtype, deq, NPUC_DTYPE_F32, (size_t)t->numel);
+                outp = cast;
+            }
+            st = npuc_writer_write(w, outp, t->nbytes);
+        } else if (q->packed) {
+            uint64_t pb = npuc_packed_size(t->numel, q->p.bits);
+            uint8_t *pk = npuc__scratch(&s_pack, pb);
+            if (!pk) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+            npuc_pack_bits(codes, (size_t)t->numel, q->p.bits, pk);
+            st = npuc_writer_write(w, pk, pb);
+        } else {
+            st = npuc_writer_write(w, codes, t->numel);
+        }
+        npuc_model_release(m, i);
+        if (st != NPUC_OK) goto fail;
+        if (!o->fake_quant) {
+            if ((st = npuc_writer_write(w, scales, q->qs.nscales * sizeof(float))) != NPUC_OK) goto fail;
+            if (!q->p.symmetric) {
+                uint8_t *z8 = npuc__scratch(&s_zp, q->qs.nscales);
+                if (!z8) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+                for (uint64_t k = 0; k < q->qs.nscales; k++) z8[k] = (uint8_t)zps[k];
+                if ((st = npuc_writer_write(w, z8, q->qs.nscales)) != NPUC_OK) goto fail;
+            }
+        }
+        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+    }
+    for (size_t i = 0; i < n; i++) {
+        sum->bytes_before += sum->tensors[i].bytes_before;
+        sum->bytes_after += sum->tensors[i].bytes_after;
+    }
+    sum->weighted_sqnr_db = se2 == 0 ? INFINITY : sw2 == 0 ? -INFINITY : 10.0 * log10(sw2 / se2);
+    st = npuc_writer_finish(w);
+    w = NULL;
+    if (st != NPUC_OK) goto fail;
+    goto done;
+fail:
+    npuc_writer_abort(w);
+    npuc_quantize_summary_free(sum);
+done:
+    if (names)
+        for (size_t i = 0; i < 2 * n; i++) free(names[i]);
+    free(names);
+    free(plan);
+    free(scales);
+    free(zps);
+    free(artjson);
+    json_decref(art);
+    json_decref(prev);
+    npuc__scratch_free(&s_in);
+    npuc__scratch_free(&s_codes);
+    npuc__scratch_free(&s_pack);
+    npuc__scratch_free(&s_deq);
+    npuc__scratch_free(&s_cast);
+    npuc__scratch_free(&s_zp);
+    return st;
+}

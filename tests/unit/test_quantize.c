@@ -1,0 +1,362 @@
+/*
+ * test_quantize.c - npuc_quantize_tensor and npuc_quantize_model against an
+ * independent scalar computation.
+ *
+ * The reference here is written from docs/quantization.md alone: it walks
+ * every element by its multi-index, finds the element's channel and group by
+ * explicit index arithmetic (not the [outer, C, inner] machinery the library
+ * uses), and quantizes with the documented formulas.  Codes, scales and zero
+ * points must match exactly; error figures within 1e-9 relative.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static npuc_ctx *ctx;
+
+static int setup(void **state) { (void)state; return npuc_ctx_new(&ctx) == NPUC_OK ? 0 : -1; }
+static int teardown(void **state) { (void)state; npuc_ctx_free(ctx); return 0; }
+
+/* Channel axis of a layout, and whether the channel spans two axes (HWIM). */
+static int ref_axis(npuc_layout l, int rank, int *span) {
+    *span = 1;
+    switch (l) {
+    case NPUC_LAYOUT_OI: case NPUC_LAYOUT_OIHW: return 0;
+    case NPUC_LAYOUT_IOHW: return 1;
+    case NPUC_LAYOUT_IO: case NPUC_LAYOUT_HWIO: return rank - 1;
+    case NPUC_LAYOUT_HWIM: *span = 2; return rank - 2;
+    default: return -1;
+    }
+}
+
+typedef struct refq {
+    uint64_t nscales;
+    float *scale;
+    int32_t *zp;
+    uint8_t *codes;
+    float *deq;
+    double sum_e2, sum_w2;
+    uint64_t clipped;
+} refq;
+
+/* For element e: its channel index and its position in the channel's
+ * sequence (row-major over the non-channel axes). */
+static void locate(const npuc_tensor_info *t, int ax, int span, uint64_t e, uint64_t *ch, uint64_t *pos) {
+    int64_t idx[NPUC_MAX_RANK];
+    uint64_t r = e;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        idx[d] = (int64_t)(r % (uint64_t)t->shape[d]);
+        r /= (uint64_t)t->shape[d];
+    }
+    uint64_t c = 0, p = 0;
+    for (int d = 0; d < t->rank; d++) {
+        if (d >= ax && d < ax + span) c = c * (uint64_t)t->shape[d] + (uint64_t)idx[d];
+        else p = p * (uint64_t)t->shape[d] + (uint64_t)idx[d];
+    }
+    *ch = c;
+    *pos = p;
+}
+
+static void ref_quantize(const npuc_tensor_info *t, const float *w, const npuc_quant_params *p, refq *o) {
+    int span = 1, ax = p->gran == NPUC_GRAN_TENSOR ? -1 : p->axis >= 0 ? p->axis : ref_axis(t->layout, t->rank, &span);
+    uint64_t C = 1, per = t->numel;
+    if (ax >= 0) {
+        C = 1;
+        for (int d = ax; d < ax + span; d++) C *= (uint64_t)t->shape[d];
+        per = t->numel / (C ? C : 1);
+    }
+    uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : per;
+    uint64_t gpc = p->gran == NPUC_GRAN_GROUP ? (per + G - 1) / G : 1;
+    o->nscales = C * gpc;
+    float *lo = malloc(sizeof(float) * o->nscales), *hi = malloc(sizeof(float) * o->nscales);
+    for (uint64_t i = 0; i < o->nscales; i++) { lo[i] = INFINITY; hi[i] = -INFINITY; }
+    for (uint64_t e = 0; e < t->numel; e++) {
+        uint64_t c = 0, pos = e;
+        if (ax >= 0) locate(t, ax, span, e, &c, &pos);
+        uint64_t g = c * gpc + pos / G;
+        if (w[e] < lo[g]) lo[g] = w[e];
+        if (w[e] > hi[g]) hi[g] = w[e];
+    }
+    o->scale = malloc(sizeof(float) * o->nscales);
+    o->zp = malloc(sizeof(int32_t) * o->nscales);
+    int qmax = p->symmetric ? (1 << (p->bits - 1)) - 1 : (1 << p->bits) - 1;
+    int qmin = p->symmetric ? -qmax : 0;
+    for (uint64_t g = 0; g < o->nscales; g++) {
+        float s;
+        int32_t z = 0;
+        if (p->symmetric) {
+            float amax = fabsf(lo[g]) > fabsf(hi[g]) ? fabsf(lo[g]) : fabsf(hi[g]);
+            s = amax / (float)qmax;
+        } else {
+            double l = lo[g] < 0 ? lo[g] : 0, h = hi[g] > 0 ? hi[g] : 0;
+            s = (float)((h - l) / qmax);
+            if (!(s >= FLT_MIN)) s = FLT_MIN;
+            float zf = nearbyintf((float)(-l) / s);
+            z = zf < 0 ? 0 : zf > (float)qmax ? qmax : (int32_t)zf;
+        }
+        if (!(s >= FLT_MIN)) s = FLT_MIN;
+        o->scale[g] = s;
+        o->zp[g] = z;
+    }
+    o->codes = malloc(t->numel + 1);
+    o->deq = malloc(sizeof(float) * (t->numel + 1));
+    o->sum_e2 = o->sum_w2 = 0;
+    o->clipped = 0;
+    for (uint64_t e = 0; e < t->numel; e++) {
+        uint64_t c = 0, pos = e;
+        if (ax >= 0) locate(t, ax, span, e, &c, &pos);
+        uint64_t g = c * gpc + pos / G;
+        float inv = 1.0f / o->scale[g];
+        float v = w[e] * inv;
+        if (v > 16777216.0f) v = 16777216.0f;
+        if (v < -16777216.0f) v = -16777216.0f;
+        long q = lrintf(v) + o->zp[g];
+        if (q < qmin || q > qmax) o->clipped++;
+        q = q < qmin ? qmin : q > qmax ? qmax : q;
+        o->codes[e] = (uint8_t)(int8_t)q;
+        if (!p->symmetric) o->codes[e] = (uint8_t)q;
+        o->deq[e] = (float)(q - o->zp[g]) * o->scale[g];
+        double err = (double)o->deq[e] - w[e];
+        o->sum_e2 += err * err;
+        o->sum_w2 += (double)w[e] * w[e];
+    }
+    free(lo);
+    free(hi);
+}
+
+static void refq_free(refq *o) { free(o->scale); free(o->zp); free(o->codes); free(o->deq); }
+
+/* Fills w with one of several value patterns, per channel, to hit the edges. */
+static void fill(float *w, uint64_t n, int pattern, uint64_t *rs) {
+    for (uint64_t i = 0; i < n; i++) {
+        switch (pattern) {
+        case 0: w[i] = npuc_test_randn(rs) * 0.05f; break;
+        case 1: w[i] = 0.0f; break;                                    /* all zero */
+        case 2: w[i] = 0.37f; break;                                   /* constant */
+        case 3: w[i] = (i % 7 == 0) ? 1e30f * npuc_test_randf(rs) : npuc_test_randf(rs); break; /* huge range */
+        case 4: w[i] = npuc_test_randf(rs) * 1e-39f; break;            /* subnormals */
+        case 5: w[i] = (float)((int)(i % 11) - 5) * 0.5f; break;       /* exact ties */
+        default: w[i] = -0.25f - npuc_test_randf(rs) * 0.01f; break;   /* all negative */
+        }
+    }
+}
+
+static void check_one(const npuc_tensor_info *t, const float *w, const npuc_quant_params *p, int threads) {
+    npuc_quant_shape qs;
+    assert_int_equal(npuc_quant_shape_of(ctx, t, p, &qs), NPUC_OK);
+    refq r;
+    ref_quantize(t, w, p, &r);
+    assert_int_equal(qs.nscales, r.nscales);
+    uint8_t *codes = malloc(t->numel + 1);
+    float *sc = malloc(sizeof(float) * (qs.nscales + 1));
+    int32_t *zp = malloc(sizeof(int32_t) * (qs.nscales + 1));
+    float *deq = malloc(sizeof(float) * (t->numel + 1));
+    npuc_error_stats es;
+    npuc_ctx_set_threads(ctx, threads);
+    assert_int_equal(npuc_quantize_tensor(ctx, t, w, p, codes, sc, zp, deq, &es), NPUC_OK);
+    for (uint64_t g = 0; g < qs.nscales; g++) {
+        if (sc[g] != r.scale[g] || zp[g] != r.zp[g])
+            fail_msg("%s bits=%d sym=%d gran=%d: group %llu scale %.9g/%.9g zp %d/%d", t->name, p->bits,
+                     p->symmetric, p->gran, (unsigned long long)g, sc[g], r.scale[g], zp[g], r.zp[g]);
+        assert_true(isfinite(sc[g]) && sc[g] > 0);
+    }
+    for (uint64_t e = 0; e < t->numel; e++)
+        if (codes[e] != r.codes[e] || memcmp(&deq[e], &r.deq[e], 4) != 0)
+            fail_msg("%s bits=%d sym=%d gran=%d: element %llu code %d/%d deq %.9g/%.9g", t->name, p->bits,
+                     p->symmetric, p->gran, (unsigned long long)e, codes[e], r.codes[e], deq[e], r.deq[e]);
+    assert_int_equal(es.clipped, r.clipped);
+    assert_close(es.sum_e2, r.sum_e2, 1e-6, 1e-300);
+    assert_close(es.sum_w2, r.sum_w2, 1e-6, 1e-300);
+    /* Dequantizing the codes gives the same floats. */
+    float *back = malloc(sizeof(float) * (t->numel + 1));
+    assert_int_equal(npuc_dequantize_tensor(ctx, t, p, codes, sc, zp, back), NPUC_OK);
+    assert_memory_equal(back, deq, t->numel * sizeof(float));
+    free(back);
+    free(codes); free(sc); free(zp); free(deq);
+    refq_free(&r);
+    npuc_ctx_set_threads(ctx, 0);
+}
+
+/* Every scheme x granularity x bit width x layout x value pattern. */
+static void test_against_reference(void **state) {
+    (void)state;
+    static const struct { const char *name; npuc_layout l; int rank; int64_t shape[4]; } CASES[] = {
+        {"oi", NPUC_LAYOUT_OI, 2, {7, 33}},
+        {"io", NPUC_LAYOUT_IO, 2, {33, 7}},
+        {"oihw", NPUC_LAYOUT_OIHW, 4, {5, 3, 3, 3}},
+        {"iohw", NPUC_LAYOUT_IOHW, 4, {3, 5, 2, 3}},
+        {"hwio", NPUC_LAYOUT_HWIO, 4, {3, 3, 4, 6}},
+        {"hwim", NPUC_LAYOUT_HWIM, 4, {3, 3, 5, 2}},
+        {"single", NPUC_LAYOUT_OI, 2, {1, 1}},
+        {"onerow", NPUC_LAYOUT_IO, 2, {1, 17}},
+    };
+    uint64_t rs = 7;
+    for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
+        npuc_tensor_info t;
+        memset(&t, 0, sizeof t);
+        t.name = CASES[c].name;
+        t.dtype = NPUC_DTYPE_F32;
+        t.rank = CASES[c].rank;
+        t.layout = CASES[c].l;
+        memcpy(t.shape, CASES[c].shape, sizeof CASES[c].shape);
+        t.numel = 1;
+        for (int d = 0; d < t.rank; d++) t.numel *= (uint64_t)t.shape[d];
+        t.nbytes = t.numel * 4;
+        float *w = malloc(sizeof(float) * t.numel);
+        for (int pattern = 0; pattern < 7; pattern++) {
+            fill(w, t.numel, pattern, &rs);
+            for (int bits = 2; bits <= 8; bits++)
+                for (int sym = 0; sym <= 1; sym++)
+                    for (int gran = 0; gran <= 2; gran++) {
+                        npuc_quant_params p = npuc_quant_params_defaults();
+                        p.bits = bits;
+                        p.symmetric = sym;
+                        p.gran = (npuc_granularity)gran;
+                        p.group_size = (uint32_t)(2 + (bits % 4) * 3); /* 2, 5, 8, 11 */
+                        check_one(&t, w, &p, 1 + (bits & 1));
+                    }
+        }
+        free(w);
+    }
+}
+
+/* Mixed channels in one tensor: zero, constant, huge, subnormal, normal. */
+static void test_edge_channels(void **state) {
+    (void)state;
+    npuc_tensor_info t = {.name = "edge", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {5, 9},
+                          .layout = NPUC_LAYOUT_OI, .numel = 45, .nbytes = 180};
+    float w[45];
+    uint64_t rs = 3;
+    for (int i = 0; i < 9; i++) {
+        w[i] = 0;
+        w[9 + i] = -2.5f;
+        w[18 + i] = (i == 4) ? 3e38f : npuc_test_randf(&rs);
+        w[27 + i] = 1e-41f * (float)(i - 4);
+        w[36 + i] = npuc_test_randn(&rs);
+    }
+    for (int bits = 2; bits <= 8; bits++)
+        for (int sym = 0; sym <= 1; sym++) {
+            npuc_quant_params p = npuc_quant_params_defaults();
+            p.bits = bits;
+            p.symmetric = sym;
+            check_one(&t, w, &p, 2);
+        }
+    /* The all-zero channel: zero codes (or the zero point), exact zeros back. */
+    npuc_quant_params p = npuc_quant_params_defaults();
+    uint8_t codes[45];
+    float sc[5], deq[45];
+    int32_t zp[5];
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, deq, NULL), NPUC_OK);
+    for (int i = 0; i < 9; i++) { assert_int_equal(codes[i], 0); assert_true(deq[i] == 0.0f); }
+    /* The constant channel -2.5 is exact: -127 * (2.5/127). */
+    for (int i = 9; i < 18; i++) assert_int_equal((int8_t)codes[i], -127);
+}
+
+/* A hand-worked case: symmetric 8-bit, amax 1.27 -> scale 0.01. */
+static void test_hand_worked(void **state) {
+    (void)state;
+    npuc_tensor_info t = {.name = "h", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {1, 5},
+                          .layout = NPUC_LAYOUT_OI, .numel = 5, .nbytes = 20};
+    float w[5] = {1.27f, -0.635f, 0.005f, 0.015f, 0.0f};
+    npuc_quant_params p = npuc_quant_params_defaults();
+    uint8_t codes[5];
+    float sc[1];
+    int32_t zp[1];
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, NULL, NULL), NPUC_OK);
+    assert_true(sc[0] == 1.27f / 127.0f);
+    float inv = 1.0f / sc[0];
+    assert_int_equal((int8_t)codes[0], 127);
+    assert_int_equal((int8_t)codes[1], (int)nearbyintf(-0.635f * inv)); /* -63.5 region */
+    assert_int_equal((int8_t)codes[2], (int)nearbyintf(0.005f * inv));
+    assert_int_equal((int8_t)codes[4], 0);
+    /* Asymmetric 8-bit over [-1, 3]: scale 4/255, zero point round(255/4) = 64. */
+    float a[4] = {-1.0f, 3.0f, 0.0f, 1.0f};
+    npuc_tensor_info ta = {.name = "a", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {1, 4},
+                           .layout = NPUC_LAYOUT_OI, .numel = 4, .nbytes = 16};
+    p.symmetric = 0;
+    assert_int_equal(npuc_quantize_tensor(ctx, &ta, a, &p, codes, sc, zp, NULL, NULL), NPUC_OK);
+    assert_true(sc[0] == (float)(4.0 / 255.0));
+    assert_int_equal(zp[0], 64);
+    assert_int_equal(codes[0], 0);   /* -1/scale = -63.75 -> -64, +64 = 0 */
+    assert_int_equal(codes[1], 255); /* 191.25 -> 191 + 64 = 255 */
+    assert_int_equal(codes[2], 64);
+}
+
+static void test_bad_values_and_params(void **state) {
+    (void)state;
+    npuc_tensor_info t = {.name = "bad.weight", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {2, 3},
+                          .layout = NPUC_LAYOUT_OI, .numel = 6, .nbytes = 24};
+    float w[6] = {1, NAN, 3, INFINITY, -INFINITY, 0};
+    uint8_t codes[6];
+    float sc[2];
+    int32_t zp[2];
+    npuc_quant_params p = npuc_quant_params_defaults();
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, NULL, NULL), NPUC_ERR_VALUE);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "bad.weight"));
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "3 NaN or Inf"));
+    p.bits = 9;
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, NULL, NULL), NPUC_ERR_ARG);
+    p.bits = 1;
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, NULL, NULL), NPUC_ERR_ARG);
+    p = npuc_quant_params_defaults();
+    p.axis = 2;
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, NULL, NULL), NPUC_ERR_ARG);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "axis 2"));
+    p = npuc_quant_params_defaults();
+    p.gran = NPUC_GRAN_GROUP;
+    p.group_size = 1;
+    assert_int_equal(npuc_quantize_tensor(ctx, &t, w, &p, codes, sc, zp, NULL, NULL), NPUC_ERR_ARG);
+}
+
+/* Bigger tensors: identical codes and bit-identical error sums for 1 and 2
+ * threads, for the run path and the column path. */
+static void test_thread_independence(void **state) {
+    (void)state;
+    uint64_t rs = 11;
+    npuc_tensor_info ts[2] = {
+        {.name = "big_oi", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {300, 700}, .layout = NPUC_LAYOUT_OI},
+        {.name = "big_io", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {700, 300}, .layout = NPUC_LAYOUT_IO},
+    };
+    for (int k = 0; k < 2; k++) {
+        npuc_tensor_info *t = &ts[k];
+        t->numel = 210000;
+        t->nbytes = t->numel * 4;
+        float *w = malloc(sizeof(float) * t->numel);
+        for (uint64_t i = 0; i < t->numel; i++) w[i] = npuc_test_randn(&rs);
+        for (int gran = 0; gran <= 2; gran++) {
+            npuc_quant_params p = npuc_quant_params_defaults();
+            p.gran = (npuc_granularity)gran;
+            p.group_size = 64;
+            p.bits = 4;
+            uint8_t *c1 = malloc(t->numel), *c2 = malloc(t->numel);
+            float s1[64000], s2[64000];
+            int32_t z1[64000], z2[64000];
+            npuc_error_stats e1, e2;
+            npuc_ctx_set_threads(ctx, 1);
+            assert_int_equal(npuc_quantize_tensor(ctx, t, w, &p, c1, s1, z1, NULL, &e1), NPUC_OK);
+            npuc_ctx_set_threads(ctx, 2);
+            assert_int_equal(npuc_quantize_tensor(ctx, t, w, &p, c2, s2, z2, NULL, &e2), NPUC_OK);
+            assert_memory_equal(c1, c2, t->numel);
+            assert_true(e1.sum_e2 == e2.sum_e2 && e1.sum_w2 == e2.sum_w2 && e1.max_abs == e2.max_abs);
+            free(c1); free(c2);
+            check_one(t, w, &p, 2);
+        }
+        free(w);
+    }
+    npuc_ctx_set_threads(ctx, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand_worked),
+        cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_edge_channels),
+        cmocka_unit_test(test_bad_values_and_params),
+        cmocka_unit_test(test_thread_independence),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
