@@ -96,12 +96,18 @@ void npuc_range_format(const npuc_range_opts *o, char *buf, size_t n) {
     case NPUC_RANGE_MSE: snprintf(buf, n, "mse"); return;
     case NPUC_RANGE_ENTROPY: snprintf(buf, n, "entropy"); return;
     case NPUC_RANGE_PERCENTILE: {
-        /* The shortest %g form that reads back as the same double, so
-         * 99.99 prints as "99.99" and parse(format(o)) round-trips. */
-        char num[40];
-        for (int prec = 1; prec <= 17; prec++) {
+        /* The shortest plain decimal that reads back as the same double
+         * (99.99 prints as "99.99", 100 as "100"), so parse(format(o))
+         * round-trips; tiny values fall back to the shortest %g. */
+        char num[64];
+        int found = 0;
+        for (int dec = 0; dec <= 20 && !found; dec++) {
+            snprintf(num, sizeof num, "%.*f", dec, o->percentile);
+            found = strtod(num, NULL) == o->percentile;
+        }
+        for (int prec = 1; prec <= 17 && !found; prec++) {
             snprintf(num, sizeof num, "%.*g", prec, o->percentile);
-            if (strtod(num, NULL) == o->percentile) break;
+            found = strtod(num, NULL) == o->percentile;
         }
         snprintf(buf, n, "percentile=%s", num);
         return;

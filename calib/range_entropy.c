@@ -31,8 +31,9 @@
  * S'_L its P mass (S_L plus the outliers in the last level), M = C[i] the
  * mass of Q and N the group size.  Levels past the last nonzero bin below
  * i - 1 hold nothing and are skipped; x log x and log z come from tables
- * filled on first use.  With bits = 8 that is at most 1921 x 128 level
- * visits, each a few loads and adds.
+ * (x log x up to the largest count a level can hold, at most 4096).  With
+ * bits = 8 that is at most 1921 x 128 level visits, each a few loads and
+ * adds without branches.
  *
  * Groups under ENT_MIN_N values make a meaningless 2048-bin histogram (most
  * bins 0 or 1): they use the MSE method instead.
@@ -48,39 +49,23 @@
 #define ENT_START 128
 #define ENT_MIN_N 512
 #define ENT_EPS 1e-4
-/* x log x is tabulated for counts up to this. */
-#define ENT_XLOGX_MAX 8192
-
-static size_t ent_xlogx_size(size_t n) { return (n < ENT_XLOGX_MAX ? n : ENT_XLOGX_MAX) + 1; }
+/* x log x is tabulated for counts up to this (larger ones call log). */
+#define ENT_XLOGX_MAX 4096
 
 size_t npuc__range_entropy_scratch(size_t n, int bits) {
     size_t mse = npuc__range_mse_scratch(n, bits);
     if (n < ENT_MIN_N) return mse;
-    size_t own = ENT_BINS * sizeof(uint32_t) +             /* h */
-                 (ENT_BINS + 1) * sizeof(double) * 2 +    /* C, H */
-                 (ENT_BINS + 1) * sizeof(int32_t) * 2 +   /* Z, last nonzero */
+    size_t own = ENT_BINS * sizeof(uint32_t) +            /* h */
+                 (ENT_BINS + 1) * sizeof(int64_t) +       /* C */
+                 (ENT_BINS + 1) * sizeof(double) +        /* HS */
+                 (ENT_BINS + 1) * sizeof(int32_t) * 2 +   /* Z, LNZ */
                  (ENT_BINS + 2) * sizeof(double) +        /* log z */
-                 ent_xlogx_size(n) * sizeof(double) +     /* x log x */
+                 (ENT_XLOGX_MAX + 1) * sizeof(double) +   /* x log x */
                  8 * NPUC_RANGE_ALIGN;
     return own > mse ? own : mse;
 }
 
-/* x log x of a count, from the table (NaN = not yet computed) or computed. */
-static inline double xlogx(double *tab, size_t ntab, double v) {
-    if (v < (double)ntab) {
-        size_t k = (size_t)v;
-        double r = tab[k];
-        if (r != r) r = tab[k] = k ? v * log(v) : 0.0;
-        return r;
-    }
-    return v * log(v);
-}
-
-static inline double logz(double *tab, int32_t z) {
-    double r = tab[z];
-    if (r != r) r = tab[z] = log((double)z);
-    return r;
-}
+static inline double xlogx(int64_t v) { return v > 0 ? (double)v * log((double)v) : 0.0; }
 
 void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
                          float *lo, float *hi, void *scratch) {
@@ -97,7 +82,7 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
     unsigned char *p = npuc__range_align(scratch);
     uint32_t *h = (uint32_t *)(void *)p;
     p = npuc__range_align(p + ENT_BINS * sizeof *h);
-    double *C = (double *)(void *)p;
+    int64_t *C = (int64_t *)(void *)p;
     p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *C);
     double *HS = (double *)(void *)p;
     p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *HS);
@@ -105,12 +90,9 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
     p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *Z);
     int32_t *LNZ = (int32_t *)(void *)p; /* LNZ[i] = last nonzero bin below i, or -1 */
     p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *LNZ);
-    double *LZ = (double *)(void *)p;
+    double *LZ = (double *)(void *)p; /* LZ[z] = log z, LZ[0] = 0 */
     p = npuc__range_align(p + (ENT_BINS + 2) * sizeof *LZ);
-    double *XL = (double *)(void *)p;
-    const size_t nxl = ent_xlogx_size(n);
-    memset(LZ, 0xff, (ENT_BINS + 2) * sizeof *LZ); /* all-ones bytes are a NaN */
-    memset(XL, 0xff, nxl * sizeof *XL);
+    double *XL = (double *)(void *)p; /* XL[s] = s log s */
 
     memset(h, 0, ENT_BINS * sizeof *h);
     const float top = (float)(ENT_BINS - 1);
@@ -119,57 +101,74 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
         u = u < top ? u : top;
         h[(int)u]++;
     }
-    C[0] = 0.0;
+    C[0] = 0;
     HS[0] = 0.0;
     Z[0] = 0;
     LNZ[0] = -1;
     for (int j = 0; j < ENT_BINS; j++) {
-        double v = (double)h[j];
-        C[j + 1] = C[j] + v;
-        HS[j + 1] = HS[j] + xlogx(XL, nxl, v);
+        C[j + 1] = C[j] + h[j];
+        HS[j + 1] = HS[j] + xlogx(h[j]);
         Z[j + 1] = Z[j] + (h[j] != 0);
         LNZ[j + 1] = h[j] ? j : LNZ[j];
     }
 
-    const double N = C[ENT_BINS];
-    const double logN = log(N);
     const int32_t nq = (int32_t)1 << (bits - 1);
+    /* The largest level: at most ceil(2048 / nq) bins (+1 nonzero bin for the
+     * folded outliers); tabulate log z that far, and x log x up to the
+     * largest count such a run of bins holds. */
+    const int32_t zmax = (nq < ENT_BINS ? ENT_BINS / nq : 1) + 2;
+    LZ[0] = 0.0;
+    for (int32_t z = 1; z <= zmax && z <= ENT_BINS + 1; z++) LZ[z] = log((double)z);
+    int64_t smax = 0;
+    for (int j = 0; j + zmax <= ENT_BINS + 1; j++) {
+        int64_t w = C[j + zmax - 1] - C[j];
+        smax = w > smax ? w : smax;
+    }
+    const int64_t nxl = smax < ENT_XLOGX_MAX ? smax : ENT_XLOGX_MAX;
+    for (int64_t v = 0; v <= nxl; v++) XL[v] = xlogx(v);
+
+    const int64_t N = C[ENT_BINS];
+    const double logN = log((double)N);
     double best = INFINITY;
     int best_i = ENT_BINS;
     for (int32_t i = ENT_START; i <= ENT_BINS; i++) {
-        const double M = C[i];
-        if (!(M > 0.0)) continue;
-        const double O = N - M;
-        const double last = (double)h[i - 1] + O;
-        const double plogp = HS[i - 1] + xlogx(XL, nxl, last);
+        const int64_t M = C[i];
+        if (M <= 0) continue;
+        const int64_t O = N - M;
+        const double plogp = HS[i - 1] + xlogx((int64_t)h[i - 1] + O);
         /* Levels: nl of them.  With nl = nq (a power of two, below i) level L
-         * starts at bin ceil(L * i / nq); with nl = i every bin is a level. */
+         * covers bins [ceil(L i / nq), ceil((L+1) i / nq)); with nl = i every
+         * bin is a level. */
         const int32_t nl = nq < i ? nq : i;
         const int one = nl == i;
         int shift = 0;
         while (((int32_t)1 << shift) < nl) shift++;
         const int32_t lnz = LNZ[i - 1];
-        /* The last level holding a nonzero bin below i - 1. */
-        const int32_t lend = lnz < 0 ? -1 : (int32_t)(((int64_t)lnz * nl) / i);
+        /* Past the level of the last nonzero bin below i - 1 every level but
+         * the last is empty. */
+        int32_t lend = lnz < 0 ? -1 : (int32_t)(((int64_t)lnz * nl) / i);
+        if (lend > nl - 2) lend = nl - 2;
         double plogq = 0.0;
-        for (int32_t L = 0; L <= lend && L < nl - 1; L++) {
-            int32_t a = one ? L : (int32_t)(((int64_t)L * i + nl - 1) >> shift);
-            int32_t b = one ? L + 1 : (int32_t)(((int64_t)(L + 1) * i + nl - 1) >> shift);
-            double S = C[b] - C[a];
-            if (S > 0.0) plogq += xlogx(XL, nxl, S) - S * logz(LZ, Z[b] - Z[a]);
+        int32_t a = 0;
+        for (int32_t L = 0; L <= lend; L++) {
+            const int32_t b = one ? L + 1 : (int32_t)(((int64_t)(L + 1) * i + nl - 1) >> shift);
+            const int64_t S = C[b] - C[a];
+            const double xs = S <= nxl ? XL[S] : xlogx(S);
+            plogq += xs - (double)S * LZ[Z[b] - Z[a]];
+            a = b;
         }
         {
-            /* The last level [a, i): holds P[i-1] with the outliers. */
-            int32_t a = one ? i - 1 : (int32_t)(((int64_t)(nl - 1) * i + nl - 1) >> shift);
-            double S = C[i] - C[a];
+            /* The last level [a, i) holds P[i-1] with the outliers. */
+            a = one ? i - 1 : (int32_t)(((int64_t)(nl - 1) * i + nl - 1) >> shift);
+            const int64_t S = C[i] - C[a];
             int32_t z = Z[i] - Z[a];
-            if (h[i - 1] == 0 && O > 0.0) z++;
-            if (S > 0.0)
-                plogq += (S + O) * (log(S) - logz(LZ, z));
-            else if (O > 0.0)
-                plogq += O * log(ENT_EPS);
+            if (h[i - 1] == 0 && O > 0) z++;
+            if (S > 0)
+                plogq += (double)(S + O) * (log((double)S) - LZ[z]);
+            else if (O > 0)
+                plogq += (double)O * log(ENT_EPS);
         }
-        const double kl = (plogp - plogq) / N + log(M) - logN;
+        const double kl = (plogp - plogq) / (double)N + log((double)M) - logN;
         if (kl < best) {
             best = kl;
             best_i = i;

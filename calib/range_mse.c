@@ -62,7 +62,7 @@
 #include "range_internal.h"
 
 /* Exact evaluation when n <= max(MSE_EXACT_MIN, MSE_EXACT_PER_CELL x cell boundaries). */
-#define MSE_EXACT_MIN 64
+#define MSE_EXACT_MIN 512
 #define MSE_EXACT_PER_CELL 8
 /* Histogram bins for the approximate evaluation. */
 #define MSE_BINS_MAX 2048
@@ -75,8 +75,9 @@
 #define MSE_REFINE2 4
 /* Asymmetric: rounds of one-end searches, and their refinements. */
 #define MSE_SIDE_ROUNDS 3
-#define MSE_SIDE_REFINE1 4
-#define MSE_SIDE_REFINE2 3
+#define MSE_SIDE_GAIN 1e-2
+#define MSE_SIDE_REFINE1 3
+#define MSE_SIDE_REFINE2 2
 
 /* Relative margin by which a clipped range must beat minmax (exactly). */
 #define MSE_MARGIN 1e-5
@@ -277,9 +278,12 @@ static int mse_exact_mode(size_t n, int bits, int sym) {
     return n <= MSE_EXACT_MIN || n <= lim;
 }
 
+/* About n / 4 bins (a power of two in [MSE_BINS_MIN, MSE_BINS_MAX]): the
+ * tables cost O(bins) per group, which must stay small next to the O(n)
+ * pass. */
 static int mse_bins(size_t n) {
     int nb = MSE_BINS_MIN;
-    while (nb < MSE_BINS_MAX && (size_t)nb < n / 2) nb *= 2;
+    while (nb < MSE_BINS_MAX && (size_t)nb * 8 <= n) nb *= 2;
     return nb;
 }
 
@@ -511,17 +515,15 @@ static int mse_build(mse_search *m, void *scratch) {
     m->invw = (double)nb / (double)span;
     m->top = m->base + (double)span;
 
-    /* G at the left edges, prefix tables, and sum y^2 estimated as the bins'
-     * sum^2 / count plus a uniform within-bin spread. */
-    double c = 0, s = 0, ce = 0, ce2 = 0, s2 = 0;
+    /* G at the left edges and the prefix tables. */
+    double c = 0, s = 0, ce = 0, ce2 = 0;
     for (int j = 0; j < nb; j++) {
         const double e = m->base + m->w * j;
         node[j].g = e * c - s;
         tail[j] = (mse_tail){c, ce, ce2};
-        const double dc = bin[j].c, ds = bin[j].s;
-        if (dc > 0) s2 += ds * ds / dc;
+        const double dc = bin[j].c;
         c += dc;
-        s += ds;
+        s += bin[j].s;
         ce += dc * e;
         ce2 += dc * e * e;
     }
@@ -531,7 +533,9 @@ static int mse_build(mse_search *m, void *scratch) {
     for (int j = 0; j < nb; j++) node[j].dg = node[j + 1].g - node[j].g;
     m->tot_c = c;
     m->tot_s = s;
-    m->s2 = s2 + c * m->w * m->w / 12.0;
+    /* sum y^2 (for the pruning test only): every value at its bin's centre
+     * plus a uniform spread within the bin, sum c ((e + w/2)^2 + w^2/12). */
+    m->s2 = ce2 + m->w * ce + c * m->w * m->w / 3.0;
     m->node = node;
     m->tail = tail;
     return 1;
@@ -577,7 +581,7 @@ void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo
                         MSE_SIDE_REFINE2);
             line_search(&m, DIR_LO, m.best_al, m.best_ah, m.best_al, m.best_err, 2, MSE_SIDE_REFINE1,
                         MSE_SIDE_REFINE2);
-            if (!(m.best_err < before * (1.0 - 1e-3))) break;
+            if (!(m.best_err < before * (1.0 - MSE_SIDE_GAIN))) break;
         }
     }
 

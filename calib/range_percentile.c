@@ -83,15 +83,15 @@ static float mom_pivot(float *a, size_t n) {
 /* Rearranges a[0..n) so that a[k] holds the k-th smallest value (0-based),
  * a[0..k) <= a[k] <= a[k+1..n). */
 static void select_kth(float *a, size_t n, size_t k) {
-    size_t lo = 0, hi = n;
+    size_t lo = 0, hi = n; /* the k-th lies in [lo, hi) */
     unsigned budget = 8;
     for (size_t m = n; m > 1; m >>= 1) budget += 2;
     while (hi - lo > 16) {
-        size_t m = hi - lo;
+        const size_t m = hi - lo;
+        float *s = a + lo;
         float p;
         if (budget > 0) {
             budget--;
-            float *s = a + lo;
             if (m > 256) {
                 size_t e = m / 8;
                 p = med3(med3(s[0], s[e], s[2 * e]), med3(s[3 * e], s[4 * e], s[5 * e]),
@@ -100,25 +100,28 @@ static void select_kth(float *a, size_t n, size_t k) {
                 p = med3(s[0], s[m / 2], s[m - 1]);
             }
         } else {
-            p = mom_pivot(a + lo, m);
+            p = mom_pivot(s, m);
         }
-        /* Dijkstra's three-way partition: [lo, lt) < p, [lt, gt) == p, [gt, hi) > p. */
-        size_t lt = lo, i = lo, gt = hi;
-        while (i < gt) {
-            float v = a[i];
-            if (v < p)
-                swapf(a, lt++, i++);
-            else if (v > p)
-                swapf(a, i, --gt);
-            else
-                i++;
+        /* Hoare's partition around the value p (which is in s): scans stop
+         * on values equal to p, so runs of equal values split evenly and
+         * cost one pass.  Afterwards s[0..i) <= p, s[j+1..m) >= p and
+         * s[j+1..i) == p. */
+        size_t i = 0, j = m - 1;
+        for (;;) {
+            while (s[i] < p) i++;
+            while (s[j] > p) j--;
+            if (i >= j) break;
+            float t = s[i];
+            s[i] = s[j];
+            s[j] = t;
+            i++;
+            j--;
         }
-        if (k < lt)
-            hi = lt;
-        else if (k >= gt)
-            lo = gt;
+        /* Now s[0..j] <= p <= s[j+1..m) (and i >= j); the part holding k goes on. */
+        if (lo + j + 1 <= k)
+            lo = lo + j + 1;
         else
-            return;
+            hi = lo + j + 1;
     }
     insertion_sort(a + lo, hi - lo);
 }

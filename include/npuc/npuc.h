@@ -9,6 +9,8 @@
  *   model.h   reading and writing weight files
  *   calib.h   range estimation for quantization
  *   quant.h   integer quantization of tensors and models, decompression
+ *   record.h  what a pass did to each tensor: records and summaries
+ *   report.h  writing summaries as text, CSV, JSON (and Markdown, HTML)
  *   metrics.h measuring tensor values (NaN/Inf/subnormal census)
  *
  * Conventions: functions return npuc_status and pass results through
@@ -29,5 +31,7 @@
 #include "metrics.h"
 #include "calib.h"
 #include "quant.h"
+#include "record.h"
+#include "report.h"
 
 #endif

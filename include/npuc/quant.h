@@ -32,6 +32,7 @@
 #include "calib.h"
 #include "metrics.h"
 #include "model.h"
+#include "record.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -90,36 +91,6 @@ npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,
 
 /* ------------------------------------------------------------ whole models */
 
-/* What happened to one tensor of the model. */
-typedef struct npuc_quant_tensor_report {
-    const char *name;           /* owned by the summary */
-    npuc_dtype dtype;           /* source dtype */
-    int rank;
-    int64_t shape[NPUC_MAX_RANK];
-    int quantized;              /* 0: passed through unchanged */
-    int bits;
-    int symmetric;
-    npuc_granularity gran;
-    uint32_t group_size;
-    int axis;
-    char scheme[32];            /* "int8/ch", "int4/g128", "uint8/t", "-" */
-    char note[96];              /* why it was kept, or kept at 8 bits, or "" */
-    uint64_t bytes_before;      /* source bytes */
-    uint64_t bytes_after;       /* codes + scales + zero points (or the same bytes) */
-    npuc_error_stats err;       /* for quantized tensors */
-} npuc_quant_tensor_report;
-
-typedef struct npuc_quantize_summary {
-    npuc_quant_tensor_report *tensors;  /* one per input tensor, in model order */
-    size_t ntensors;
-    uint64_t bytes_before, bytes_after;
-    uint64_t params_total, params_quantized;
-    size_t nquantized;
-    double weighted_sqnr_db;            /* 10 log10(sum w^2 / sum e^2) over quantized tensors */
-} npuc_quantize_summary;
-
-void npuc_quantize_summary_free(npuc_quantize_summary *s);
-
 typedef struct npuc_quantize_opts {
     npuc_quant_params params;
     const char *const *include;    /* regexes: quantize only matching tensors (and rank >= 2) */
@@ -133,7 +104,7 @@ typedef struct npuc_quantize_opts {
     int fake_quant;                /* write dequantized floats in the source dtype */
     npuc_write_opts write;         /* output options (format, overwrite, deflate) */
     /* Called after each tensor is written (from the calling thread). */
-    void (*on_tensor)(void *user, size_t index, size_t count, const npuc_quant_tensor_report *r);
+    void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
     void *user;
 } npuc_quantize_opts;
 
@@ -142,11 +113,13 @@ npuc_quantize_opts npuc_quantize_opts_defaults(void);
 /* Quantizes every selected tensor of m and writes the artifact to out (see
  * docs/artifact.md): codes under the tensor's name, "<name>.scale",
  * "<name>.zero_point" (asymmetric), and a versioned JSON description in the
- * "npuc" metadata entry.  Tensors are streamed one at a time.  On failure
- * nothing is written at out and *sum is empty.  On success the caller frees
- * *sum with npuc_quantize_summary_free. */
+ * "npuc" metadata entry.  Tensors are streamed one at a time.  *sum gets one
+ * record per input tensor (action QUANTIZED or KEPT; scheme like "int8/ch";
+ * extras "bits", "symmetric", "group_size", "axis" for quantized tensors) and
+ * the totals.  On failure nothing is written at out and *sum is empty; on
+ * success the caller frees it with npuc_summary_free. */
 npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
-                                const npuc_quantize_opts *o, npuc_quantize_summary *sum);
+                                const npuc_quantize_opts *o, npuc_summary *sum);
 
 /* Turns any npuc artifact back into dense float tensors with the original
  * names, shapes, dtypes and layouts; tensors npuc did not encode are copied. */

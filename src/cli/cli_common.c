@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -522,4 +523,31 @@ int cli_finish_stdout(int rc) {
         return rc ? rc : CLI_EXIT_FAIL;
     }
     return rc;
+}
+
+char *cli_join_command(int argc, char **argv) {
+    size_t n = 8;
+    for (int i = 0; i < argc; i++) n += 4 * strlen(argv[i]) + 3;
+    char *s = malloc(n), *p = s;
+    if (!s) return NULL;
+    p += sprintf(p, "npuc");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int plain = *a != 0;
+        for (const char *c = a; *c; c++)
+            if (!(isalnum((unsigned char)*c) || strchr("-_./=:,+@%^", *c))) plain = 0;
+        *p++ = ' ';
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = a; *c; c++) {
+            if (*c == '\'') { memcpy(p, "'\\''", 4); p += 4; }
+            else *p++ = *c;
+        }
+        *p++ = '\'';
+        *p = 0;
+    }
+    return s;
 }

@@ -178,6 +178,11 @@ json_t *cli_json_str(const char *s);
  * and drops the reference.  Returns 0, or 1 after printing an error. */
 int cli_json_print(json_t *doc);
 
+/* "npuc <cmd> arg1 arg2 ..." for reports (arguments with spaces or quotes
+ * are single-quoted); malloc'd, NULL when out of memory.  argv[0] is the
+ * command name, as run functions receive it. */
+char *cli_join_command(int argc, char **argv);
+
 /* 1 when progress lines should be drawn: stderr is a terminal and no -q. */
 int cli_progress_enabled(const cli_args *a);
 

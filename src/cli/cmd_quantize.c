@@ -123,54 +123,18 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
 /* ------------------------------------------------------------- printing */
 
 typedef struct printer {
-    const cli_args *a;
     int namew;
-    int text; /* per-tensor lines on stdout */
-    int progress;
+    int text;     /* per-tensor lines on stdout */
+    int progress; /* a progress line on stderr */
 } printer;
 
-static const char *dt_lower(npuc_dtype dt, char *buf) {
-    const char *s = npuc_dtype_name(dt);
-    size_t i = 0;
-    for (; s[i] && i < 15; i++) buf[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
-    buf[i] = 0;
-    return buf;
-}
-
-static void fmt_db(double v, char *buf, size_t n) {
-    if (isinf(v)) snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
-    else if (isnan(v)) snprintf(buf, n, "nan");
-    else snprintf(buf, n, "%.1f", v);
-}
-
-static void tensor_line(FILE *f, const printer *p, size_t i, size_t n,
-                        const npuc_quant_tensor_report *r) {
-    char shape[128], b1[CLI_FMT_MAX], b2[CLI_FMT_MAX], dt[16], db[32], name[256];
-    npuc_tensor_info t;
-    memset(&t, 0, sizeof t);
-    t.rank = r->rank;
-    memcpy(t.shape, r->shape, sizeof t.shape);
-    cli_fmt_shape(&t, shape, sizeof shape);
-    int cut;
-    cli_fmt_oneline(r->name, (size_t)p->namew, name, sizeof name, &cut);
-    int w = (int)snprintf(NULL, 0, "%zu", n);
-    fprintf(f, "[%*zu/%zu] ", w, i + 1, n);
-    size_t pad = cli_width(name);
-    fputs(name, f);
-    for (size_t k = pad; k < (size_t)p->namew; k++) fputc(' ', f);
-    fprintf(f, " %-16s %4s -> %-10s %10s -> %10s", shape, dt_lower(r->dtype, dt), r->scheme,
-            cli_fmt_size(r->bytes_before, b1), cli_fmt_size(r->bytes_after, b2));
-    if (r->quantized) {
-        fmt_db(r->err.sqnr_db, db, sizeof db);
-        fprintf(f, "  sqnr=%s dB", db);
-    }
-    if (r->note[0]) fprintf(f, "  (%s)", r->note);
-    fputc('\n', f);
-}
-
-static void on_tensor(void *user, size_t i, size_t n, const npuc_quant_tensor_report *r) {
+static void on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
     printer *p = user;
-    if (p->text) tensor_line(stdout, p, i, n, r);
+    if (p->text) {
+        char line[1024];
+        npuc_report_line(r, i, n, p->namew, line, sizeof line);
+        printf("%s\n", line);
+    }
     if (p->progress) {
         fprintf(stderr, "\r[%zu/%zu] quantizing...", i + 1, n);
         if (i + 1 == n) fputs("\r\033[K", stderr);
@@ -178,124 +142,25 @@ static void on_tensor(void *user, size_t i, size_t n, const npuc_quant_tensor_re
     }
 }
 
-static void totals_text(FILE *f, const npuc_quantize_summary *s) {
-    char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX], c1[CLI_FMT_MAX], c2[CLI_FMT_MAX], db[32];
-    fmt_db(s->weighted_sqnr_db, db, sizeof db);
-    fprintf(f, "total: %zu tensors, %zu quantized (%s of %s params); %s -> %s (%.2fx incl. scales); "
-               "weighted sqnr=%s dB\n",
-            s->ntensors, s->nquantized, cli_fmt_count(s->params_quantized, c1),
-            cli_fmt_count(s->params_total, c2), cli_fmt_size(s->bytes_before, b1),
-            cli_fmt_size(s->bytes_after, b2),
-            s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : 0.0, db);
-}
-
-static json_t *jnum(double v) {
-    if (isnan(v)) return json_string("nan");
-    if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
-    return json_real(v);
-}
-
-static json_t *summary_json(const npuc_quantize_summary *s, const qargs *q, const char *in,
-                            const char *out) {
+/* Every parameter of the run, for the report header. */
+static char *params_json(const qargs *q) {
     char range[48], scheme[32];
     npuc_range_format(&q->o.params.range, range, sizeof range);
     npuc_quant_scheme_name(&q->o.params, scheme, sizeof scheme);
-    json_t *doc = json_object(), *tens = json_array();
-    json_object_set_new(doc, "schema", json_string("npuc.quantize/1"));
-    json_object_set_new(doc, "npuc_version", json_string(npuc_version()));
-    json_object_set_new(doc, "input", cli_json_str(in));
-    json_object_set_new(doc, "output", cli_json_str(out));
-    json_object_set_new(doc, "params",
-                        json_pack("{s:i, s:b, s:s, s:s, s:i, s:s, s:b, s:b}", "bits", q->o.params.bits,
-                                  "symmetric", q->o.params.symmetric, "scheme", scheme, "granularity",
-                                  q->o.params.gran == NPUC_GRAN_TENSOR ? "tensor" :
-                                  q->o.params.gran == NPUC_GRAN_GROUP ? "group" : "channel",
-                                  "group_size", (int)q->o.params.group_size, "range", range,
-                                  "quantize_all", q->o.quantize_all, "fake_quant", q->o.fake_quant));
-    for (size_t i = 0; i < s->ntensors; i++) {
-        const npuc_quant_tensor_report *r = &s->tensors[i];
-        json_t *t = json_object(), *shape = json_array();
-        for (int k = 0; k < r->rank; k++) json_array_append_new(shape, json_integer(r->shape[k]));
-        json_object_set_new(t, "name", cli_json_str(r->name));
-        json_object_set_new(t, "dtype", json_string(npuc_dtype_name(r->dtype)));
-        json_object_set_new(t, "shape", shape);
-        json_object_set_new(t, "quantized", json_boolean(r->quantized));
-        json_object_set_new(t, "scheme", json_string(r->scheme));
-        json_object_set_new(t, "bits", r->quantized ? json_integer(r->bits) : json_null());
-        json_object_set_new(t, "axis", r->quantized && r->axis >= 0 ? json_integer(r->axis) : json_null());
-        json_object_set_new(t, "note", json_string(r->note));
-        json_object_set_new(t, "bytes_before", json_integer((json_int_t)r->bytes_before));
-        json_object_set_new(t, "bytes_after", json_integer((json_int_t)r->bytes_after));
-        if (r->quantized) {
-            const npuc_error_stats *e = &r->err;
-            json_t *err = json_object();
-            json_object_set_new(err, "mse", jnum(e->mse));
-            json_object_set_new(err, "rmse", jnum(e->rmse));
-            json_object_set_new(err, "max_abs", jnum(e->max_abs));
-            json_object_set_new(err, "sqnr_db", jnum(e->sqnr_db));
-            json_object_set_new(err, "cosine", jnum(e->cosine));
-            json_object_set_new(err, "rel_fro", jnum(e->rel_fro));
-            json_object_set_new(err, "noise_pred", jnum(e->noise_pred));
-            json_object_set_new(err, "clipped", json_integer((json_int_t)e->clipped));
-            json_object_set_new(t, "error", err);
-        } else {
-            json_object_set_new(t, "error", json_null());
-        }
-        json_array_append_new(tens, t);
-    }
-    json_object_set_new(doc, "tensors", tens);
-    json_t *tot = json_object();
-    json_object_set_new(tot, "tensors", json_integer((json_int_t)s->ntensors));
-    json_object_set_new(tot, "quantized", json_integer((json_int_t)s->nquantized));
-    json_object_set_new(tot, "params_total", json_integer((json_int_t)s->params_total));
-    json_object_set_new(tot, "params_quantized", json_integer((json_int_t)s->params_quantized));
-    json_object_set_new(tot, "bytes_before", json_integer((json_int_t)s->bytes_before));
-    json_object_set_new(tot, "bytes_after", json_integer((json_int_t)s->bytes_after));
-    json_object_set_new(tot, "ratio", jnum(s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : 0));
-    json_object_set_new(tot, "weighted_sqnr_db", jnum(s->weighted_sqnr_db));
-    json_object_set_new(doc, "totals", tot);
-    return doc;
-}
-
-static int write_report(const char *path, const npuc_quantize_summary *s, const qargs *q,
-                        const char *in, const char *out, const printer *p) {
-    const char *dot = strrchr(path, '.');
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cli_error("%s: cannot write report: %s", path, strerror(errno));
-        return CLI_EXIT_FAIL;
-    }
-    if (dot && strcmp(dot, ".json") == 0) {
-        json_t *doc = summary_json(s, q, in, out);
-        json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        fputc('\n', f);
-        json_decref(doc);
-    } else if (dot && strcmp(dot, ".csv") == 0) {
-        fputs("name,dtype,quantized,scheme,bytes_before,bytes_after,mse,rmse,max_abs,sqnr_db,cosine,"
-              "rel_fro,noise_pred,clipped,note\n", f);
-        for (size_t i = 0; i < s->ntensors; i++) {
-            const npuc_quant_tensor_report *r = &s->tensors[i];
-            const npuc_error_stats *e = &r->err;
-            fputc('"', f);
-            for (const char *c = r->name; *c; c++) {
-                if (*c == '"') fputc('"', f);
-                fputc(*c, f);
-            }
-            fprintf(f, "\",%s,%d,%s,%llu,%llu,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%llu,\"%s\"\n",
-                    npuc_dtype_name(r->dtype), r->quantized, r->scheme,
-                    (unsigned long long)r->bytes_before, (unsigned long long)r->bytes_after, e->mse,
-                    e->rmse, e->max_abs, e->sqnr_db, e->cosine, e->rel_fro, e->noise_pred,
-                    (unsigned long long)e->clipped, r->note);
-        }
-    } else {
-        for (size_t i = 0; i < s->ntensors; i++) tensor_line(f, p, i, s->ntensors, &s->tensors[i]);
-        totals_text(f, s);
-    }
-    if (fclose(f) != 0) {
-        cli_error("%s: cannot write report: %s", path, strerror(errno));
-        return CLI_EXIT_FAIL;
-    }
-    return CLI_EXIT_OK;
+    json_t *inc = json_array(), *exc = json_array(), *lb = json_array();
+    for (size_t i = 0; i < q->ninc; i++) json_array_append_new(inc, cli_json_str(q->inc[i]));
+    for (size_t i = 0; i < q->nexc; i++) json_array_append_new(exc, cli_json_str(q->exc[i]));
+    for (size_t i = 0; i < q->nlb; i++) json_array_append_new(lb, cli_json_str(q->lb[i]));
+    json_t *p = json_pack("{s:{s:i, s:b, s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b, s:b}}", "quantize",
+                          "bits", q->o.params.bits, "symmetric", q->o.params.symmetric, "scheme", scheme,
+                          "granularity", q->o.params.gran == NPUC_GRAN_TENSOR ? "tensor" :
+                                         q->o.params.gran == NPUC_GRAN_GROUP ? "group" : "channel",
+                          "group_size", (int)q->o.params.group_size, "axis", q->o.params.axis, "range", range,
+                          "include", inc, "exclude", exc, "layer_bits", lb, "quantize_all", q->o.quantize_all,
+                          "fake_quant", q->o.fake_quant);
+    char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(p);
+    return s;
 }
 
 /* <dir>/<stem>.q<bits>.<ext> beside the input. */
@@ -318,8 +183,9 @@ static int run(int argc, char **argv) {
     npuc_ctx *ctx = NULL;
     npuc_model *m = NULL;
     char *out_alloc = NULL;
-    npuc_quantize_summary sum;
+    npuc_summary sum;
     memset(&sum, 0, sizeof sum);
+    char *cmdline = cli_join_command(argc, argv), *pj = NULL;
     int rc = cli_parse(&cli_cmd_quantize, argc, argv,
                        CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON,
                        OPTIONS, on_opt, &q, 1, 1, &a);
@@ -341,7 +207,7 @@ static int run(int argc, char **argv) {
     }
     if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
 
-    printer p = {&a, 8, !a.json, cli_progress_enabled(&a) && a.json};
+    printer p = {8, !a.json, cli_progress_enabled(&a) && a.json};
     for (size_t i = 0; i < npuc_model_count(m); i++) {
         int w = (int)cli_width(npuc_model_tensor(m, i)->name);
         if (w > p.namew) p.namew = w;
@@ -355,15 +221,35 @@ static int run(int argc, char **argv) {
         rc = cli_fail(ctx, st);
         goto done;
     }
+    pj = params_json(&q);
+    npuc_report_info info = npuc_report_info_defaults();
+    const char *inputs[1] = {a.pos[0]};
+    info.command_line = cmdline;
+    info.inputs = inputs;
+    info.ninputs = 1;
+    info.output = out;
+    info.params_json = pj;
+    info.threads = npuc_ctx_threads(ctx);
     if (a.json) {
-        if (cli_json_print(summary_json(&sum, &q, a.pos[0], out)) != 0) { rc = CLI_EXIT_FAIL; goto done; }
+        if ((st = npuc_report_write(ctx, stdout, NPUC_REPORT_JSON, &sum, &info)) != NPUC_OK) {
+            rc = cli_fail(ctx, st);
+            goto done;
+        }
     } else {
-        totals_text(stdout, &sum);
+        char line[1024];
+        npuc_report_totals_line(&sum, line, sizeof line);
+        printf("%s\n", line);
     }
-    if (q.report && (rc = write_report(q.report, &sum, &q, a.pos[0], out, &p)) != CLI_EXIT_OK) goto done;
+    if (q.report) {
+        info.timestamp = 1;
+        st = npuc_report_write_file(ctx, q.report, npuc_report_format_from_path(q.report), &sum, &info);
+        if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
+    }
     rc = CLI_EXIT_OK;
 done:
-    npuc_quantize_summary_free(&sum);
+    npuc_summary_free(&sum);
+    free(cmdline);
+    free(pj);
     npuc_model_close(m);
     npuc_ctx_free(ctx);
     free(out_alloc);

@@ -33,13 +33,6 @@ npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     return o;
 }
 
-void npuc_quantize_summary_free(npuc_quantize_summary *s) {
-    if (!s) return;
-    for (size_t i = 0; i < s->ntensors; i++) free((char *)s->tensors[i].name);
-    free(s->tensors);
-    memset(s, 0, sizeof *s);
-}
-
 typedef struct qplan {
     int quantize;
     npuc_quant_params p;
@@ -48,7 +41,7 @@ typedef struct qplan {
 } qplan;
 
 static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
-                             npuc_quant_tensor_report *rep) {
+                             npuc_tensor_record *rep) {
     const char *path = npuc_model_path(m);
     npuc_rules inc, exc, lb;
     npuc_status st;
@@ -209,7 +202,9 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
         json_object_set_new(e, "codes", json_string(t->name)) ||
         json_object_set_new(e, "codes_dtype", json_string(npuc_dtype_name(c.dtype))) ||
         json_object_set_new(e, "scale", json_string(names[0])) ||
-        json_object_set_new(e, "zero_point", q->p.symmetric ? json_null() : json_string(names[1])))
+        json_object_set_new(e, "zero_point", q->p.symmetric ? json_null() : json_string(names[1])) ||
+        json_object_set_new(e, "parts", q->p.symmetric ? json_pack("[ss]", t->name, names[0])
+                                                       : json_pack("[sss]", t->name, names[0], names[1])))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     return NPUC_OK;
 }
@@ -234,7 +229,7 @@ static npuc_status load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch
 }
 
 npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
-                                const npuc_quantize_opts *o, npuc_quantize_summary *sum) {
+                                const npuc_quantize_opts *o, npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
@@ -246,11 +241,11 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
-    memset(sum, 0, sizeof *sum);
-    sum->tensors = calloc(n ? n : 1, sizeof *sum->tensors);
     names = calloc(2 * (n ? n : 1), sizeof *names);
-    if (!plan || !sum->tensors || !names) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-    sum->ntensors = n;
+    if (npuc_summary_init(sum, "quantize", n) != NPUC_OK || !plan || !names) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
 
     if ((st = npuc__art_load(ctx, m, &prev)) != NPUC_OK) goto fail;
     if (prev) {
@@ -266,39 +261,28 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
             }
         }
     }
-    if ((st = make_plan(ctx, m, o, plan, sum->tensors)) != NPUC_OK) goto fail;
+    if ((st = make_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
 
-    /* Reports and totals that do not depend on the data. */
+    /* Records that do not depend on the data. */
     uint64_t max_scales = 1;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
-        npuc_quant_tensor_report *r = &sum->tensors[i];
-        r->name = npuc__strdup(t->name);
-        if (!r->name) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-        r->dtype = t->dtype;
-        r->rank = t->rank;
-        memcpy(r->shape, t->shape, sizeof r->shape);
-        r->bytes_before = t->nbytes;
-        r->bytes_after = t->nbytes;
-        r->axis = -1;
-        snprintf(r->scheme, sizeof r->scheme, "-");
-        sum->params_total += t->numel;
+        npuc_tensor_record *r = &sum->records[i];
+        if (npuc_record_from_tensor(r, t) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
         if (!plan[i].quantize) continue;
         const qplan *q = &plan[i];
-        r->quantized = 1;
-        r->bits = q->p.bits;
-        r->symmetric = q->p.symmetric;
-        r->gran = q->p.gran;
-        r->group_size = q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0;
-        r->axis = q->qs.axis;
+        r->action = NPUC_ACTION_QUANTIZED;
+        r->has_error = 1;
+        npuc_record_set(r, "bits", q->p.bits);
+        npuc_record_set(r, "symmetric", q->p.symmetric);
+        npuc_record_set(r, "group_size", q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0);
+        npuc_record_set(r, "axis", q->qs.axis);
         npuc_quant_scheme_name(&q->p, r->scheme, sizeof r->scheme);
         if (!o->fake_quant) {
             uint64_t code_bytes = q->packed ? npuc_packed_size(t->numel, q->p.bits) : t->numel;
             r->bytes_after = code_bytes + q->qs.nscales * 4 + (q->p.symmetric ? 0 : q->qs.nscales);
         }
         if (q->qs.nscales > max_scales) max_scales = q->qs.nscales;
-        sum->params_quantized += t->numel;
-        sum->nquantized++;
     }
 
     if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
@@ -324,10 +308,9 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     scales = malloc(sizeof(float) * (size_t)max_scales);
     zps = malloc(sizeof(int32_t) * (size_t)max_scales);
     if (!scales || !zps) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-    double sw2 = 0, se2 = 0;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
-        npuc_quant_tensor_report *r = &sum->tensors[i];
+        npuc_tensor_record *r = &sum->records[i];
         const qplan *q = &plan[i];
         if (!q->quantize) {
             const void *p;
@@ -353,8 +336,6 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
             st = npuc_fail(ctx, st, "%s: %s", path, msg);
             goto fail;
         }
-        sw2 += r->err.sum_w2;
-        se2 += r->err.sum_e2;
         if (o->fake_quant) {
             const void *outp = deq;
             if (t->dtype != NPUC_DTYPE_F32) {
@@ -386,18 +367,14 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
         }
         if (o->on_tensor) o->on_tensor(o->user, i, n, r);
     }
-    for (size_t i = 0; i < n; i++) {
-        sum->bytes_before += sum->tensors[i].bytes_before;
-        sum->bytes_after += sum->tensors[i].bytes_after;
-    }
-    sum->weighted_sqnr_db = se2 == 0 ? INFINITY : sw2 == 0 ? -INFINITY : 10.0 * log10(sw2 / se2);
+    npuc_summary_finish(sum);
     st = npuc_writer_finish(w);
     w = NULL;
     if (st != NPUC_OK) goto fail;
     goto done;
 fail:
     npuc_writer_abort(w);
-    npuc_quantize_summary_free(sum);
+    npuc_summary_free(sum);
 done:
     if (names)
         for (size_t i = 0; i < 2 * n; i++) free(names[i]);

@@ -1,0 +1,115 @@
+/*
+ * npuc/record.h - what a pass did to each tensor, in one shape for every
+ * pass (quantize, prune, sparsify, lowrank, fold-bn, recipes).
+ *
+ * A pass driver fills an npuc_summary: one npuc_tensor_record per input
+ * tensor (plus records for tensors it created), each with the action taken,
+ * a short scheme name, bytes and parameters before/after, the error it cost
+ * (npuc_error_stats, when values changed) and a few pass-specific numbers as
+ * named extras ("bits", "sparsity", "rank", "energy", ...).  Reports, the CLI
+ * tables and the JSON output are all written from this one model, so a new
+ * pass gets every report format for free.
+ *
+ *     npuc_summary s;
+ *     npuc_summary_init(&s, "quantize", n);
+ *     npuc_tensor_record *r = &s.records[i];
+ *     npuc_record_set(r, "bits", 8);
+ *     ...
+ *     npuc_summary_finish(&s);       // totals
+ *     npuc_summary_free(&s);
+ *
+ * Extras are documented by each pass (docs/cli.md lists them); keys are at
+ * most 23 bytes.
+ */
+#ifndef NPUC_RECORD_H
+#define NPUC_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dtype.h"
+#include "metrics.h"
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values are pinned. */
+typedef enum npuc_action {
+    NPUC_ACTION_KEPT = 0,        /* copied unchanged */
+    NPUC_ACTION_QUANTIZED = 1,
+    NPUC_ACTION_PRUNED = 2,      /* values zeroed or channels removed */
+    NPUC_ACTION_SPARSIFIED = 3,  /* N:M structured sparsity */
+    NPUC_ACTION_FACTORED = 4,    /* low-rank factors */
+    NPUC_ACTION_FOLDED = 5,      /* BatchNorm folded into it */
+    NPUC_ACTION_REMOVED = 6,     /* dropped from the output (folded BatchNorm statistics) */
+    NPUC_ACTION_CREATED = 7,     /* new in the output (a bias created by folding) */
+    NPUC_ACTION_COUNT = 8
+} npuc_action;
+
+/* "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created". */
+const char *npuc_action_name(npuc_action a);
+
+#define NPUC_RECORD_EXTRA_MAX 16
+
+typedef struct npuc_record_extra {
+    char key[24];
+    double value;
+} npuc_record_extra;
+
+typedef struct npuc_tensor_record {
+    char *name;                  /* owned by the summary */
+    npuc_dtype dtype;            /* source dtype */
+    int rank;
+    int64_t shape[NPUC_MAX_RANK];
+    npuc_action action;
+    char scheme[32];             /* "int8/ch", "uint4/g128", "2:4", "r=64", "bn", "-" */
+    char note[128];              /* why kept, a fallback taken, a warning; "" if none */
+    uint64_t bytes_before, bytes_after;
+    uint64_t params_before, params_after;
+    int has_error;               /* err is meaningful */
+    npuc_error_stats err;
+    size_t nextra;
+    npuc_record_extra extra[NPUC_RECORD_EXTRA_MAX];
+} npuc_tensor_record;
+
+typedef struct npuc_summary {
+    char pass[24];               /* "quantize", "prune", ... or "run" for recipes */
+    npuc_tensor_record *records;
+    size_t nrecords;
+    /* Totals, filled by npuc_summary_finish(). */
+    uint64_t bytes_before, bytes_after;
+    uint64_t params_before, params_after;
+    size_t count[NPUC_ACTION_COUNT];
+    double weighted_sqnr_db;     /* 10 log10(sum w^2 / sum e^2) over records with errors */
+    /* Warnings for the reviewer (one line each, owned). */
+    char **warnings;
+    size_t nwarnings;
+} npuc_summary;
+
+/* Allocates n zeroed records (action KEPT, scheme "-").  Returns NPUC_ERR_NOMEM. */
+npuc_status npuc_summary_init(npuc_summary *s, const char *pass, size_t n);
+/* Appends one more zeroed record (for created tensors); returns it or NULL. */
+npuc_tensor_record *npuc_summary_append(npuc_summary *s);
+/* Fills a record's name (copied), dtype, shape, bytes and params from t. */
+npuc_status npuc_record_from_tensor(npuc_tensor_record *r, const npuc_tensor_info *t);
+/* Sets (or replaces) a named extra; silently ignores keys beyond the limit. */
+void npuc_record_set(npuc_tensor_record *r, const char *key, double value);
+/* The named extra, or dflt when absent. */
+double npuc_record_get(const npuc_tensor_record *r, const char *key, double dflt);
+/* Adds a warning line (printf-style).  Returns NPUC_ERR_NOMEM on failure. */
+npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Computes the totals from the records. */
+void npuc_summary_finish(npuc_summary *s);
+/* Frees records, names and warnings; the struct is zeroed; NULL is a no-op. */
+void npuc_summary_free(npuc_summary *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,185 @@
+/*
+ * report.c - report formats, the per-tensor line, and writing a report to a
+ * file atomically.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "report/report_internal.h"
+
+int npuc_report_format_parse(const char *name, npuc_report_format *out) {
+    static const struct { const char *n; npuc_report_format f; } NAMES[] = {
+        {"text", NPUC_REPORT_TEXT}, {"txt", NPUC_REPORT_TEXT}, {"csv", NPUC_REPORT_CSV},
+        {"json", NPUC_REPORT_JSON}, {"md", NPUC_REPORT_MD},    {"markdown", NPUC_REPORT_MD},
+        {"html", NPUC_REPORT_HTML},
+    };
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (strcmp(name, NAMES[i].n) == 0) { *out = NAMES[i].f; return 0; }
+    return -1;
+}
+
+npuc_report_format npuc_report_format_from_path(const char *path) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    npuc_report_format f = NPUC_REPORT_TEXT;
+    if (dot && (!slash || dot > slash) && npuc_report_format_parse(dot + 1, &f) == 0) return f;
+    if (dot && strcmp(dot, ".htm") == 0) return NPUC_REPORT_HTML;
+    return NPUC_REPORT_TEXT;
+}
+
+npuc_report_info npuc_report_info_defaults(void) {
+    npuc_report_info i;
+    memset(&i, 0, sizeof i);
+    i.worst_k = 10;
+    i.warn_sqnr_db = 20.0;
+    return i;
+}
+
+void npuc__fmt_size(uint64_t b, char *buf, size_t n) {
+    static const char *const U[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (b < 1024) { snprintf(buf, n, "%llu B", (unsigned long long)b); return; }
+    double v = (double)b / 1024.0;
+    int u = 0;
+    while (v >= 1024.0 && u < 3) { v /= 1024.0; u++; }
+    snprintf(buf, n, "%.2f %s", v, U[u]);
+}
+
+void npuc__fmt_shape(const npuc_tensor_record *r, char *buf, size_t n) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, n - k, "[");
+    for (int d = 0; d < r->rank && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)r->shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+void npuc__fmt_db(double v, char *buf, size_t n) {
+    if (isnan(v)) snprintf(buf, n, "nan");
+    else if (isinf(v)) snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    else snprintf(buf, n, "%.1f", v);
+}
+
+const char *npuc__dtype_lower(npuc_dtype dt, char buf[16]) {
+    const char *s = npuc_dtype_name(dt);
+    size_t i = 0;
+    for (; s[i] && i < 15; i++) buf[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+    buf[i] = 0;
+    return buf;
+}
+
+size_t npuc__fmt_name(const char *s, size_t max_cols, char *buf, size_t n) {
+    size_t cols = 0, k = 0, total = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p & 0xc0) != 0x80) total++;
+    int cut = total > max_cols;
+    size_t limit = cut ? (max_cols > 3 ? max_cols - 3 : 0) : max_cols;
+    for (const unsigned char *p = (const unsigned char *)s; *p && k + 8 < n;) {
+        size_t len = 1;
+        while (p[len] && (p[len] & 0xc0) == 0x80) len++;
+        if (cols >= limit) break;
+        if (*p < 0x20 || *p == 0x7f) buf[k++] = '?';
+        else { memcpy(buf + k, p, len); k += len; }
+        p += len;
+        cols++;
+    }
+    if (cut) { memcpy(buf + k, "...", 3); k += 3; cols += 3; }
+    buf[k] = 0;
+    return cols;
+}
+
+void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew, char *buf,
+                      size_t bufsize) {
+    char name[512], shape[128], b1[32], b2[32], db[32], dt[16];
+    size_t cols = npuc__fmt_name(r->name ? r->name : "", namew > 0 ? (size_t)namew : 48, name, sizeof name);
+    npuc__fmt_shape(r, shape, sizeof shape);
+    npuc__fmt_size(r->bytes_before, b1, sizeof b1);
+    npuc__fmt_size(r->bytes_after, b2, sizeof b2);
+    int w = snprintf(NULL, 0, "%zu", n);
+    size_t k = (size_t)snprintf(buf, bufsize, "[%*zu/%zu] %s%*s %-16s %4s -> %-10s %10s -> %10s", w, i + 1, n,
+                                name, (int)((size_t)namew > cols ? (size_t)namew - cols : 0), "", shape,
+                                npuc__dtype_lower(r->dtype, dt), r->scheme, b1, b2);
+    if (r->has_error && k < bufsize) {
+        npuc__fmt_db(r->err.sqnr_db, db, sizeof db);
+        k += (size_t)snprintf(buf + k, bufsize - k, "  sqnr=%s dB", db);
+    }
+    if (r->note[0] && k < bufsize) snprintf(buf + k, bufsize - k, "  (%s)", r->note);
+}
+
+void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize) {
+    char b1[32], b2[32], db[32];
+    npuc__fmt_size(s->bytes_before, b1, sizeof b1);
+    npuc__fmt_size(s->bytes_after, b2, sizeof b2);
+    size_t k = (size_t)snprintf(buf, bufsize, "total: %zu tensors", s->nrecords);
+    for (int a = 1; a < NPUC_ACTION_COUNT && k < bufsize; a++)
+        if (s->count[a]) k += (size_t)snprintf(buf + k, bufsize - k, ", %zu %s", s->count[a], npuc_action_name((npuc_action)a));
+    if (k < bufsize)
+        k += (size_t)snprintf(buf + k, bufsize - k, "; %s -> %s (%.2fx)", b1, b2,
+                              s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : 0.0);
+    if (!isnan(s->weighted_sqnr_db) && k < bufsize) {
+        npuc__fmt_db(s->weighted_sqnr_db, db, sizeof db);
+        snprintf(buf + k, bufsize - k, "; weighted sqnr=%s dB", db);
+    }
+}
+
+static const npuc_summary *g_sort; /* qsort has no context argument */
+
+static int by_sqnr(const void *a, const void *b) {
+    const npuc_tensor_record *x = &g_sort->records[*(const size_t *)a], *y = &g_sort->records[*(const size_t *)b];
+    double vx = x->has_error ? x->err.sqnr_db : INFINITY, vy = y->has_error ? y->err.sqnr_db : INFINITY;
+    if (isnan(vx)) vx = -INFINITY;
+    if (isnan(vy)) vy = -INFINITY;
+    if (vx != vy) return vx < vy ? -1 : 1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+size_t *npuc__report_order(const npuc_summary *s, int sort) {
+    size_t *o = malloc(sizeof *o * (s->nrecords ? s->nrecords : 1));
+    if (!o) return NULL;
+    for (size_t i = 0; i < s->nrecords; i++) o[i] = i;
+    if (sort) {
+        /* Not thread-safe through g_sort; reports are written from one thread. */
+        g_sort = s;
+        qsort(o, s->nrecords, sizeof *o, by_sqnr);
+        g_sort = NULL;
+    }
+    return o;
+}
+
+npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, const npuc_summary *s,
+                              const npuc_report_info *info) {
+    npuc_report_info d = npuc_report_info_defaults();
+    if (!info) info = &d;
+    npuc_status st;
+    switch (fmt) {
+    case NPUC_REPORT_TEXT: st = npuc__report_text(ctx, f, s, info); break;
+    case NPUC_REPORT_CSV: st = npuc__report_csv(ctx, f, s, info); break;
+    case NPUC_REPORT_JSON: st = npuc__report_json(ctx, f, s, info); break;
+    default:
+        return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "report format %d is not available yet", (int)fmt);
+    }
+    if (st != NPUC_OK) return st;
+    if (fflush(f) != 0 || ferror(f)) return npuc_fail(ctx, NPUC_ERR_IO, "writing the report: %s", strerror(errno));
+    return NPUC_OK;
+}
+
+npuc_status npuc_report_write_file(npuc_ctx *ctx, const char *path, npuc_report_format fmt,
+                                   const npuc_summary *s, const npuc_report_info *info) {
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 5);
+    if (!tmp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp", 5);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        npuc_status st = npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot write the report: %s", path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    npuc_status st = npuc_report_write(ctx, f, fmt, s, info);
+    if (fclose(f) != 0 && st == NPUC_OK) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (st == NPUC_OK && rename(tmp, path) != 0) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (st != NPUC_OK) unlink(tmp);
+    free(tmp);
+    return st;
+}
