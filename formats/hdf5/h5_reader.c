@@ -566,7 +566,7 @@ static npuc_status resolve(walker *w, hid_t start, const char *rel, const char *
         }
         if (li.type != H5L_TYPE_HARD) { st = bad_link(w, shown, li.type); break; }
         if ((st = count_object(w)) != NPUC_OK) break;
-        hid_t next;
+        hid_t next = H5I_INVALID_HID;
         if ((st = open_addr(w, li.u.address, shown, &next)) != NPUC_OK) break;
         H5Oclose(cur);
         cur = next;
@@ -743,7 +743,7 @@ static npuc_status find_keras2(walker *w, hid_t root, hid_t *base, const char **
     H5L_info_t li;
     if (H5Lget_info(root, "model_weights", &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD)
         return NPUC_OK;
-    hid_t g;
+    hid_t g = H5I_INVALID_HID;
     npuc_status st = open_addr(w, li.u.address, "model_weights", &g);
     if (st != NPUC_OK) return st;
     if (H5Iget_type(g) == H5I_GROUP &&

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Quantize throughput and memory, measured side by side in one run.
+
+    bench/bench_quantize.py [--build build] [--gib 1] [--big-gib 2] [--dir /dev/shm]
+
+1. Writes a >= 1 GiB F32 safetensors model (16 x [4096, 4096] Gaussian by
+   default) and a >= 2 GiB one (8 x [8192, 8192]) into --dir (tmpfs by
+   default, so the disk is not what is measured), removed at the end.
+2. memcpy of the same number of bytes (bench_memcpy, 1 and 2 threads): the
+   yardstick, in GB/s of bytes read + written.
+3. `npuc quantize --bits 8 --per-channel` (minmax, symmetric), end to end
+   (process start, open, quantize, write the artifact, fsync, rename), with
+   -j 1 and -j 2: GB/s of input bytes read + artifact bytes written, and the
+   ratio to memcpy with the same thread count.
+4. The same work in NumPy (per-channel amax, scale, rint, clip, int8) and in
+   torch (torch.quantize_per_channel with the same scales), computed in
+   memory on the same tensors (no file writing): npuc is compared end to end
+   against their compute alone.
+5. `--range mse` against minmax, end to end, -j 2.
+6. Peak anonymous memory (RssAnon, polled every 2 ms from /proc; the mmapped
+   input does not count) of `npuc quantize` on the >= 2 GiB model, against
+   its largest tensor.
+Best of 3 runs for every timing.  Prints figures only; never fails.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def write_model(path, n, rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    hdr, off = {}, 0
+    for i in range(n):
+        nb = rows * cols * 4
+        hdr[f"layers.{i}.weight"] = {"dtype": "F32", "shape": [rows, cols], "data_offsets": [off, off + nb]}
+        off += nb
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for i in range(n):
+            (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).tofile(f)
+    return off
+
+
+def best_of(fn, reps=3):
+    best = None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        best = dt if best is None or dt < best else best
+    return best
+
+
+def run_npuc(npuc, args):
+    subprocess.run([npuc] + args, check=True, stdout=subprocess.DEVNULL)
+
+
+def peak_rss_anon(cmd):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    peak = 0
+    status = f"/proc/{p.pid}/status"
+    while p.poll() is None:
+        try:
+            with open(status) as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        peak = max(peak, int(line.split()[1]) * 1024)
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.002)
+    if p.wait() != 0:
+        raise RuntimeError(f"{cmd} failed")
+    return peak
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--big-gib", type=float, default=2.0)
+    ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    a = ap.parse_args()
+    npuc = os.path.join(a.build, "npuc")
+    memcpy = os.path.join(a.build, "bench", "bench_memcpy")
+    d = tempfile.mkdtemp(prefix="npuc-bench-", dir=a.dir)
+    try:
+        print(f"# machine: {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}; files in {d}")
+        n16 = max(1, int(round(a.gib * 16)))
+        model = os.path.join(d, "m1.safetensors")
+        data_bytes = write_model(model, n16, 4096, 4096, 1)
+        out = os.path.join(d, "m1.q8.safetensors")
+        print(f"# model: {n16} x [4096,4096] F32 = {data_bytes / 2**30:.2f} GiB")
+
+        mc = {}
+        res = subprocess.run([memcpy, str(data_bytes >> 20), "2"], check=True, capture_output=True, text=True)
+        for line in res.stdout.split("\n"):
+            if line.startswith("memcpy"):
+                kv = dict(x.split("=") for x in line.split()[1:])
+                mc[int(kv["threads"])] = float(kv["gbps"])
+        for t, g in sorted(mc.items()):
+            print(f"memcpy            threads={t}  {g:7.2f} GB/s (read+write)")
+
+        results = {}
+        for j in (1, 2):
+            dt = best_of(lambda: run_npuc(npuc, ["quantize", "-q", "-f", "-j", str(j), "--bits", "8",
+                                                 "--per-channel", model, "-o", out]))
+            moved = data_bytes + os.path.getsize(out)
+            gbps = moved / dt / 1e9
+            results[j] = dt
+            print(f"npuc quantize     -j {j}        {gbps:7.2f} GB/s  {dt:6.3f} s  ratio to memcpy({j} thr) "
+                  f"{gbps / mc[j]:.2f}")
+
+        # NumPy: the same per-channel symmetric int8 arithmetic, in memory.
+        ws = [np.memmap(model, dtype=np.float32, mode="r", offset=8 + struct.unpack("<Q", open(model, "rb").read(8))[0]
+                        + i * 4096 * 4096 * 4, shape=(4096, 4096)) for i in range(n16)]
+        ws = [np.array(w) for w in ws]  # in RAM: NumPy is not charged for reading the file
+
+        def numpy_q():
+            for w in ws:
+                amax = np.abs(w).max(axis=1)
+                scale = np.maximum(amax / np.float32(127), np.float32(1.1754944e-38))
+                inv = (np.float32(1) / scale).astype(np.float32)
+                np.clip(np.rint(w * inv[:, None]), -127, 127).astype(np.int8)
+        t_np = best_of(numpy_q, 2)
+        print(f"numpy             (1 thread) {(data_bytes + data_bytes / 4) / t_np / 1e9:7.2f} GB/s  {t_np:6.3f} s  "
+              f"npuc -j 2 is {t_np / results[2]:.1f}x faster, -j 1 {t_np / results[1]:.1f}x")
+        try:
+            import torch
+            torch.set_num_threads(2)
+            tw = [torch.from_numpy(w) for w in ws]
+
+            def torch_q():
+                for w in tw:
+                    amax = w.abs().amax(dim=1)
+                    scale = torch.clamp(amax / 127, min=1.1754944e-38).double()
+                    torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.int64), 0, torch.qint8)
+            t_t = best_of(torch_q, 2)
+            print(f"torch {torch.__version__:10s} (2 threads) {(data_bytes + data_bytes / 4) / t_t / 1e9:7.2f} GB/s  "
+                  f"{t_t:6.3f} s  npuc -j 2 is {t_t / results[2]:.1f}x faster")
+        except ImportError:
+            print("torch: not installed")
+        del ws
+
+        t_mse = best_of(lambda: run_npuc(npuc, ["quantize", "-q", "-f", "-j", "2", "--bits", "8", "--range", "mse",
+                                                model, "-o", out]))
+        print(f"npuc --range mse  -j 2        {t_mse:6.3f} s  = {t_mse / results[2]:.2f}x the minmax time")
+        os.unlink(model)
+        os.unlink(out)
+
+        nbig = max(1, int(round(a.big_gib * 4)))
+        big = os.path.join(d, "m2.safetensors")
+        big_bytes = write_model(big, nbig, 8192, 8192, 2)
+        largest = 8192 * 8192 * 4
+        peak = peak_rss_anon([npuc, "quantize", "-q", "-f", "-j", "2", big, "-o", os.path.join(d, "m2.q8.safetensors")])
+        bound = 2 * largest + 64 * 2**20
+        print(f"peak RssAnon      {peak / 2**20:8.1f} MiB on a {big_bytes / 2**30:.2f} GiB model, largest tensor "
+              f"{largest / 2**20:.0f} MiB: {peak / largest:.2f}x the largest tensor (goal <= 2x + 64 MiB = "
+              f"{bound / 2**20:.0f} MiB)")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
