@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks npuc's 8-bit codes against PyTorch, element for element.
 
-    torch_codes.py ORIGINAL.safetensors ARTIFACT.safetensors
+    torch_codes.py ORIGINAL.safetensors ARTIFACT.safetensors [ARTIFACT ...]
 
 For every tensor the artifact's "npuc" entry marks as encoding "quant"
 (8 bits, per channel or per tensor), the original float weights are viewed
@@ -36,9 +36,7 @@ def arrays(path):
     return meta, out
 
 
-def main():
-    orig_path, art_path = sys.argv[1], sys.argv[2]
-    _, orig = arrays(orig_path)
+def check(orig, art_path):
     meta, art = arrays(art_path)
     desc = json.loads(meta["npuc"])
     checked = values = 0
@@ -69,13 +67,19 @@ def main():
             i = tuple(d[0] for d in diff)
             bad.append(f"{name}: {diff[0].size} codes differ, first at {i}: npuc {codes[i]} torch {ref[i]}")
     if bad:
+        print(f"{art_path}:", file=sys.stderr)
         print("\n".join(bad[:10]), file=sys.stderr)
         return 1
     if checked == 0:
-        print("no 8-bit quant tensors found", file=sys.stderr)
+        print(f"{art_path}: no 8-bit quant tensors found", file=sys.stderr)
         return 1
     print(f"{os.path.basename(art_path)}: {checked} tensors, {values} codes equal to torch {torch.__version__}")
     return 0
+
+
+def main():
+    _, orig = arrays(sys.argv[1])
+    return max(check(orig, a) for a in sys.argv[2:])
 
 
 if __name__ == "__main__":
