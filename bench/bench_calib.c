@@ -6,13 +6,14 @@
  * 64 Mi standard-normal floats (fixed seed), cut into channels of 4608
  * values (512 out channels of a 512x3x3 conv) and of 65536; one thread;
  * each method runs over every channel with its scratch allocated once (as
- * pass drivers do), best of 3 repetitions.  Besides the estimator alone,
+ * pass drivers do), best of 3 repetitions, timed in thread CPU time.  Besides the estimator alone,
  * the "+quant" column adds the time to quantize the same channels with the
  * kernels in use (quant_run, codes only), i.e. the per-element work of the
  * quantize command apart from I/O, and the last column is that total over
  * minmax's total.  The program only prints what it measured.
  *
- * Usage: bench_calib [Mi elements]   (default 64)
+ * Usage: bench_calib [Mi elements [method]]   (default 64, all methods;
+ *        minmax always runs, as the baseline)
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,9 +27,11 @@
 
 #define REPS 3
 
+/* CPU time of this thread: on a shared machine other processes' time
+ * slices do not count against the method being timed. */
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -96,6 +99,7 @@ static double best_of(npuc_ctx *ctx, const float *x, size_t nch, size_t len,
 
 int main(int argc, char **argv) {
     size_t mi = argc > 1 ? (size_t)strtoul(argv[1], NULL, 10) : 64;
+    const char *only = argc > 2 ? argv[2] : NULL;
     if (mi == 0) mi = 64;
     size_t n = mi << 20;
     float *x = malloc(n * sizeof *x);
@@ -138,6 +142,7 @@ int main(int argc, char **argv) {
                     ms[m].o.symmetric = sym;
                 }
                 for (int m = 0; m < 4; m++) {
+                    if (m > 0 && only && strncmp(ms[m].name, only, strlen(only)) != 0) continue;
                     size_t scr = npuc_range_scratch_size(len, &ms[m].o);
                     void *scratch = scr ? malloc(scr) : NULL;
                     double t = best_of(ctx, x, nch, len, &ms[m].o, scratch, lo, hi, codes, 0);

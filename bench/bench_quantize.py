@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Quantize throughput and memory, measured side by side in one run.
 
-    bench/bench_quantize.py [--build build] [--gib 1] [--big-gib 2] [--dir /dev/shm]
+    bench/bench_quantize.py [--build build] [--gib 1] [--big-gib 2] [--dir /dev/shm] [--reps 3]
+                            [--overwrite]
 
 1. Writes a >= 1 GiB F32 safetensors model (16 x [4096, 4096] Gaussian by
    default) and a >= 2 GiB one (8 x [8192, 8192]) into --dir (tmpfs by
@@ -20,11 +21,19 @@
 6. Peak anonymous memory (RssAnon, polled every 2 ms from /proc; the mmapped
    input does not count) of `npuc quantize` on the >= 2 GiB model, against
    its largest tensor.
-Best of 3 runs for every timing.  Prints figures only; never fails.
+Best of --reps runs (default 3) for every timing.  Before each timed npuc run
+the previous run's artifact is deleted, untimed: every run writes a new file,
+as a user quantizing a model does, rather than also paying for freeing the
+last run's pages through -f.  Each line ends with the CPU time of the best
+run (user + sys, which a busy machine disturbs less than wall time) and the
+1-minute load average when it was measured.  --overwrite times runs that
+replace the previous artifact with -f instead.  Prints figures only; never
+fails.
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import struct
 import subprocess
@@ -51,9 +60,12 @@ def write_model(path, n, rows, cols, seed):
     return off
 
 
-def best_of(fn, reps=3):
+def best_of(fn, reps=3, before=None):
+    """Best wall time of reps calls of fn; before() runs untimed before each."""
     best = None
     for _ in range(reps):
+        if before:
+            before()
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
@@ -61,8 +73,36 @@ def best_of(fn, reps=3):
     return best
 
 
-def run_npuc(npuc, args):
-    subprocess.run([npuc] + args, check=True, stdout=subprocess.DEVNULL)
+def load():
+    return f"load {os.getloadavg()[0]:.2f}"
+
+
+class NpucRuns:
+    """Best-of-reps timing of npuc runs that write `out`, deleted before each
+    run; also the CPU time (user, sys) of the fastest run."""
+
+    def __init__(self, npuc, reps, overwrite):
+        self.npuc, self.reps, self.overwrite = npuc, reps, overwrite
+
+    def time(self, args, out):
+        best, cpu = None, (0.0, 0.0)
+        if self.overwrite:
+            args = args + ["-f"]
+        for _ in range(self.reps):
+            if os.path.exists(out) and not self.overwrite:
+                os.unlink(out)
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run([self.npuc] + args + ["-o", out], check=True, stdout=subprocess.DEVNULL)
+            dt = time.perf_counter() - t0
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if best is None or dt < best:
+                best, cpu = dt, (r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime)
+        return best, cpu
+
+
+def cpu_str(cpu):
+    return f"cpu {cpu[0]:.3f} user + {cpu[1]:.3f} sys"
 
 
 def peak_rss_anon(cmd):
@@ -89,12 +129,17 @@ def main():
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--big-gib", type=float, default=2.0)
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    ap.add_argument("--reps", type=int, default=3, help="runs per timing (best is reported)")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="time runs that replace the previous artifact with -f (freeing its pages is timed)")
     a = ap.parse_args()
     npuc = os.path.join(a.build, "npuc")
     memcpy = os.path.join(a.build, "bench", "bench_memcpy")
     d = tempfile.mkdtemp(prefix="npuc-bench-", dir=a.dir)
     try:
-        print(f"# machine: {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}; files in {d}")
+        print(f"# machine: {os.cpu_count()} cores; {load()}; files in {d}; best of {a.reps}; "
+              f"{'-f over the previous artifact' if a.overwrite else 'a new artifact each run'}")
+        runs = NpucRuns(npuc, a.reps, a.overwrite)
         n16 = max(1, int(round(a.gib * 16)))
         model = os.path.join(d, "m1.safetensors")
         data_bytes = write_model(model, n16, 4096, 4096, 1)
@@ -108,17 +153,16 @@ def main():
                 kv = dict(x.split("=") for x in line.split()[1:])
                 mc[int(kv["threads"])] = float(kv["gbps"])
         for t, g in sorted(mc.items()):
-            print(f"memcpy            threads={t}  {g:7.2f} GB/s (read+write)")
+            print(f"memcpy            threads={t}  {g:7.2f} GB/s (read+write)  {load()}")
 
         results = {}
         for j in (1, 2):
-            dt = best_of(lambda: run_npuc(npuc, ["quantize", "-q", "-f", "-j", str(j), "--bits", "8",
-                                                 "--per-channel", model, "-o", out]))
+            dt, cpu = runs.time(["quantize", "-q", "-j", str(j), "--bits", "8", "--per-channel", model], out)
             moved = data_bytes + os.path.getsize(out)
             gbps = moved / dt / 1e9
             results[j] = dt
             print(f"npuc quantize     -j {j}        {gbps:7.2f} GB/s  {dt:6.3f} s  ratio to memcpy({j} thr) "
-                  f"{gbps / mc[j]:.2f}")
+                  f"{gbps / mc[j]:.2f}  {cpu_str(cpu)}  {load()}")
 
         # NumPy: the same per-channel symmetric int8 arithmetic, in memory.
         ws = [np.memmap(model, dtype=np.float32, mode="r", offset=8 + struct.unpack("<Q", open(model, "rb").read(8))[0]
@@ -131,9 +175,9 @@ def main():
                 scale = np.maximum(amax / np.float32(127), np.float32(1.1754944e-38))
                 inv = (np.float32(1) / scale).astype(np.float32)
                 np.clip(np.rint(w * inv[:, None]), -127, 127).astype(np.int8)
-        t_np = best_of(numpy_q, 2)
+        t_np = best_of(numpy_q, min(a.reps, 2))
         print(f"numpy             (1 thread) {(data_bytes + data_bytes / 4) / t_np / 1e9:7.2f} GB/s  {t_np:6.3f} s  "
-              f"npuc -j 2 is {t_np / results[2]:.1f}x faster, -j 1 {t_np / results[1]:.1f}x")
+              f"npuc -j 2 is {t_np / results[2]:.1f}x faster, -j 1 {t_np / results[1]:.1f}x  {load()}")
         try:
             import torch
             torch.set_num_threads(2)
@@ -144,16 +188,16 @@ def main():
                     amax = w.abs().amax(dim=1)
                     scale = torch.clamp(amax / 127, min=1.1754944e-38).double()
                     torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.int64), 0, torch.qint8)
-            t_t = best_of(torch_q, 2)
+            t_t = best_of(torch_q, min(a.reps, 2))
             print(f"torch {torch.__version__:10s} (2 threads) {(data_bytes + data_bytes / 4) / t_t / 1e9:7.2f} GB/s  "
-                  f"{t_t:6.3f} s  npuc -j 2 is {t_t / results[2]:.1f}x faster")
+                  f"{t_t:6.3f} s  npuc -j 2 is {t_t / results[2]:.1f}x faster  {load()}")
         except ImportError:
             print("torch: not installed")
         del ws
 
-        t_mse = best_of(lambda: run_npuc(npuc, ["quantize", "-q", "-f", "-j", "2", "--bits", "8", "--range", "mse",
-                                                model, "-o", out]))
-        print(f"npuc --range mse  -j 2        {t_mse:6.3f} s  = {t_mse / results[2]:.2f}x the minmax time")
+        t_mse, cpu = runs.time(["quantize", "-q", "-j", "2", "--bits", "8", "--range", "mse", model], out)
+        print(f"npuc --range mse  -j 2        {t_mse:6.3f} s  = {t_mse / results[2]:.2f}x the minmax time  "
+              f"{cpu_str(cpu)}  {load()}")
         os.unlink(model)
         os.unlink(out)
 
@@ -165,7 +209,7 @@ def main():
         bound = 2 * largest + 64 * 2**20
         print(f"peak RssAnon      {peak / 2**20:8.1f} MiB on a {big_bytes / 2**30:.2f} GiB model, largest tensor "
               f"{largest / 2**20:.0f} MiB: {peak / largest:.2f}x the largest tensor (goal <= 2x + 64 MiB = "
-              f"{bound / 2**20:.0f} MiB)")
+              f"{bound / 2**20:.0f} MiB)  {load()}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -14,8 +14,8 @@
  *   KL(P || Q) with both normalised, over the bins where P > 0.  Q can be
  *       zero there only in the last level, when it holds no values but the
  *       folded outliers; that bin gets q = 1e-4 counts (MXNet smooths with
- *       eps = 1e-4; the matching 1e-4-per-bin removal from the other bins is
- *       left out, it moves KL by ~1e-4 / n).
+ *       eps = 1e-4; its matching removal of 1e-4 x zero bins / nonzero
+ *       bins from every other bin is left out, a change of O(1e-4 x bins / n)).
  * The smallest KL wins (the first, i.e. the smallest threshold, on ties)
  * and the threshold is t = (i + 0.5) * bin width (TensorRT's formula),
  * capped at max|x|.  Symmetric: [-t, t].  Asymmetric: the minmax range
@@ -37,6 +37,12 @@
  *
  * Groups under ENT_MIN_N values make a meaningless 2048-bin histogram (most
  * bins 0 or 1): they use the MSE method instead.
+ *
+ * KL scores the shape of the distribution, not the squared error: a few far
+ * outliers carry almost no probability mass, so they are clipped to the
+ * bulk's tail, which at 8 bits can cost more squared error than minmax (five
+ * values at 50 sigma in 65536 do; tests/unit/test_calib.c works it out).
+ * Use mse when the squared error is what counts.
  */
 #include <float.h>
 #include <math.h>
@@ -52,8 +58,8 @@
 /* x log x is tabulated for counts up to this (larger ones call log). */
 #define ENT_XLOGX_MAX 4096
 
-size_t npuc__range_entropy_scratch(size_t n, int bits) {
-    size_t mse = npuc__range_mse_scratch(n, bits);
+size_t npuc__range_entropy_scratch(size_t n, int bits, int symmetric) {
+    size_t mse = npuc__range_mse_scratch(n, bits, symmetric);
     if (n < ENT_MIN_N) return mse;
     size_t own = ENT_BINS * sizeof(uint32_t) +            /* h */
                  (ENT_BINS + 1) * sizeof(int64_t) +       /* C */

@@ -4,23 +4,25 @@
  * candidate ranges with, the exact error of a range, and each method's
  * scratch needs.  Library-private.
  *
- * The quantizer modelled here is the one in src/kernels/npuc_kernels.h
- * (calib depends on core only, so it is restated rather than called):
+ * The quantizer modelled here is the one of include/npuc/quant.h and
+ * src/kernels/npuc_kernels.h (calib depends on core only, so it is restated
+ * rather than called):
  *   symmetric,  clip c:   scale = c / qmax, qmax = 2^(b-1) - 1, zp = 0
  *   asymmetric, [lo, hi]: lo <= 0 <= hi after widening to include 0,
  *                         scale = (float)(((double)hi - lo) / (2^b - 1)),
  *                         zp = clamp(rint(-lo / scale), 0, 2^b - 1)
  *   q = clamp(rint(x * inv_scale) + zp, qmin, qmax), inv_scale = 1.0f / scale,
  *   deq = (float)(q - zp) * scale
- * all in float.  Because qmin and qmax are integers and rint is monotone,
+ * in float (rint rounds half to even).  Because qmin and qmax are integers
+ * and rint is monotone,
  * clamp(rint(v) + zp, qmin, qmax) - zp == rint(clamp(v, qmin - zp, qmax - zp)),
  * which is how the evaluators below compute it (clamp first, so the rounding
  * argument stays small).
  *
- * Symmetric codes are evaluated on the restricted range [-qmax, qmax].  A
- * quantizer that also uses -2^(b-1) can only give a value below -c a code
- * closer to it, so every error computed here is an upper bound for that
- * convention and "never worse than minmax" holds under both.
+ * Symmetric codes use the restricted range [-qmax, qmax], as quant.h does.
+ * (A quantizer that also used -2^(b-1) could only give a value below -c a
+ * code closer to it, so the errors computed here would bound its errors and
+ * "never worse than minmax" would still hold.)
  */
 #ifndef NPUC_RANGE_INTERNAL_H
 #define NPUC_RANGE_INTERNAL_H
@@ -52,8 +54,10 @@ int npuc__qparams_sym(float c, int bits, npuc__qparams *p);
 int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p);
 
 /* Sum of squared quantization errors of x[0..n) under p, as the quantizer
- * produces them: deq is formed in float exactly as above and (deq - x)^2 is
- * accumulated in double over 8 fixed lanes, so the result is deterministic. */
+ * produces them: deq is formed in float exactly as above, (deq - x)^2 summed
+ * in float over 8 lanes (index mod 8) per block of 256 values and the blocks
+ * in double, so the result is deterministic, identical with and without
+ * SIMD, and within 2.1e-6 relative of the exact sum. */
 double npuc__range_sse(const float *x, size_t n, const npuc__qparams *p);
 
 /* min, max of x[0..n); returns nonzero when some value is NaN or +-Inf. */
@@ -68,12 +72,13 @@ static inline void *npuc__range_align(void *p) {
 /* Scratch bytes each method needs for a group of n values (alignment slack
  * included); SIZE_MAX when that would overflow. */
 size_t npuc__range_percentile_scratch(size_t n);
-size_t npuc__range_mse_scratch(size_t n, int bits);
-size_t npuc__range_entropy_scratch(size_t n, int bits);
+size_t npuc__range_mse_scratch(size_t n, int bits, int symmetric);
+size_t npuc__range_entropy_scratch(size_t n, int bits, int symmetric);
 
-/* The methods.  x holds n > 0 finite values whose extremes are lo0, hi0
- * (already computed); opts are validated; scratch holds the method's
- * scratch size.  They cannot fail. */
+/* The methods.  x holds n > 0 finite values whose minmax range is
+ * [lo0, hi0] (lo0 = -hi0 = -max|x| when symmetric, lo0 < hi0), options are
+ * validated and scratch holds the method's scratch size (NULL when that is
+ * 0).  They cannot fail and return a range inside [lo0, hi0]. */
 void npuc__range_percentile(const float *x, size_t n, double pct, int symmetric, float lo0,
                             float hi0, float *lo, float *hi, void *scratch);
 void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,

@@ -4,59 +4,65 @@
  *
  * Candidates.  Shrink factors t in (0, 1] of the minmax range: symmetric,
  * the clip c = t * max|x|; asymmetric, [t * lo, t * hi] of the range widened
- * to include 0, then each end alone (below).
+ * to include 0 (the joint shrink), then each end alone (below).
  *
  * Search.  A coarse geometric grid t = 2^(-j/3), j = 0..24 (down to 1/256 of
  * the extremes, so the bulk stays reachable when a few outliers lie hundreds
  * of sigmas out) is scanned from t = 1 downwards and stops as soon as a
- * lower bound on the clipping error alone (every value outside the
- * representable interval, measured to its nearest end) reaches the best
- * total error seen: clipping error only grows as t shrinks, so no smaller t
- * can win.  Two linear refinements follow: 6 points between the best grid
- * point's neighbours, then 4 points within one step of the new best, which
- * puts the clip within ~1.3% of the optimum of the search's error estimate.
- * Asymmetric ranges then move each end alone (grid steps from two outwards
- * down to pruning, then the refinements): hi with lo fixed, then lo with hi
- * fixed, so that outliers on one side do not drag the quiet side in with
- * them, as the joint shrink alone would.
+ * lower bound on the clipping error alone reaches the best total error seen:
+ * clipping error only grows as t shrinks, so no smaller t can win.  (The
+ * bound counts the values beyond the representable ends; for asymmetric
+ * ranges those ends are pushed out by half a step, since the rounding of
+ * the zero point moves them by up to that, which keeps the bound monotone.)
+ * Two linear refinements follow: 5 points between the best grid point's
+ * neighbours, then 3 within one step of the new best, which puts the clip
+ * within ~2% of the optimum of the error being minimised (8 and 6 points
+ * in exact mode, where the error of few values is a rugged function of the
+ * clip).  Asymmetric
+ * ranges then descend one coordinate at a time from the joint optimum: hi
+ * with lo fixed, then lo with hi fixed (grid from two steps outwards down to
+ * pruning, refinements of 3 and 2 points), repeated while a round gains more
+ * than 1% (at most 3 rounds), so that outliers on one side do not drag the
+ * quiet end in with them as the joint shrink alone would.
  *
- * Evaluation.  Small groups (n <= 8 x the cell boundaries of the code, at
- * least MSE_EXACT_MIN; 1016 values at int8, 64 at int4 symmetric) evaluate
- * every candidate exactly on the data, which is then cheaper than a
- * histogram.  Larger groups make one pass that builds a histogram of
- * y = |x| (symmetric) or y = x (asymmetric) with up to 2048 bins holding the
- * count and the sum of their values, and evaluate a candidate in O(cells)
- * instead of O(n): with levels v_r = r s for r = r0..r1 and cell boundaries
+ * Evaluation.  Groups of n <= max(512, 8 x the code's cell boundaries)
+ * values (512 at int4, 1016 at int8 symmetric, 2040 at int8 asymmetric)
+ * evaluate every candidate exactly on the data: that is the precise answer
+ * and, for so few values, no slower than a histogram.  Larger groups make
+ * one pass that builds a histogram of y = |x| (symmetric) or y = x
+ * (asymmetric) with n/16 to n/8 bins (at most 2048) holding the count and the
+ * sum of their values, and evaluate a candidate in O(cells) instead of
+ * O(n): with levels v_r = r s, r = r0..r1, and cell boundaries
  * t_r = (r + 1/2) s, summation by parts gives
  *     E = sum y^2 + v_r1^2 N - 2 v_r1 sum y - 2 s sum_{r0 <= r < r1} G(t_r),
- *     G(t) = sum over y < t of (t - y)
- * (the outer cells reach to +-infinity, so the clipped values' error is in
- * there), and G is exact at bin edges (from the per-bin counts and sums)
- * and interpolated linearly in between.  sum y^2 is the same for every
- * candidate; it enters only the pruning test, estimated from the bin
- * moments plus a uniform within-bin spread (N w^2 / 12).
+ *     G(t) = sum over y < t of (t - y),
+ * where the outer cells reach to +-infinity, so the clipping error of every
+ * value beyond the clip is in E exactly; G is exact at bin edges (from the
+ * per-bin counts and sums) and interpolated linearly inside a bin, the only
+ * approximation.  sum y^2 is the same for every candidate: it only enters
+ * the pruning test, estimated as if each value sat at its bin's centre with
+ * a uniform spread around it.
  *
- * Guarantee.  The estimate never decides alone: the winner and minmax are
- * finally evaluated exactly on the data and minmax is returned unless the
- * winner is better by more than MSE_MARGIN relative (the exact sums are
- * formed in float per lane over blocks of 256 values, flushed to double,
- * relative error < 2e-6, so a win by the margin is a win in exact double
- * arithmetic too).  In exact mode minmax (t = 1) is a candidate evaluated
- * with the same function, so the same holds by construction.
+ * Guarantee.  The histogram never decides alone: the winner and minmax are
+ * finally evaluated exactly on the data, and minmax is returned unless the
+ * winner is better by more than MSE_MARGIN (1e-5) relative.  The exact sums
+ * are formed in float per lane over blocks of 256 values and flushed to
+ * double (relative error < 2.1e-6), so a win by the margin is a win in exact
+ * arithmetic too.  In exact mode minmax (t = 1) is the first candidate,
+ * measured by the same function, and the same margin applies.  The result
+ * always lies within [lo, hi] of minmax.
  *
- * Cost (bench/bench_calib.c): one histogram pass (~1.3 ns per value at
- * 1 GHz-equivalent, the scatter cannot be vectorised), ~15 candidates x
- * cells for the search, two exact passes (SSE2, ~0.3 ns per value each).
+ * Cost, per value (bench/bench_calib.c): the histogram pass (a scatter,
+ * ~1.3 cycles, the bulk of it), ~12-15 candidates (symmetric) or ~25-35
+ * (asymmetric) x cells on the histogram, amortised over the group, and two
+ * exact SSE2 passes (~0.3 cycles each) on data already in cache.
  */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(NPUC_CALIB_NO_SIMD)
 #include <emmintrin.h>
-#endif
-#ifdef MSE_DEBUG
-#include <stdio.h>
 #endif
 
 #include "range_internal.h"
@@ -71,11 +77,14 @@
 /* Geometric coarse grid: t = 2^(-j / MSE_STEPS_PER_OCTAVE), j = 0..MSE_COARSE_N-1. */
 #define MSE_STEPS_PER_OCTAVE 3
 #define MSE_COARSE_N 25
-#define MSE_REFINE1 6
-#define MSE_REFINE2 4
+#define MSE_REFINE1 5
+#define MSE_REFINE2 3
+#define MSE_EXACT_REFINE1 8
+#define MSE_EXACT_REFINE2 6
 /* Asymmetric: rounds of one-end searches, and their refinements. */
 #define MSE_SIDE_ROUNDS 3
 #define MSE_SIDE_GAIN 1e-2
+#define MSE_SIDE_UP 1
 #define MSE_SIDE_REFINE1 3
 #define MSE_SIDE_REFINE2 2
 
@@ -137,7 +146,7 @@ static void block_err(const float *x, size_t m, const npuc__qparams *p, float e[
                       const float *bnd, float cl[8], float ch[8]) {
     const float inv = p->inv_scale, sc = p->scale, vmin = p->vmin, vmax = p->vmax;
     size_t i = 0;
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(NPUC_CALIB_NO_SIMD)
     {
         const __m128 vinv = _mm_set1_ps(inv), vsc = _mm_set1_ps(sc), vlo = _mm_set1_ps(vmin),
                      vhi = _mm_set1_ps(vmax), mg = _mm_set1_ps(NPUC_RINT_MAGIC);
@@ -265,7 +274,6 @@ typedef struct mse_search {
     /* best candidate so far */
     double best_err, best_al, best_ah;
     double err_mm; /* the error of minmax (al = ah = 1) */
-    int evals;
 } mse_search;
 
 /* Cell boundaries of the code: 2^(b-1) - 1 for |x| (symmetric), 2^b - 1. */
@@ -278,34 +286,21 @@ static int mse_exact_mode(size_t n, int bits, int sym) {
     return n <= MSE_EXACT_MIN || n <= lim;
 }
 
-/* About n / 4 bins (a power of two in [MSE_BINS_MIN, MSE_BINS_MAX]): the
- * tables cost O(bins) per group, which must stay small next to the O(n)
- * pass. */
+/* The smallest power of two above n / 16 (within [MSE_BINS_MIN,
+ * MSE_BINS_MAX]): the tables cost O(bins) per group, which must stay small
+ * next to the O(n) pass. */
 static int mse_bins(size_t n) {
     int nb = MSE_BINS_MIN;
-    while (nb < MSE_BINS_MAX && (size_t)nb * 8 <= n) nb *= 2;
+    while (nb < MSE_BINS_MAX && (size_t)nb * 16 <= n) nb *= 2;
     return nb;
 }
 
-size_t npuc__range_mse_scratch(size_t n, int bits) {
+size_t npuc__range_mse_scratch(size_t n, int bits, int symmetric) {
     if (bits < NPUC_RANGE_MIN_BITS || bits > NPUC_RANGE_MAX_BITS) return 0;
-    /* The symmetric code has fewer cells, so it switches to the histogram
-     * at smaller n: size for that. */
-    if (mse_exact_mode(n, bits, 1)) return 0;
+    if (mse_exact_mode(n, bits, symmetric != 0)) return 0;
     size_t nb = (size_t)mse_bins(n);
     return nb * sizeof(mse_bin) + (nb + 1) * (sizeof(mse_node) + sizeof(mse_tail)) +
            4 * NPUC_RANGE_ALIGN;
-}
-
-/* G(t) = sum over y < t of (t - y), interpolated between bin edges. */
-static inline double hist_g(const mse_search *m, double t) {
-    double u = (t - m->base) * m->invw;
-    u = u > 0.0 ? u : 0.0;
-    u = u < (double)m->nb ? u : (double)m->nb;
-    int j = (int)u;
-    j = j < m->nb ? j : m->nb - 1;
-    double f = u - (double)j;
-    return m->node[j].g + f * m->node[j].dg;
 }
 
 /* Lower bounds on the clipping error from the whole bins beyond a bound:
@@ -333,21 +328,29 @@ static double hist_clip_lo(const mse_search *m, double a) {
     return v > 0.0 ? v : 0.0;
 }
 
-/* Error of the levels r * s, r = r0..r1, on the histogram (see the top). */
+/* Error of the levels r * s, r = r0..r1, on the histogram (see the top).
+ * Boundaries below the histogram have G = 0, those past its top
+ * G(t) = t N - sum y (summed in closed form); only the ones in between
+ * interpolate, with no branch in the loop. */
 static double hist_err(const mse_search *m, double s, int r0, int r1) {
+    const double flo = ceil(m->base / s - 0.5), fhi = ceil(m->top / s - 0.5);
+    const int ra = flo > (double)r0 ? (flo < (double)r1 ? (int)flo : r1) : r0;
+    const int rb = fhi < (double)r1 ? (fhi > (double)ra ? (int)fhi : ra) : r1;
+    const mse_node *nd = m->node;
+    const int jmax = m->nb - 1;
+    const double du = s * m->invw, u0 = (0.5 * s - m->base) * m->invw;
     double gs = 0.0;
-    int r = r0;
-    for (; r < r1; r++) {
-        double t = ((double)r + 0.5) * s;
-        if (t >= m->top) break;
-        gs += hist_g(m, t);
+    for (int r = ra; r < rb; r++) {
+        const double u = u0 + (double)r * du; /* in [0, nb] up to rounding */
+        int j = (int)u;
+        j = j < jmax ? j : jmax;
+        gs += nd[j].g + (u - (double)j) * nd[j].dg;
     }
-    if (r < r1) {
-        /* Past the last bin G(t) = t N - sum y: the rest in closed form. */
-        double k = (double)(r1 - r);
-        gs += m->tot_c * s * (k * ((double)r + (double)r1) * 0.5) - k * m->tot_s;
+    if (rb < r1) {
+        const double k = (double)(r1 - rb);
+        gs += m->tot_c * s * (k * ((double)rb + (double)r1) * 0.5) - k * m->tot_s;
     }
-    double v = (double)r1 * s;
+    const double v = (double)r1 * s;
     return m->s2 + v * v * m->tot_c - 2.0 * v * m->tot_s - 2.0 * s * gs;
 }
 
@@ -368,7 +371,6 @@ static double mse_eval(mse_search *m, mse_dir d, double al, double ah, double *c
         ok = npuc__qparams_sym((float)(ah * m->amax), m->bits, &p);
     else
         ok = npuc__qparams_asym(lc, hc, m->bits, &p);
-    m->evals++;
     if (!ok) {
         *clip = INFINITY;
         return INFINITY;
@@ -393,10 +395,6 @@ static double mse_eval(mse_search *m, mse_dir d, double al, double ah, double *c
     }
     *clip = d == DIR_HI ? ch : d == DIR_LO ? cl : cl + ch;
     if (al == 1.0 && ah == 1.0) m->err_mm = e;
-#ifdef MSE_DEBUG
-    fprintf(stderr, "  eval al=%.5f ah=%.5f e=%.6g clip=%.6g best=%.6g\n", al, ah, e, *clip,
-            m->best_err);
-#endif
     if (e < m->best_err) {
         m->best_err = e;
         m->best_al = al;
@@ -414,19 +412,21 @@ static double dir_eval(mse_search *m, mse_dir d, double t, double al0, double ah
     return INFINITY;
 }
 
-/* Linear refinement: npts points strictly inside (lo, hi).  Returns the best
- * t (tb unless one beats *eb) and its error in *eb. */
+/* Linear refinement: npts points strictly inside (lo, hi), from the top
+ * down, pruned like the coarse scan.  Returns the best t (tb unless one
+ * beats *eb) and its error in *eb. */
 static double refine(mse_search *m, mse_dir d, double al0, double ah0, double lo, double hi,
                      int npts, double tb, double *eb) {
     double h = (hi - lo) / (npts + 1);
     double clip;
-    for (int k = 1; k <= npts; k++) {
+    for (int k = npts; k >= 1; k--) {
         double t = lo + h * k;
         double e = dir_eval(m, d, t, al0, ah0, &clip);
         if (e < *eb) {
             *eb = e;
             tb = t;
         }
+        if (clip >= m->best_err) break;
     }
     return tb;
 }
@@ -467,8 +467,8 @@ static void line_search(mse_search *m, mse_dir d, double al0, double ah0, double
 }
 
 /* Builds the histogram of y = |x| (symmetric) or y = x (asymmetric) and its
- * tables.  Returns 0 when the extremes are too small to bin (the caller then
- * keeps minmax). */
+ * tables.  Returns 0 when the span cannot be binned in float (too small, or
+ * beyond FLT_MAX); the caller then keeps minmax. */
 static int mse_build(mse_search *m, void *scratch) {
     const int nb = mse_bins(m->n);
     unsigned char *p = npuc__range_align(scratch);
@@ -481,7 +481,7 @@ static int mse_build(mse_search *m, void *scratch) {
     const float lo = m->sym ? 0.0f : m->L;
     const float span = m->sym ? m->amax : m->H - m->L;
     const float invw = (float)nb / span;
-    if (!(span > 0.0f) || !(invw <= FLT_MAX)) return 0;
+    if (!(span > 0.0f && span <= FLT_MAX) || !(invw <= FLT_MAX)) return 0;
     memset(bin, 0, (size_t)nb * sizeof *bin);
 
     /* The scatter is the cost of the whole method: one pass, count and sum
@@ -491,7 +491,7 @@ static int mse_build(mse_search *m, void *scratch) {
     const size_t n = m->n;
     if (m->sym) {
         for (size_t i = 0; i < n; i++) {
-            float a = fabsf(x[i]);
+            const float a = fabsf(x[i]);
             float u = a * invw;
             u = u < top ? u : top;
             mse_bin *b = &bin[(int)u];
@@ -500,7 +500,7 @@ static int mse_build(mse_search *m, void *scratch) {
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            float a = x[i];
+            const float a = x[i];
             float u = (a - lo) * invw;
             u = u < top ? u : top;
             u = u > 0.0f ? u : 0.0f;
@@ -571,16 +571,20 @@ void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo
         return; /* a range too small to quantize: nothing to gain */
     if (!m.exact && !mse_build(&m, scratch)) return;
 
-    line_search(&m, DIR_JOINT, 1.0, 1.0, 1.0, 0.0, 0, MSE_REFINE1, MSE_REFINE2);
+    /* Exact evaluations of a few values give a rugged error curve: look
+     * closer.  An asymmetric joint optimum is only the start of the
+     * coordinate descent: one refinement is enough. */
+    line_search(&m, DIR_JOINT, 1.0, 1.0, 1.0, 0.0, 0, m.exact ? MSE_EXACT_REFINE1 : MSE_REFINE1,
+                !symmetric ? 0 : m.exact ? MSE_EXACT_REFINE2 : MSE_REFINE2);
     if (!symmetric && m.H > 0.0f && m.L < 0.0f) {
         /* Then each end alone from the joint optimum (coordinate descent),
          * again while a round gains more than 0.1%. */
         for (int round = 0; round < MSE_SIDE_ROUNDS; round++) {
             double before = m.best_err;
-            line_search(&m, DIR_HI, m.best_al, m.best_ah, m.best_ah, m.best_err, 2, MSE_SIDE_REFINE1,
-                        MSE_SIDE_REFINE2);
-            line_search(&m, DIR_LO, m.best_al, m.best_ah, m.best_al, m.best_err, 2, MSE_SIDE_REFINE1,
-                        MSE_SIDE_REFINE2);
+            line_search(&m, DIR_HI, m.best_al, m.best_ah, m.best_ah, m.best_err, MSE_SIDE_UP,
+                        MSE_SIDE_REFINE1, MSE_SIDE_REFINE2);
+            line_search(&m, DIR_LO, m.best_al, m.best_ah, m.best_al, m.best_err, MSE_SIDE_UP,
+                        MSE_SIDE_REFINE1, MSE_SIDE_REFINE2);
             if (!(m.best_err < before * (1.0 - MSE_SIDE_GAIN))) break;
         }
     }
@@ -595,10 +599,6 @@ void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo
         l = l < lo0 ? lo0 : l;
         h = h > hi0 ? hi0 : h;
     }
-#ifdef MSE_DEBUG
-    fprintf(stderr, "mse n=%zu bits=%d sym=%d exact=%d evals=%d best=(%g,%g)\n", n, bits, symmetric,
-            m.exact, m.evals, m.best_al, m.best_ah);
-#endif
     if (l == lo0 && h == hi0) return;
     /* Exact mode has both numbers already (same function, same order). */
     double e_best = m.exact ? m.best_err : exact_err(&m, l, h);

@@ -16,11 +16,13 @@
  * smaller before it and everything larger after, and v[k+1] is the minimum
  * of what follows.  The asymmetric upper end is selected inside the part
  * that follows the lower one.  Pivots are deterministic: median of three
- * (Tukey's ninther above 256 elements), with a three-way partition so that
- * runs of equal values (zeros of a pruned layer) cost one pass; after
- * 2 log2(n) rounds that fail to shrink the range enough, the pivot becomes
- * the median of medians of five (Blum, Floyd, Pratt, Rivest, Tarjan), which
- * bounds the whole selection by O(n) whatever the input order.
+ * (Tukey's ninther above 256 elements), with Hoare's partition, whose scans
+ * stop on values equal to the pivot so that runs of equal values (zeros of
+ * a pruned layer) split evenly; after 2 log2(n) + 8 rounds the pivot
+ * becomes the median of medians of five (Blum, Floyd, Pratt, Rivest,
+ * Tarjan), which keeps the whole selection O(n) whatever the input order.
+ * Neither pivot can be the unique maximum of the range, so every round
+ * shrinks it.
  */
 #include <math.h>
 #include <stdint.h>
@@ -102,10 +104,9 @@ static void select_kth(float *a, size_t n, size_t k) {
         } else {
             p = mom_pivot(s, m);
         }
-        /* Hoare's partition around the value p (which is in s): scans stop
-         * on values equal to p, so runs of equal values split evenly and
-         * cost one pass.  Afterwards s[0..i) <= p, s[j+1..m) >= p and
-         * s[j+1..i) == p. */
+        /* Hoare's partition around the value p (which is in s).  After
+         * the first swap each scan has a sentinel on its side, before it p
+         * itself stops both. */
         size_t i = 0, j = m - 1;
         for (;;) {
             while (s[i] < p) i++;
@@ -117,7 +118,8 @@ static void select_kth(float *a, size_t n, size_t k) {
             i++;
             j--;
         }
-        /* Now s[0..j] <= p <= s[j+1..m) (and i >= j); the part holding k goes on. */
+        /* Now s[0..j] <= p <= s[j+1..m) with 0 <= j <= m - 2: continue in
+         * the part that holds k. */
         if (lo + j + 1 <= k)
             lo = lo + j + 1;
         else

@@ -11,7 +11,9 @@
  *   quant.h   integer quantization of tensors and models, decompression
  *   record.h  what a pass did to each tensor: records and summaries
  *   report.h  writing summaries as text, CSV, JSON (and Markdown, HTML)
+ *   compare.h two weight files tensor by tensor, as a summary (npuc report)
  *   metrics.h measuring tensor values (NaN/Inf/subnormal census)
+ *   recipe.h  recipes (a YAML chain of passes) and batch work lists
  *
  * Conventions: functions return npuc_status and pass results through
  * out-parameters; the failing call leaves a message in the npuc_ctx; the
@@ -33,5 +35,10 @@
 #include "quant.h"
 #include "record.h"
 #include "report.h"
+#include "recipe.h"
+#include "compare.h"
+#include "lowrank.h"
+#include "bnfold.h"
+#include "prune.h"
 
 #endif

@@ -102,6 +102,7 @@ typedef struct npuc_quantize_opts {
     int quantize_all;              /* below 8 bits, also quantize the first and last
                                       weight layers at the low width (default: 8 bits) */
     int fake_quant;                /* write dequantized floats in the source dtype */
+    int pattern_n, pattern_m;      /* N:M sparsity before quantizing (prune.h); 0: none */
     npuc_write_opts write;         /* output options (format, overwrite, deflate) */
     /* Called after each tensor is written (from the calling thread). */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);

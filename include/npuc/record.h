@@ -45,10 +45,13 @@ typedef enum npuc_action {
     NPUC_ACTION_FOLDED = 5,      /* BatchNorm folded into it */
     NPUC_ACTION_REMOVED = 6,     /* dropped from the output (folded BatchNorm statistics) */
     NPUC_ACTION_CREATED = 7,     /* new in the output (a bias created by folding) */
-    NPUC_ACTION_COUNT = 8
+    NPUC_ACTION_MODIFIED = 8,    /* values changed by a transform npuc cannot name (npuc report
+                                    comparing two dense files, say a fine-tuned copy) */
+    NPUC_ACTION_COUNT = 9
 } npuc_action;
 
-/* "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created". */
+/* "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created",
+ * "modified". */
 const char *npuc_action_name(npuc_action a);
 
 #define NPUC_RECORD_EXTRA_MAX 16
@@ -57,6 +60,25 @@ typedef struct npuc_record_extra {
     char key[24];
     double value;
 } npuc_record_extra;
+
+/* Where a tensor's error lives, for the report's weight-vs-error charts
+ * (optional; npuc report fills it, see npuc_record_measure_hist).  The
+ * original values' range [w_min, w_max] is cut into NPUC_HIST_BINS equal
+ * bins: w_count[b] originals fall into bin b and e_rms[b] is the RMS error
+ * of those values (0 for an empty bin), so a reviewer sees whether the error
+ * sits in the bulk or in the tails (clipped outliers).  e_count is the
+ * histogram of |error| over [0, e_max].  A value v falls into bin
+ * min(floor((v - lo) / (hi - lo) * NPUC_HIST_BINS), NPUC_HIST_BINS - 1), bin 0
+ * when hi == lo.  Only pairs of finite values are counted. */
+#define NPUC_HIST_BINS 32
+
+typedef struct npuc_tensor_hist {
+    double w_min, w_max;
+    uint64_t w_count[NPUC_HIST_BINS];
+    double e_rms[NPUC_HIST_BINS];
+    double e_max;
+    uint64_t e_count[NPUC_HIST_BINS];
+} npuc_tensor_hist;
 
 typedef struct npuc_tensor_record {
     char *name;                  /* owned by the summary */
@@ -72,6 +94,7 @@ typedef struct npuc_tensor_record {
     npuc_error_stats err;
     size_t nextra;
     npuc_record_extra extra[NPUC_RECORD_EXTRA_MAX];
+    npuc_tensor_hist *hist;      /* optional, owned by the summary; NULL when not measured */
 } npuc_tensor_record;
 
 typedef struct npuc_summary {
@@ -98,6 +121,11 @@ npuc_status npuc_record_from_tensor(npuc_tensor_record *r, const npuc_tensor_inf
 void npuc_record_set(npuc_tensor_record *r, const char *key, double value);
 /* The named extra, or dflt when absent. */
 double npuc_record_get(const npuc_tensor_record *r, const char *key, double dflt);
+/* Measures the histograms of approx against ref (n floats each) into r->hist,
+ * allocating it when NULL; pairs with a non-finite value are skipped.
+ * Returns NPUC_ERR_NOMEM (r->hist unchanged) when the allocation fails. */
+npuc_status npuc_record_measure_hist(npuc_tensor_record *r, const float *ref, const float *approx,
+                                     uint64_t n);
 /* Adds a warning line (printf-style).  Returns NPUC_ERR_NOMEM on failure. */
 npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -106,7 +134,7 @@ npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...)
     ;
 /* Computes the totals from the records. */
 void npuc_summary_finish(npuc_summary *s);
-/* Frees records, names and warnings; the struct is zeroed; NULL is a no-op. */
+/* Frees records, names, histograms and warnings; the struct is zeroed; NULL is a no-op. */
 void npuc_summary_free(npuc_summary *s);
 
 #ifdef __cplusplus

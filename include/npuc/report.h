@@ -2,17 +2,30 @@
  * npuc/report.h - writing what a pass did (an npuc_summary, record.h) for a
  * terminal, a script or a reviewer.
  *
- * One report model, several writers: the aligned text table (and the
- * one-line-per-tensor form passes print while they work), CSV, JSON (schema
- * "npuc.report/1", docs/report.md), Markdown and self-contained HTML.  Every
- * pass's --report FILE and --json go through here, so all passes produce the
- * same document.
+ * One report model, five writers; docs/report.md describes each document:
+ *   TEXT  a header of '#' lines, the aligned table (worst SQNR first with
+ *         sort_by_sqnr), the warnings, the totals last
+ *   CSV   one row per tensor after a header row, numbers unformatted
+ *   JSON  schema "npuc.report/1" (docs/report.md, docs/report.schema.json);
+ *         NaN and infinities as the strings "nan", "inf", "-inf"
+ *   MD    summary table, warnings and the worst-K table, for a pull request
+ *   HTML  one self-contained file (inline CSS and SVG, no network): summary,
+ *         SQNR and bytes per layer, weight-vs-error histograms of the worst K
+ *         layers, a sortable table
+ * Every pass's --report FILE and --json go through here, so all passes
+ * produce the same documents.  Every document also carries warnings derived
+ * from the records (first/last weight layer below 8 bits, a factored tensor
+ * that saves nothing, tensors below warn_sqnr_db) besides the summary's own.
  *
  *     npuc_report_info info = npuc_report_info_defaults();
  *     info.command_line = "npuc quantize --bits 8 in.safetensors -o out.safetensors";
  *     info.inputs = (const char *[]){"in.safetensors"}; info.ninputs = 1;
  *     info.output = "out.safetensors";
  *     npuc_report_write(ctx, stdout, NPUC_REPORT_TEXT, &summary, &info);
+ *
+ * A JSON report can serve as the baseline of a later run
+ * (npuc_report_baseline_check): CI for a model zoo fails when a layer's error
+ * or size grew by more than a given percentage.
  *
  * The writers write to a FILE* the caller owns; they never print elsewhere.
  */
@@ -52,7 +65,8 @@ typedef struct npuc_report_info {
     const char *output;            /* the artifact written, if any */
     const char *params_json;       /* a JSON object: every parameter of every pass */
     int threads;                   /* worker threads used */
-    int timestamp;                 /* 1: record the UTC time of writing */
+    int timestamp;                 /* 1: record the UTC time of writing (SOURCE_DATE_EPOCH,
+                                      when set, stands in for the clock) */
     int sort_by_sqnr;              /* text/md: worst layers first */
     int worst_k;                   /* md/html: size of the worst-layers table (default 10) */
     double warn_sqnr_db;           /* warn below this SQNR (default 20 dB); NaN: never */
@@ -76,6 +90,48 @@ npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, co
 /* Writes to path through a temporary file and rename, like artifacts. */
 npuc_status npuc_report_write_file(npuc_ctx *ctx, const char *path, npuc_report_format fmt,
                                    const npuc_summary *s, const npuc_report_info *info);
+
+/* ------------------------------------------------------------- baselines */
+
+/* Values are pinned. */
+typedef enum npuc_regress_kind {
+    NPUC_REGRESS_ERROR = 0,   /* the error grew */
+    NPUC_REGRESS_SIZE = 1     /* the bytes after compression grew */
+} npuc_regress_kind;
+
+typedef struct npuc_regression {
+    char *name;               /* the tensor, or NULL for the totals; owned */
+    npuc_regress_kind kind;
+    double before, after;     /* ERROR: MSE (totals: weighted SQNR in dB); SIZE: bytes after */
+    char text[400];           /* one line for people, e.g.
+                                 "'fc.weight': MSE 1.2e-05 -> 4.9e-05 (+308%), SQNR 24.1 -> 18.0 dB" */
+} npuc_regression;
+
+typedef struct npuc_baseline_result {
+    npuc_regression *items;   /* in the current summary's record order, totals last */
+    size_t n;
+    size_t matched;           /* tensors in both, by name */
+    size_t only_baseline;     /* tensors the baseline has and the summary does not */
+    size_t only_current;      /* tensors new since the baseline */
+} npuc_baseline_result;
+
+/* Compares s with a previous "npuc.report/1" JSON report at baseline_path.
+ * With p = max_regress_pct / 100 (>= 0), a tensor in both regressed when
+ *   its MSE grew:   mse_now > mse_then * (1 + p)  (an exact tensor, error
+ *                   null, counts as MSE 0: any error now is a regression; for
+ *                   the same original this is an SQNR drop of more than
+ *                   10 log10(1 + p) dB, 0.21 dB at 5 %), or a NaN MSE now;
+ *   its size grew:  bytes_after_now > bytes_after_then * (1 + p);
+ * and the totals regressed when the weighted SQNR dropped by more than
+ * 10 log10(1 + p) dB or the total bytes after grew by more than p.  Tensors
+ * in only one of the two are counted, not regressions.  An identical rerun
+ * has no regression.  Errors: NPUC_ERR_IO / NPUC_ERR_NOT_FOUND when the file
+ * cannot be read, NPUC_ERR_FORMAT when it is not an npuc.report/1 document,
+ * NPUC_ERR_ARG for a negative percentage.  On success free *out with
+ * npuc_baseline_result_free. */
+npuc_status npuc_report_baseline_check(npuc_ctx *ctx, const char *baseline_path, const npuc_summary *s,
+                                       double max_regress_pct, npuc_baseline_result *out);
+void npuc_baseline_result_free(npuc_baseline_result *r);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,12 @@ extern const cli_command cli_cmd_validate;
 extern const cli_command cli_cmd_convert;
 extern const cli_command cli_cmd_quantize;
 extern const cli_command cli_cmd_decompress;
+extern const cli_command cli_cmd_run;
+extern const cli_command cli_cmd_batch;
+extern const cli_command cli_cmd_report;
+extern const cli_command cli_cmd_lowrank;
+extern const cli_command cli_cmd_fold_bn;
+extern const cli_command cli_cmd_prune, cli_cmd_sparsify;
 
 /* Common options a command may accept, as a bit set for cli_parse().
  * -h/--help, -q/--quiet and -v/--verbose are always accepted. */

@@ -31,7 +31,8 @@ enum {
     OPT_ALL,
     OPT_FAKE,
     OPT_REPORT,
-    OPT_DEFLATE
+    OPT_DEFLATE,
+    OPT_PATTERN
 };
 
 static const cli_option OPTIONS[] = {
@@ -50,6 +51,7 @@ static const cli_option OPTIONS[] = {
     {"fake-quant", 0, 0, OPT_FAKE},
     {"report", 0, 1, OPT_REPORT},
     {"deflate", 0, 1, OPT_DEFLATE},
+    {"pattern", 0, 1, OPT_PATTERN},
     {NULL, 0, 0, 0},
 };
 
@@ -110,6 +112,10 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_LAYER_BITS: if (push(&q->lb, &q->nlb, arg)) return CLI_EXIT_FAIL; break;
     case OPT_ALL: q->o.quantize_all = 1; break;
     case OPT_FAKE: q->o.fake_quant = 1; break;
+    case OPT_PATTERN:
+        if (npuc_nm_parse(arg, &q->o.pattern_n, &q->o.pattern_m) != 0)
+            return cli_usage_error(&cli_cmd_quantize, "--pattern '%s': expected N:M with 1 <= N < M <= 16", arg);
+        break;
     case OPT_REPORT: q->report = arg; break;
     case OPT_DEFLATE:
         if (cli_parse_long(arg, 0, 9, &v) != 0)
@@ -151,13 +157,15 @@ static char *params_json(const qargs *q) {
     for (size_t i = 0; i < q->ninc; i++) json_array_append_new(inc, cli_json_str(q->inc[i]));
     for (size_t i = 0; i < q->nexc; i++) json_array_append_new(exc, cli_json_str(q->exc[i]));
     for (size_t i = 0; i < q->nlb; i++) json_array_append_new(lb, cli_json_str(q->lb[i]));
-    json_t *p = json_pack("{s:{s:i, s:b, s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b, s:b}}", "quantize",
+    char pattern[16] = "";
+    if (q->o.pattern_m) snprintf(pattern, sizeof pattern, "%d:%d", q->o.pattern_n, q->o.pattern_m);
+    json_t *p = json_pack("{s:{s:i, s:b, s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b, s:b, s:s?}}", "quantize",
                           "bits", q->o.params.bits, "symmetric", q->o.params.symmetric, "scheme", scheme,
                           "granularity", q->o.params.gran == NPUC_GRAN_TENSOR ? "tensor" :
                                          q->o.params.gran == NPUC_GRAN_GROUP ? "group" : "channel",
                           "group_size", (int)q->o.params.group_size, "axis", q->o.params.axis, "range", range,
                           "include", inc, "exclude", exc, "layer_bits", lb, "quantize_all", q->o.quantize_all,
-                          "fake_quant", q->o.fake_quant);
+                          "fake_quant", q->o.fake_quant, "pattern", q->o.pattern_m ? pattern : NULL);
     char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(p);
     return s;
@@ -277,6 +285,9 @@ const cli_command cli_cmd_quantize = {
     "  -g, --group-size G     one scale per G values along the reduction axis of each channel\n"
     "      --axis N           use axis N as the channel axis for every quantized tensor\n"
     "      --range METHOD     minmax (default), percentile=P, mse, entropy\n"
+    "      --pattern N:M      N:M-sparsify first (2:4: keep 2 of every 4 weights along the input\n"
+    "                         channels), quantize the kept values, store them with their\n"
+    "                         positions (encoding nm_sparse, docs/sparsity.md)\n"
     "\n"
     "Selection:\n"
     "      --include REGEX    quantize only tensors matching REGEX (repeatable)\n"

@@ -17,6 +17,12 @@ static const cli_command *const COMMANDS[] = {
     &cli_cmd_convert,
     &cli_cmd_quantize,
     &cli_cmd_decompress,
+    &cli_cmd_run,
+    &cli_cmd_batch,
+    &cli_cmd_report,
+    &cli_cmd_lowrank,
+    &cli_cmd_fold_bn,
+    &cli_cmd_prune, &cli_cmd_sparsify,
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -19,7 +19,8 @@ static _Atomic(const npuc_kernel_table *) g_table;
 static const npuc_kernel_table *choose(void) {
     const char *force = getenv("NPUC_FORCE_REF");
     if (force && *force && strcmp(force, "0") != 0) return npuc_kernels_ref();
-    const npuc_kernel_table *t = npuc_kernels_avx2();
+    const npuc_kernel_table *t = npuc_kernels_avx512();
+    if (!t) t = npuc_kernels_avx2();
     return t ? t : npuc_kernels_ref();
 }
 

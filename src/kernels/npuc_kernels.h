@@ -5,9 +5,9 @@
  * specification) and may have optimised versions (kernels/x86/) with the
  * same signature.  npuc_kernels() returns the table chosen once at start-up
  * from the CPU's features; NPUC_FORCE_REF=1 in the environment forces the
- * reference table.  Integer outputs (codes, counts) of every version are
- * bit-identical to the reference; float statistics match within a stated
- * tolerance (they are sums taken in a different order).
+ * reference table.  Integer outputs (codes, counts), dequantized floats,
+ * min/max and max_abs of every version are bit-identical to the reference;
+ * the four error sums of npuc_qsums match within NPUC_QSUM_RTOL (below).
  *
  * Kernels are single-threaded over the range they are given; pass drivers
  * split work into fixed chunks and run chunks in parallel, combining
@@ -28,7 +28,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Error sums over the elements one kernel call saw (double accumulators). */
+/* Error sums over the elements one kernel call saw (double accumulators).
+ *
+ * Tolerance: the reference adds every term in double, in element order.  The
+ * SIMD versions add, per lane, blocks of at most 16 terms in float (each term
+ * x*x, e*e, x*deq, deq*deq formed exactly inside a fused multiply-add, so
+ * only the 16 additions round, by at most 2^-24 each) and then the block
+ * sums in double.  The terms of each sum have one sign, so each of
+ * sum_w2, sum_e2, sum_wd, sum_d2 is within NPUC_QSUM_RTOL = 1e-6 (16 * 2^-24
+ * = 9.54e-7, plus double rounding) of the reference's, relative.  The float
+ * path is taken only when it is that accurate: a call whose data or
+ * parameters could overflow, underflow, clip or meet NaN/Inf is computed
+ * with double terms instead (see kernels/x86/qk_x86.h). */
+#define NPUC_QSUM_RTOL 1e-6
+
 typedef struct npuc_qsums {
     double sum_w2;   /* sum of x^2 */
     double sum_e2;   /* sum of (deq - x)^2 */
@@ -42,7 +55,7 @@ typedef struct npuc_qsums {
 void npuc_qsums_add(npuc_qsums *a, const npuc_qsums *b);
 
 typedef struct npuc_kernel_table {
-    const char *name; /* "ref", "avx2" */
+    const char *name; /* "ref", "avx2", "avx512" */
 
     /* Min and max over x[0..n) ignoring non-finite values; returns how many
      * values were NaN or +-Inf.  With no finite value, *lo = *hi = 0. */
@@ -66,6 +79,15 @@ typedef struct npuc_kernel_table {
     void (*quant_vec)(const float *x, size_t n, const float *scale, const float *inv_scale,
                       const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                       npuc_qsums *s);
+
+    /* quant_vec over `rows` rows of a row-major block that share the same
+     * per-column parameters: row r is x[r*ld .. r*ld + cols), its codes and
+     * dequantized values go to the same offsets of codes and deq.  The sums
+     * of all the rows are added into *s (the reference calls quant_vec row
+     * after row). */
+    void (*quant_rows)(const float *x, size_t rows, size_t cols, size_t ld, const float *scale,
+                       const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                       uint8_t *codes, float *deq, npuc_qsums *s);
 } npuc_kernel_table;
 
 /* The table in use (chosen once, thread-safe after the first call). */
@@ -74,6 +96,9 @@ const npuc_kernel_table *npuc_kernels(void);
 const npuc_kernel_table *npuc_kernels_ref(void);
 /* The AVX2 table when the CPU and the build support it, else NULL. */
 const npuc_kernel_table *npuc_kernels_avx2(void);
+/* The AVX-512 table (AVX-512F/BW/DQ; its minmax and quant_run are AVX-512,
+ * the rest AVX2) when the CPU and the build support it, else NULL. */
+const npuc_kernel_table *npuc_kernels_avx512(void);
 
 /* Bit packing of codes narrower than 8 bits, LSB-first: element i occupies
  * bits [i*bits, (i+1)*bits) of the output stream, bit 0 being the least

@@ -11,7 +11,7 @@
 #include "npuc_internal.h"
 
 static const char *const ACTIONS[NPUC_ACTION_COUNT] = {
-    "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created",
+    "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created", "modified",
 };
 
 const char *npuc_action_name(npuc_action a) {
@@ -69,6 +69,44 @@ double npuc_record_get(const npuc_tensor_record *r, const char *key, double dflt
     return dflt;
 }
 
+static int hist_bin(double v, double lo, double hi) {
+    if (!(hi > lo)) return 0;
+    double f = (v - lo) / (hi - lo) * NPUC_HIST_BINS;
+    if (!(f > 0)) return 0;
+    return f >= NPUC_HIST_BINS - 1 ? NPUC_HIST_BINS - 1 : (int)f;
+}
+
+npuc_status npuc_record_measure_hist(npuc_tensor_record *r, const float *ref, const float *approx,
+                                     uint64_t n) {
+    npuc_tensor_hist *h = r->hist ? r->hist : malloc(sizeof *h);
+    if (!h) return NPUC_ERR_NOMEM;
+    memset(h, 0, sizeof *h);
+    double lo = INFINITY, hi = -INFINITY, emax = 0, se2[NPUC_HIST_BINS] = {0};
+    for (uint64_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i]) || !isfinite(approx[i])) continue;
+        double w = ref[i], e = fabs((double)approx[i] - w);
+        if (w < lo) lo = w;
+        if (w > hi) hi = w;
+        if (e > emax) emax = e;
+    }
+    if (lo > hi) lo = hi = 0; /* nothing finite */
+    h->w_min = lo;
+    h->w_max = hi;
+    h->e_max = emax;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i]) || !isfinite(approx[i])) continue;
+        double w = ref[i], e = (double)approx[i] - w;
+        int b = hist_bin(w, lo, hi);
+        h->w_count[b]++;
+        se2[b] += e * e;
+        h->e_count[hist_bin(fabs(e), 0, emax)]++;
+    }
+    for (int b = 0; b < NPUC_HIST_BINS; b++)
+        h->e_rms[b] = h->w_count[b] ? sqrt(se2[b] / (double)h->w_count[b]) : 0;
+    r->hist = h;
+    return NPUC_OK;
+}
+
 npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...) {
     char buf[512];
     va_list ap;
@@ -106,7 +144,10 @@ void npuc_summary_finish(npuc_summary *s) {
 
 void npuc_summary_free(npuc_summary *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->nrecords; i++) free(s->records[i].name);
+    for (size_t i = 0; i < s->nrecords; i++) {
+        free(s->records[i].name);
+        free(s->records[i].hist);
+    }
     for (size_t i = 0; i < s->nwarnings; i++) free(s->warnings[i]);
     free(s->records);
     free(s->warnings);

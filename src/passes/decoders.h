@@ -29,6 +29,9 @@ npuc_status npuc__part(npuc_ctx *ctx, npuc_model *m, const char *name, const cha
 
 npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const char *name, const json_t *entry,
                                const npuc_tensor_info *orig, float *out);
+npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const char *name, const json_t *entry,
+                                 const npuc_tensor_info *orig, float *out);
+npuc_status npuc__decode_nm(npuc_ctx *ctx, npuc_model *m, const char *name, const json_t *entry, const npuc_tensor_info *orig, float *out);
 /* Further decoders (lowrank, nm_sparse) are listed in decompress.c's table. */
 
 #endif

@@ -15,6 +15,7 @@
 
 #include "artifact/artifact_meta.h"
 #include "npuc_internal.h"
+#include "passes/decode_entry.h"
 #include "passes/decoders.h"
 #include "passes/pass_util.h"
 
@@ -23,6 +24,8 @@ static const struct {
     npuc_decode_fn fn;
 } DECODERS[] = {
     {"quant", npuc__decode_quant},
+    {"lowrank", npuc__decode_lowrank},
+    {"nm_sparse", npuc__decode_nm},
 };
 
 npuc_status npuc__part(npuc_ctx *ctx, npuc_model *m, const char *name, const char *part, size_t *idx) {
@@ -157,4 +160,11 @@ done:
     npuc__scratch_free(&s_f);
     npuc__scratch_free(&s_cast);
     return st;
+}
+
+/* The decoder for an encoding, for readers of single entries (decode_entry.c). */
+npuc_decode_fn npuc__decoder_find(const char *encoding) {
+    for (size_t d = 0; d < sizeof DECODERS / sizeof DECODERS[0]; d++)
+        if (strcmp(encoding, DECODERS[d].encoding) == 0) return DECODERS[d].fn;
+    return NULL;
 }

@@ -8,18 +8,29 @@
  * values x[(o*C + c)*inner + k]; in "sequence order" j = o*inner + k, and a
  * group of size G is G consecutive j.  Two access patterns follow:
  *
- *   runs     inner > 1 or C == 1 (OIHW, IOHW, per tensor): a channel is
- *            `outer` contiguous runs of `inner` values, so each run (split at
- *            group boundaries) is one quant_run call with scalar parameters;
+ *   runs     inner != 1 or C <= 1 (OIHW, IOHW, per tensor; empty tensors
+ *            too): a channel is `outer` contiguous runs of `inner` values, so
+ *            each run (split at group boundaries) is one quant_run call with
+ *            scalar parameters;
  *   columns  inner == 1 and C > 1 ([in,out], HWIO, HWIM): channels are the
- *            columns of a row-major [outer, C] matrix, so each row is one
- *            quant_vec call with per-column parameters of the row's group.
+ *            columns of a row-major [outer, C] matrix, so the rows of a group
+ *            are quant_rows calls with that group's per-column parameters.
  *
  * Work is cut into items whose boundaries depend only on the tensor and the
  * parameters (a channel's chunk of at most CHUNK values, or a block of rows),
  * never on the thread count; each item has its own error sums, added in item
  * order.  Codes are elementwise, so they are identical for any thread count
  * and for the reference and SIMD kernels alike.
+ *
+ * Contiguous groups (runs with outer == 1: OIHW and [out, in] per channel,
+ * groups inside them, small per-tensor) take one pass over memory instead of
+ * two or three: a worker finds a group's min/max (and its range by the
+ * method), derives its scale and quantizes it while the group is still in
+ * its cache.  The kernel calls and the items their sums go to are the same
+ * as in the two-pass order, so the results are bit for bit those of the two
+ * passes.  Other layouts (a channel strided through the tensor, or a group
+ * too large for the cache) need every group's range before the first code:
+ * they keep the two passes.
  */
 #include <float.h>
 #include <math.h>
@@ -32,6 +43,9 @@
 #include "passes/pass_util.h"
 
 #define CHUNK 65536u
+/* Largest group (in values) quantized in one pass with its range search:
+ * 256 KiB of floats, which stays in a core's L2 between the two. */
+#define FUSE_MAX CHUNK
 
 npuc_quant_params npuc_quant_params_defaults(void) {
     npuc_quant_params p;
@@ -147,7 +161,7 @@ static uint64_t ranges_minmax(const npuc_kernel_table *k, const float *x, const 
     const uint64_t C = qs->channels, gpc = qs->groups_per_channel;
     uint64_t bad = 0;
     for (uint64_t i = 0; i < qs->nscales; i++) { lo[i] = INFINITY; hi[i] = -INFINITY; }
-    if (qs->inner > 1 || C == 1) {
+    if (qs->inner != 1 || C <= 1) {
         /* Items: (channel, chunk of CHUNK sequence values).  Each item writes
          * the min/max of every group it touches into its own slots (offsets
          * from a prefix sum), then the slots are merged in order: no locks,
@@ -229,15 +243,26 @@ static uint64_t ranges_minmax(const npuc_kernel_table *k, const float *x, const 
     return bad;
 }
 
-/* Copies the values of group (c, g) into buf; returns how many. */
-static uint64_t gather_group(const float *x, const npuc_quant_shape *qs, uint64_t G, uint64_t c,
-                             uint64_t g, float *buf) {
-    uint64_t s = g * G, e = s + G < qs->per_channel ? s + G : qs->per_channel, n = 0;
-    for (uint64_t j = s; j < e; j++) {
-        uint64_t o = j / qs->inner, kk = j % qs->inner;
-        buf[n++] = x[(o * qs->channels + c) * qs->inner + kk];
+/* The values of group (c, g) in sequence order, *n of them: a pointer into
+ * x when they are contiguous (the group lies within one run), else copied
+ * into buf run by run. */
+static const float *group_values(const float *x, const npuc_quant_shape *qs, uint64_t G, uint64_t c,
+                                 uint64_t g, float *buf, uint64_t *n) {
+    const uint64_t s = g * G, e = s + G < qs->per_channel ? s + G : qs->per_channel;
+    const uint64_t inner = qs->inner, C = qs->channels;
+    uint64_t o = s / inner, kk = s % inner, m = 0;
+    *n = e - s;
+    if (kk + *n <= inner) return x + (o * C + c) * inner + kk;
+    while (m < *n) {
+        const uint64_t len = *n - m < inner - kk ? *n - m : inner - kk;
+        const float *src = x + (o * C + c) * inner + kk;
+        if (len == 1) buf[m] = *src;
+        else memcpy(buf + m, src, (size_t)len * sizeof(float));
+        m += len;
+        kk = 0;
+        o++;
     }
-    return n;
+    return buf;
 }
 
 static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_quant_shape *qs,
@@ -270,8 +295,9 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
         for (int64_t it = 0; it < items; it++) {
             if (!ok) continue;
             uint64_t c = (uint64_t)it / qs->groups_per_channel, g = (uint64_t)it % qs->groups_per_channel;
-            uint64_t n = gather_group(x, qs, G, c, g, buf);
-            npuc_status st = npuc_range_estimate(tctx, buf, (size_t)n, &ro, &lo[it], &hi[it], scratch);
+            uint64_t n;
+            const float *v = group_values(x, qs, G, c, g, buf, &n);
+            npuc_status st = npuc_range_estimate(tctx, v, (size_t)n, &ro, &lo[it], &hi[it], scratch);
             if (st != NPUC_OK) {
 #pragma omp critical(npuc_qfail)
                 {
@@ -294,26 +320,153 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
 
 /* ---------------------------------------------------------------- codes */
 
-npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
-                                 const npuc_quant_params *p, uint8_t *codes, float *scales,
-                                 int32_t *zero_points, float *deq, npuc_error_stats *err) {
-    npuc_quant_shape qs;
-    npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
-    if (st != NPUC_OK) return st;
-    const npuc_kernel_table *k = npuc_kernels();
-    const int nth = npuc__threads(ctx);
-    const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
-    const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
+/* What the one-pass workers share. */
+typedef struct fuse_job {
+    const npuc_kernel_table *k;
+    const float *w;
+    const npuc_quant_shape *qs;
+    uint64_t G, chunks;
+    const npuc_quant_params *p;
+    npuc_range_opts ro; /* p->range with the scheme's bits and symmetry */
     int32_t qmin, qmax;
-    qrange(p->bits, p->symmetric, &qmin, &qmax);
+    float *scales, *inv;
+    int32_t *zero_points;
+    uint8_t *codes;
+    float *deq;
+    npuc_qsums *sums;
+} fuse_job;
 
-    float *lo = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
-    float *hi = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
-    float *inv = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+/* One pass over the groups of channel c whose values start in [s, e) of the
+ * channel's sequence (s and e on group boundaries), when outer == 1, so a
+ * group is the contiguous x[c*per + g*G, ...): its min/max (and non-finite
+ * count), its range by the method (minmax, or npuc_range_estimate with
+ * tctx/scratch), scale and zero point, then its codes, split at CHUNK
+ * boundaries exactly as the two-pass loop splits them, with the sums of
+ * chunk ch going to sums[c * chunks + ch].  Returns the count of non-finite
+ * values; a failed range estimate stops the span and is left in *est. */
+static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e, npuc_ctx *tctx,
+                           void *scratch, npuc_status *est) {
+    const uint64_t per = j->qs->per_channel, base = c * per, G = j->G;
+    uint64_t bad = 0;
+    for (uint64_t g0 = s; g0 < e;) {
+        const uint64_t g1 = g0 + G < per ? g0 + G : per;
+        const uint64_t idx = c * j->qs->groups_per_channel + g0 / G;
+        const float *xg = j->w + base + g0;
+        float lo, hi;
+        /* minmax gives 0, 0 when nothing is finite, as ranges_minmax does. */
+        bad += j->k->minmax(xg, (size_t)(g1 - g0), &lo, &hi);
+        if (j->p->range.method != NPUC_RANGE_MINMAX &&
+            (*est = npuc_range_estimate(tctx, xg, (size_t)(g1 - g0), &j->ro, &lo, &hi, scratch)) != NPUC_OK)
+            return bad;
+        npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, &j->scales[idx], &j->inv[idx],
+                                      &j->zero_points[idx]);
+        for (uint64_t q = g0; q < g1;) {
+            const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < g1 ? (ch + 1) * CHUNK : g1;
+            j->k->quant_run(j->w + base + q, (size_t)(end - q), j->scales[idx], j->inv[idx],
+                            j->zero_points[idx], j->qmin, j->qmax, j->codes + base + q,
+                            j->deq ? j->deq + base + q : NULL, &j->sums[c * j->chunks + ch]);
+            q = end;
+        }
+        g0 = g1;
+    }
+    return bad;
+}
+
+/* The one-pass order for groups that are contiguous (outer == 1) and fit in
+ * a core's cache (G <= FUSE_MAX), any range method.  *sums gets one entry
+ * per (channel, chunk) item, as in the two-pass order. */
+static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_kernel_table *k,
+                            const float *w, const npuc_quant_shape *qs, uint64_t G,
+                            const npuc_quant_params *p, int32_t qmin, int32_t qmax, float *inv,
+                            float *scales, int32_t *zero_points, uint8_t *codes, float *deq,
+                            npuc_qsums **sums_out, uint64_t *items_out, int nth) {
+    const uint64_t C = qs->channels, per = qs->per_channel;
+    const uint64_t chunks = per ? (per + CHUNK - 1) / CHUNK : 0;
+    /* Units of work: one chunk item when no group crosses a chunk boundary,
+     * else a whole channel (its chunks in order), so every item's sums are
+     * written by one unit in chunk order.  Units are grabbed a few at a
+     * time, at least CHUNK values a grab. */
+    const int by_chunk = chunks <= 1 || CHUNK % G == 0;
+    const uint64_t units = by_chunk ? C * chunks : C;
+    const int grab = per == 0 || per >= CHUNK || !by_chunk ? 1 : (int)(CHUNK / per);
+    const int est = p->range.method != NPUC_RANGE_MINMAX;
+    const uint64_t gmax = G < per ? G : per;
+    fuse_job j = {.k = k, .w = w, .qs = qs, .G = G, .chunks = chunks, .p = p, .ro = p->range,
+                  .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
+                  .zero_points = zero_points, .codes = codes, .deq = deq};
+    j.ro.bits = p->bits;
+    j.ro.symmetric = p->symmetric;
+    *items_out = C * chunks;
+    *sums_out = j.sums = calloc((size_t)(*items_out ? *items_out : 1), sizeof *j.sums);
+    if (!j.sums) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    uint64_t bad = 0;
+    int failed = 0;
+    npuc_status fst = NPUC_OK;
+    char msg[NPUC_MSG_MAX] = "";
+#pragma omp parallel num_threads(nth) reduction(+ : bad)
+    {
+        void *scratch = NULL;
+        npuc_ctx *tctx = NULL;
+        int ok = 1;
+        if (est) {
+            const size_t scr = npuc_range_scratch_size((size_t)gmax, &j.ro);
+            scratch = scr ? malloc(scr) : NULL;
+            ok = (!scr || scratch) && npuc_ctx_new(&tctx) == NPUC_OK;
+            if (!ok) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+#pragma omp for schedule(dynamic, grab)
+        for (int64_t u = 0; u < (int64_t)units; u++) {
+            if (!ok) continue;
+            uint64_t c = by_chunk ? (uint64_t)u / chunks : (uint64_t)u, s0 = 0, e0 = per;
+            if (by_chunk) {
+                s0 = ((uint64_t)u % chunks) * CHUNK;
+                e0 = s0 + CHUNK < per ? s0 + CHUNK : per;
+            }
+            npuc_status st = NPUC_OK;
+            bad += fused_span(&j, c, s0, e0, tctx, scratch, &st);
+            if (st != NPUC_OK) {
+#pragma omp critical(npuc_qfail)
+                {
+                    if (!failed) {
+                        failed = 2;
+                        fst = st;
+                        snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(tctx));
+                    }
+                }
+            }
+        }
+        npuc_ctx_free(tctx);
+        free(scratch);
+    }
+    /* The two-pass order's precedence: non-finite values first. */
+    if (bad)
+        return npuc_fail(ctx, NPUC_ERR_VALUE, "tensor '%s': %llu NaN or Inf value%s; cannot quantize",
+                         t->name, (unsigned long long)bad, bad == 1 ? "" : "s");
+    if (failed == 1) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (failed == 2) return npuc_fail(ctx, fst, "%s", msg);
+    return NPUC_OK;
+}
+
+/* The two-pass order: every group's range (min/max, then the range method),
+ * the scales, then the codes; *sums gets one entry per item (*items). */
+static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_kernel_table *k,
+                            const float *w, const npuc_quant_shape *qsp, uint64_t G,
+                            const npuc_quant_params *p, int32_t qmin, int32_t qmax, float *inv,
+                            float *scales, int32_t *zero_points, uint8_t *codes, float *deq,
+                            npuc_qsums **sums_out, uint64_t *items_out, int nth) {
+    const npuc_quant_shape qs = *qsp;
+    const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
+    npuc_status st = NPUC_OK;
     npuc_qsums *sums = NULL;
     float *vs = NULL, *vinv = NULL;
     int32_t *vzp = NULL;
-    if (!lo || !hi || !inv) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    uint64_t items = 0;
+    float *lo = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+    float *hi = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+    if (!lo || !hi) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
 
     uint64_t bad = ranges_minmax(k, w, &qs, G, lo, hi, nth);
     if (bad == UINT64_MAX) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
@@ -329,16 +482,7 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
         npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, &scales[i], &inv[i],
                                       &zero_points[i]);
 
-    double noise = 0;
-    for (uint64_t c = 0; c < C; c++)
-        for (uint64_t g = 0; g < gpc; g++) {
-            uint64_t s = g * G, e = s + G < qs.per_channel ? s + G : qs.per_channel;
-            double sc = scales[c * gpc + g];
-            noise += (double)(e - s) * sc * sc / 12.0;
-        }
-
-    uint64_t items;
-    if (qs.inner > 1 || C == 1) {
+    if (qs.inner != 1 || C <= 1) {
         const uint64_t per = qs.per_channel;
         const uint64_t chunks = per ? (per + CHUNK - 1) / CHUNK : 0;
         items = C * chunks;
@@ -379,14 +523,63 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
         for (int64_t it = 0; it < (int64_t)items; it++) {
             uint64_t r0 = (uint64_t)it * rb, r1 = r0 + rb < rows ? r0 + rb : rows;
-            for (uint64_t r = r0; r < r1; r++) {
-                uint64_t g = r / G;
-                k->quant_vec(w + r * C, (size_t)C, vs + g * C, vinv + g * C, vzp + g * C, qmin, qmax,
-                             codes + r * C, deq ? deq + r * C : NULL, &sums[it]);
+            /* One quant_rows call per run of rows in the same group. */
+            for (uint64_t r = r0; r < r1;) {
+                uint64_t g = r / G, re = (g + 1) * G < r1 ? (g + 1) * G : r1;
+                k->quant_rows(w + r * C, (size_t)(re - r), (size_t)C, (size_t)C, vs + g * C, vinv + g * C,
+                              vzp + g * C, qmin, qmax, codes + r * C, deq ? deq + r * C : NULL,
+                              &sums[it]);
+                r = re;
             }
         }
     }
+done:
+    free(lo); free(hi); free(vs); free(vinv); free(vzp);
+    if (st != NPUC_OK) {
+        free(sums);
+        sums = NULL;
+    }
+    *sums_out = sums;
+    *items_out = items;
+    return st;
+}
+
+npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
+                                 const npuc_quant_params *p, uint8_t *codes, float *scales,
+                                 int32_t *zero_points, float *deq, npuc_error_stats *err) {
+    npuc_quant_shape qs;
+    npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
+    if (st != NPUC_OK) return st;
+    const npuc_kernel_table *k = npuc_kernels();
+    const int nth = npuc__threads(ctx);
+    const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
+    const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
+    int32_t qmin, qmax;
+    qrange(p->bits, p->symmetric, &qmin, &qmax);
+
+    float *inv = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
+    npuc_qsums *sums = NULL;
+    uint64_t items = 0;
+    if (!inv) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+
+    /* One pass needs values (an empty tensor gets its scales from the two-pass
+     * order's empty ranges). */
+    const int runs = qs.inner != 1 || C <= 1;
+    if (runs && qs.outer == 1 && qs.per_channel > 0 && G <= FUSE_MAX)
+        st = one_pass(ctx, t, k, w, &qs, G, p, qmin, qmax, inv, scales, zero_points, codes, deq, &sums,
+                      &items, nth);
+    else
+        st = two_pass(ctx, t, k, w, &qs, G, p, qmin, qmax, inv, scales, zero_points, codes, deq, &sums,
+                      &items, nth);
+    if (st != NPUC_OK) goto done;
     if (err) {
+        double noise = 0;
+        for (uint64_t c = 0; c < C; c++)
+            for (uint64_t g = 0; g < gpc; g++) {
+                uint64_t s = g * G, e = s + G < qs.per_channel ? s + G : qs.per_channel;
+                double sc = scales[c * gpc + g];
+                noise += (double)(e - s) * sc * sc / 12.0;
+            }
         npuc_qsums tot;
         memset(&tot, 0, sizeof tot);
         for (uint64_t it = 0; it < items; it++) npuc_qsums_add(&tot, &sums[it]);
@@ -394,7 +587,8 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
                              noise, tot.clipped);
     }
 done:
-    free(lo); free(hi); free(inv); free(sums); free(vs); free(vinv); free(vzp);
+    free(inv);
+    free(sums);
     return st;
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
+#include "passes/prune_internal.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     npuc_quantize_opts o;
@@ -38,6 +39,9 @@ typedef struct qplan {
     npuc_quant_params p;
     npuc_quant_shape qs;
     int packed;
+    int nm;             /* --pattern applies (see the end of this file) */
+    npuc_nm_geom nmg;
+    char *nmn[3];
 } qplan;
 
 static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
@@ -228,6 +232,92 @@ static npuc_status load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch
     return NPUC_OK;
 }
 
+/* ------------------------------------------------ --pattern N:M (sparsify_quant.c)
+ * With --pattern every quantized tensor is N:M-sparsified first and the
+ * sparse tensor quantized; the codes of the kept positions are stored as an
+ * "nm_sparse" entry (or, with --fake-quant, the dequantized sparse tensor).
+ * A tensor the pattern does not fit (input-channel axis shorter than M:
+ * depthwise) is quantized dense with a note, or is an error when --include
+ * named it. */
+static npuc_status nm_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
+                           npuc_tensor_record *rec) {
+    if (o->pattern_n < 1 || o->pattern_m > 16 || o->pattern_n >= o->pattern_m)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need 1 <= N < M <= 16", o->pattern_n, o->pattern_m);
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        if (!plan[i].quantize) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        if (t->role == NPUC_ROLE_EMBEDDING && !o->ninclude) { /* a lookup table, as in npuc sparsify */
+            snprintf(rec[i].note, sizeof rec[i].note, "embedding: quantized dense, without %d:%d", o->pattern_n,
+                     o->pattern_m);
+            continue;
+        }
+        if (npuc__nm_geom(t, o->pattern_n, o->pattern_m, &plan[i].nmg) == 0) {
+            plan[i].nm = 1;
+            continue;
+        }
+        if (o->ninclude) {
+            npuc_nm_geom g;
+            npuc_status st = npuc_nm_geometry(ctx, t, o->pattern_n, o->pattern_m, &g);
+            return npuc__prefix_path(ctx, st == NPUC_OK ? NPUC_ERR_ARG : st, npuc_model_path(m));
+        }
+        snprintf(rec[i].note, sizeof rec[i].note, "%d:%d does not fit (input-channel axis < M): quantized dense",
+                 o->pattern_n, o->pattern_m);
+    }
+    return NPUC_OK;
+}
+
+static void nm_record(const qplan *q, const npuc_quantize_opts *o, npuc_tensor_record *r) {
+    const size_t l = strlen(r->scheme);
+    snprintf(r->scheme + l, sizeof r->scheme - l, "+%d:%d", o->pattern_n, o->pattern_m);
+    npuc_record_set(r, "n", o->pattern_n);
+    npuc_record_set(r, "m", o->pattern_m);
+    npuc_record_set(r, "sparsity_target", (double)(o->pattern_m - o->pattern_n) / (double)o->pattern_m);
+    if (!o->fake_quant) {
+        r->bytes_after = npuc__nmq_bytes(&q->p, &q->qs, &q->nmg);
+        r->params_after = q->nmg.kept;
+    }
+}
+
+static npuc_status nm_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t, qplan *q,
+                              const npuc_quantize_opts *o, char **names) {
+    if (!o->fake_quant) return npuc__nmq_declare(ctx, w, art, t, &q->p, &q->qs, &q->nmg, q->nmn);
+    npuc_status st = declare(ctx, w, art, t, q, o, names);
+    json_t *e = json_object_get(json_object_get(art, "tensors"), t->name);
+    if (st == NPUC_OK && (!e || json_object_set_new(e, "n", json_integer(o->pattern_n)) ||
+                          json_object_set_new(e, "m", json_integer(o->pattern_m))))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+/* Compressed: sparsifies, quantizes and writes tensor i completely.
+ * Fake-quant: replaces *x by the sparsified tensor for the caller to
+ * quantize. */
+static npuc_status nm_stream(npuc_ctx *ctx, npuc_writer *w, npuc_model *m, size_t i, const npuc_quantize_opts *o,
+                             const qplan *q, npuc_tensor_record *r, const float **x, npuc_scratch *scr) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    npuc_status st;
+    if (!o->fake_quant) {
+        uint64_t zeros = 0;
+        st = npuc__nmq_write(ctx, w, t, *x, &q->p, &q->qs, &q->nmg, &r->err, &zeros);
+        npuc_model_release(m, i);
+        if (st == NPUC_ERR_VALUE || st == NPUC_ERR_ARG) return npuc__prefix_path(ctx, st, npuc_model_path(m));
+        if (st != NPUC_OK) return st;
+        npuc_record_set(r, "sparsity", (double)zeros / (double)t->numel);
+        npuc_record_set(r, "zeros", (double)zeros);
+        if (o->on_tensor) o->on_tensor(o->user, i, npuc_model_count(m), r);
+        return NPUC_OK;
+    }
+    float *y = npuc__scratch(scr, t->numel * sizeof(float));
+    if (!y) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    npuc_prune_stats ps;
+    if ((st = npuc_nm_sparsify(ctx, t, &q->nmg, *x, y, &ps)) != NPUC_OK)
+        return npuc__prefix_path(ctx, st, npuc_model_path(m));
+    npuc_record_set(r, "sparsity", (double)ps.zeros / (double)t->numel);
+    npuc_record_set(r, "zeros", (double)ps.zeros);
+    *x = y;
+    return NPUC_OK;
+}
+
 npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                 const npuc_quantize_opts *o, npuc_summary *sum) {
     const char *path = npuc_model_path(m);
@@ -237,7 +327,7 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     json_t *art = NULL, *prev = NULL;
     char *artjson = NULL;
     char **names = NULL;
-    npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0};
+    npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
@@ -262,6 +352,7 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
         }
     }
     if ((st = make_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
+    if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
 
     /* Records that do not depend on the data. */
     uint64_t max_scales = 1;
@@ -283,6 +374,7 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
             r->bytes_after = code_bytes + q->qs.nscales * 4 + (q->p.symmetric ? 0 : q->qs.nscales);
         }
         if (q->qs.nscales > max_scales) max_scales = q->qs.nscales;
+        if (q->nm) nm_record(q, o, r);
     }
 
     if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
@@ -295,7 +387,8 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     art = npuc__art_new();
     if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     for (size_t i = 0; i < n; i++)
-        if ((st = declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
+        if ((st = plan[i].nm ? nm_declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
+                             : declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
             goto fail;
     if (json_object_size(json_object_get(art, "tensors"))) {
         artjson = npuc__art_dumps(art);
@@ -323,6 +416,9 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
         }
         const float *x = NULL;
         if ((st = load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
+        const float *x0 = x; /* --pattern: sparsify first */
+        if (q->nm && (st = nm_stream(ctx, w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
+        if (q->nm && !o->fake_quant) continue;
         uint8_t *codes = npuc__scratch(&s_codes, t->numel);
         float *deq = o->fake_quant ? npuc__scratch(&s_deq, t->numel * sizeof(float)) : NULL;
         if (!codes || (o->fake_quant && !deq)) {
@@ -336,6 +432,7 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
             st = npuc_fail(ctx, st, "%s: %s", path, msg);
             goto fail;
         }
+        if (q->nm) npuc_error_measure(x0, deq, t->numel, &r->err); /* against the weights before N:M */
         if (o->fake_quant) {
             const void *outp = deq;
             if (t->dtype != NPUC_DTYPE_F32) {
@@ -379,6 +476,9 @@ done:
     if (names)
         for (size_t i = 0; i < 2 * n; i++) free(names[i]);
     free(names);
+    if (plan)
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < 3; k++) free(plan[i].nmn[k]);
     free(plan);
     free(scales);
     free(zps);
@@ -391,5 +491,6 @@ done:
     npuc__scratch_free(&s_deq);
     npuc__scratch_free(&s_cast);
     npuc__scratch_free(&s_zp);
+    npuc__scratch_free(&s_nm);
     return st;
 }

@@ -98,7 +98,10 @@ void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew
     int w = snprintf(NULL, 0, "%zu", n);
     size_t k = (size_t)snprintf(buf, bufsize, "[%*zu/%zu] %s%*s %-16s %4s -> %-10s %10s -> %10s", w, i + 1, n,
                                 name, (int)((size_t)namew > cols ? (size_t)namew - cols : 0), "", shape,
-                                npuc__dtype_lower(r->dtype, dt), r->scheme, b1, b2);
+                                npuc__dtype_lower(r->dtype, dt),
+                                strcmp(r->scheme, "-") == 0 && r->action != NPUC_ACTION_KEPT
+                                    ? npuc_action_name(r->action) : r->scheme,
+                                b1, b2);
     if (r->has_error && k < bufsize) {
         npuc__fmt_db(r->err.sqnr_db, db, sizeof db);
         k += (size_t)snprintf(buf + k, bufsize - k, "  sqnr=%s dB", db);
@@ -122,15 +125,28 @@ void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize) {
     }
 }
 
+double npuc__record_sqnr(const npuc_tensor_record *r) {
+    if (!r->has_error) return INFINITY;
+    return isnan(r->err.sqnr_db) ? -INFINITY : r->err.sqnr_db;
+}
+
+double npuc__ratio(uint64_t before, uint64_t after) {
+    return after ? (double)before / (double)after : NAN;
+}
+
+void npuc__fmt_g(double v, char *buf, size_t n) {
+    if (isnan(v)) snprintf(buf, n, "nan");
+    else if (isinf(v)) snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    else snprintf(buf, n, "%.4g", v);
+}
+
 static const npuc_summary *g_sort; /* qsort has no context argument */
 
 static int by_sqnr(const void *a, const void *b) {
-    const npuc_tensor_record *x = &g_sort->records[*(const size_t *)a], *y = &g_sort->records[*(const size_t *)b];
-    double vx = x->has_error ? x->err.sqnr_db : INFINITY, vy = y->has_error ? y->err.sqnr_db : INFINITY;
-    if (isnan(vx)) vx = -INFINITY;
-    if (isnan(vy)) vy = -INFINITY;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    double vx = npuc__record_sqnr(&g_sort->records[x]), vy = npuc__record_sqnr(&g_sort->records[y]);
     if (vx != vy) return vx < vy ? -1 : 1;
-    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+    return x < y ? -1 : 1;
 }
 
 size_t *npuc__report_order(const npuc_summary *s, int sort) {
@@ -148,16 +164,19 @@ size_t *npuc__report_order(const npuc_summary *s, int sort) {
 
 npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, const npuc_summary *s,
                               const npuc_report_info *info) {
-    npuc_report_info d = npuc_report_info_defaults();
-    if (!info) info = &d;
-    npuc_status st;
-    switch (fmt) {
-    case NPUC_REPORT_TEXT: st = npuc__report_text(ctx, f, s, info); break;
-    case NPUC_REPORT_CSV: st = npuc__report_csv(ctx, f, s, info); break;
-    case NPUC_REPORT_JSON: st = npuc__report_json(ctx, f, s, info); break;
-    default:
-        return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "report format %d is not available yet", (int)fmt);
-    }
+    npuc_report_info dflt = npuc_report_info_defaults();
+    if (!info) info = &dflt;
+    npuc_status (*const WRITERS[])(npuc_ctx *, FILE *, const npuc_summary *, const npuc_report_info *,
+                                   const npuc__report_doc *) = {
+        npuc__report_text, npuc__report_csv, npuc__report_json, npuc__report_md, npuc__report_html,
+    };
+    if ((unsigned)fmt >= sizeof WRITERS / sizeof WRITERS[0])
+        return npuc_fail(ctx, NPUC_ERR_ARG, "unknown report format %d", (int)fmt);
+    npuc__report_doc d;
+    npuc_status st = npuc__report_doc_init(ctx, s, info, &d);
+    if (st != NPUC_OK) return st;
+    st = WRITERS[fmt](ctx, f, s, info, &d);
+    npuc__report_doc_free(&d);
     if (st != NPUC_OK) return st;
     if (fflush(f) != 0 || ferror(f)) return npuc_fail(ctx, NPUC_ERR_IO, "writing the report: %s", strerror(errno));
     return NPUC_OK;

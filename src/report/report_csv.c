@@ -24,8 +24,10 @@ static void csv_num(FILE *f, double v) {
     else fprintf(f, "%.17g", v);
 }
 
-npuc_status npuc__report_csv(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const npuc_report_info *info) {
+npuc_status npuc__report_csv(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const npuc_report_info *info,
+                             const npuc__report_doc *d) {
     (void)info;
+    (void)d;
     /* The union of extra keys. */
     size_t nk = 0, cap = 16;
     const char **keys = malloc(cap * sizeof *keys);

@@ -6,11 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include <jansson.h>
-#include <openssl/evp.h>
 
 #include "report/report_internal.h"
 
@@ -40,34 +37,6 @@ static json_t *jstr(const char *s) {
     return j;
 }
 
-/* SHA-256 of a file as lower-case hex, or NULL when it cannot be read. */
-static char *sha256_file(const char *path, uint64_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    unsigned char *buf = malloc(1 << 20);
-    char *hex = NULL;
-    if (md && buf && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1) {
-        size_t k;
-        uint64_t total = 0;
-        int ok = 1;
-        while ((k = fread(buf, 1, 1 << 20, f)) > 0) {
-            total += k;
-            if (EVP_DigestUpdate(md, buf, k) != 1) { ok = 0; break; }
-        }
-        unsigned char dig[EVP_MAX_MD_SIZE];
-        unsigned int dl = 0;
-        if (ok && !ferror(f) && EVP_DigestFinal_ex(md, dig, &dl) == 1 && (hex = malloc(2 * dl + 1))) {
-            for (unsigned int i = 0; i < dl; i++) snprintf(hex + 2 * i, 3, "%02x", dig[i]);
-            *size = total;
-        }
-    }
-    EVP_MD_CTX_free(md);
-    free(buf);
-    fclose(f);
-    return hex;
-}
-
 static json_t *error_json(const npuc_error_stats *e) {
     json_t *o = json_object();
     json_object_set_new(o, "mse", jnum(e->mse));
@@ -81,51 +50,53 @@ static json_t *error_json(const npuc_error_stats *e) {
     return o;
 }
 
-json_t *npuc__report_json_doc(const npuc_summary *s, const npuc_report_info *info);
+static json_t *hist_json(const npuc_tensor_hist *h) {
+    json_t *o = json_object(), *wc = json_array(), *er = json_array(), *ec = json_array();
+    for (int b = 0; b < NPUC_HIST_BINS; b++) {
+        json_array_append_new(wc, json_integer((json_int_t)h->w_count[b]));
+        json_array_append_new(er, jnum(h->e_rms[b]));
+        json_array_append_new(ec, json_integer((json_int_t)h->e_count[b]));
+    }
+    json_object_set_new(o, "bins", json_integer(NPUC_HIST_BINS));
+    json_object_set_new(o, "w_min", jnum(h->w_min));
+    json_object_set_new(o, "w_max", jnum(h->w_max));
+    json_object_set_new(o, "w_count", wc);
+    json_object_set_new(o, "e_rms", er);
+    json_object_set_new(o, "e_max", jnum(h->e_max));
+    json_object_set_new(o, "e_count", ec);
+    return o;
+}
 
-json_t *npuc__report_json_doc(const npuc_summary *s, const npuc_report_info *info) {
+static json_t *report_json_doc(const npuc_summary *s, const npuc_report_info *info, const npuc__report_doc *d) {
     json_t *doc = json_object();
     json_object_set_new(doc, "schema", json_string("npuc.report/1"));
     json_object_set_new(doc, "npuc_version", json_string(npuc_version()));
-#ifdef NPUC_GIT_COMMIT
-    json_object_set_new(doc, "git_commit", json_string(NPUC_GIT_COMMIT));
-#else
-    json_object_set_new(doc, "git_commit", json_null());
-#endif
+    json_object_set_new(doc, "git_commit", d->commit ? json_string(d->commit) : json_null());
     json_object_set_new(doc, "pass", json_string(s->pass));
     json_object_set_new(doc, "command", jstr(info->command_line));
-    if (info->timestamp) {
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        json_object_set_new(doc, "timestamp_utc", json_string(ts));
-    } else {
-        json_object_set_new(doc, "timestamp_utc", json_null());
-    }
+    json_object_set_new(doc, "timestamp_utc", d->timestamp[0] ? json_string(d->timestamp) : json_null());
     json_object_set_new(doc, "threads", info->threads ? json_integer(info->threads) : json_null());
     json_t *inputs = json_array();
-    for (size_t i = 0; i < info->ninputs; i++) {
-        uint64_t size = 0;
-        char *hex = sha256_file(info->inputs[i], &size);
-        json_t *in = json_object();
-        json_object_set_new(in, "path", jstr(info->inputs[i]));
-        json_object_set_new(in, "size", hex ? json_integer((json_int_t)size) : json_null());
-        json_object_set_new(in, "sha256", hex ? json_string(hex) : json_null());
-        free(hex);
-        json_array_append_new(inputs, in);
+    for (size_t i = 0; i < d->ninputs; i++) {
+        const npuc__report_input *in = &d->inputs[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "path", jstr(in->path));
+        json_object_set_new(o, "size", in->ok ? json_integer((json_int_t)in->size) : json_null());
+        json_object_set_new(o, "sha256", in->ok ? json_string(in->sha256) : json_null());
+        json_array_append_new(inputs, o);
     }
     json_object_set_new(doc, "inputs", inputs);
     json_object_set_new(doc, "output", jstr(info->output));
     json_t *params = NULL;
     if (info->params_json) params = json_loads(info->params_json, 0, NULL);
-    json_object_set_new(doc, "params", params ? params : json_object());
+    json_object_set_new(doc, "params", params && json_is_object(params) ? params : json_object());
+    if (params && !json_is_object(params)) json_decref(params);
+    json_object_set_new(doc, "warn_sqnr_db", isnan(info->warn_sqnr_db) ? json_null() : jnum(info->warn_sqnr_db));
     json_t *tens = json_array();
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[i];
         json_t *t = json_object(), *shape = json_array(), *extra = json_object();
-        for (int d = 0; d < r->rank; d++) json_array_append_new(shape, json_integer(r->shape[d]));
+        for (int k = 0; k < r->rank; k++) json_array_append_new(shape, json_integer(r->shape[k]));
         for (size_t e = 0; e < r->nextra; e++) json_object_set_new(extra, r->extra[e].key, jnum(r->extra[e].value));
         json_object_set_new(t, "name", jstr(r->name));
         json_object_set_new(t, "dtype", json_string(npuc_dtype_name(r->dtype)));
@@ -139,6 +110,7 @@ json_t *npuc__report_json_doc(const npuc_summary *s, const npuc_report_info *inf
         json_object_set_new(t, "error", r->has_error ? error_json(&r->err) : json_null());
         json_object_set_new(t, "extra", extra);
         json_object_set_new(t, "note", jstr(r->note));
+        json_object_set_new(t, "histogram", r->hist ? hist_json(r->hist) : json_null());
         json_array_append_new(tens, t);
     }
     json_object_set_new(doc, "tensors", tens);
@@ -151,17 +123,18 @@ json_t *npuc__report_json_doc(const npuc_summary *s, const npuc_report_info *inf
     json_object_set_new(tot, "bytes_after", json_integer((json_int_t)s->bytes_after));
     json_object_set_new(tot, "params_before", json_integer((json_int_t)s->params_before));
     json_object_set_new(tot, "params_after", json_integer((json_int_t)s->params_after));
-    json_object_set_new(tot, "ratio", jnum(s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : NAN));
+    json_object_set_new(tot, "ratio", jnum(npuc__ratio(s->bytes_before, s->bytes_after)));
     json_object_set_new(tot, "weighted_sqnr_db", jnum(s->weighted_sqnr_db));
     json_object_set_new(doc, "totals", tot);
     json_t *warn = json_array();
-    for (size_t i = 0; i < s->nwarnings; i++) json_array_append_new(warn, jstr(s->warnings[i]));
+    for (size_t i = 0; i < d->nwarnings; i++) json_array_append_new(warn, jstr(d->warnings[i]));
     json_object_set_new(doc, "warnings", warn);
     return doc;
 }
 
-npuc_status npuc__report_json(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const npuc_report_info *info) {
-    json_t *doc = npuc__report_json_doc(s, info);
+npuc_status npuc__report_json(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const npuc_report_info *info,
+                              const npuc__report_doc *d) {
+    json_t *doc = report_json_doc(s, info, d);
     if (!doc) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     int rc = json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(doc);

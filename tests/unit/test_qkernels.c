@@ -8,11 +8,14 @@
  * odd sizes, edge values, every code width 2..8 (symmetric and asymmetric)
  * and unaligned pointers: codes, dequantized floats, clipped counts, max_abs
  * and min/max are bit-identical; the four error sums agree within
- * QSUM_RTOL (only their summation order differs).  Without AVX2 those tests
+ * QSUM_RTOL (npuc_kernels.h states the bound: the fast kernels add short
+ * blocks in float).  Without AVX2 those tests
  * are skipped.
  */
+#define _GNU_SOURCE /* feenableexcept */
 #include "testutil.h"
 
+#include <fenv.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,11 +24,13 @@
 
 #include "kernels/npuc_kernels.h"
 
-/* Relative tolerance of the fast kernels' error sums against the reference.
- * Every term is the same double in both versions and all terms are
- * non-negative, so the difference is bounded by 2 * n * 2^-53 relative:
- * 9e-13 for the largest size tested. */
-#define QSUM_RTOL 1e-12
+/* Relative tolerance of the fast kernels' error sums against the reference:
+ * the bound npuc_kernels.h states (float block sums of at most 16 terms per
+ * lane, then double). */
+#define QSUM_RTOL NPUC_QSUM_RTOL
+/* The reference against the double reimplementation here: the same double
+ * terms added in the same order, up to the compiler's contraction of x*x+s. */
+#define REF_RTOL 1e-12
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -33,12 +38,20 @@ static const size_t k_sizes[] = {0, 1, 3, 7, 15, 17, 31, 33, 127, 1023, 4099};
 
 static const npuc_kernel_table *ref(void) { return npuc_kernels_ref(); }
 
-/* The AVX2 table, or skips the calling test when the CPU lacks it. */
-#define REQUIRE_FAST(t)                                                                  \
-    const npuc_kernel_table *t = npuc_kernels_avx2();                                    \
+/* The fast tables under test, one test entry each: the name in the entry's
+ * initial state picks the table. */
+static const npuc_kernel_table *fast_table(const char *name) {
+    return strcmp(name, "avx512") == 0 ? npuc_kernels_avx512() : npuc_kernels_avx2();
+}
+
+/* The table named by the test's state, or skips the test when the CPU or
+ * build lacks it. */
+#define REQUIRE_FAST(t, state)                                                           \
+    const npuc_kernel_table *t = fast_table((const char *)*(state));                     \
     do {                                                                                 \
         if (!t) {                                                                        \
-            print_message("[  SKIPPED ] no AVX2/FMA on this machine or build\n");        \
+            print_message("[  SKIPPED ] no %s on this machine or build\n",              \
+                          (const char *)*(state));                                       \
             skip();                                                                      \
         }                                                                                \
     } while (0)
@@ -306,10 +319,10 @@ static void test_ref_vs_double(void **state) {
                 assert_memory_equal(d_ref, d_dbl, n * sizeof(float));
                 assert_int_equal(s_ref.clipped, s_dbl.clipped);
                 assert_true(s_ref.max_abs == s_dbl.max_abs);
-                assert_close(s_ref.sum_w2, s_dbl.sum_w2, QSUM_RTOL, 0);
-                assert_close(s_ref.sum_e2, s_dbl.sum_e2, QSUM_RTOL, 0);
-                assert_close(s_ref.sum_wd, s_dbl.sum_wd, QSUM_RTOL, 0);
-                assert_close(s_ref.sum_d2, s_dbl.sum_d2, QSUM_RTOL, 0);
+                assert_close(s_ref.sum_w2, s_dbl.sum_w2, REF_RTOL, 0);
+                assert_close(s_ref.sum_e2, s_dbl.sum_e2, REF_RTOL, 0);
+                assert_close(s_ref.sum_wd, s_dbl.sum_wd, REF_RTOL, 0);
+                assert_close(s_ref.sum_d2, s_dbl.sum_d2, REF_RTOL, 0);
             }
         }
     }
@@ -397,8 +410,7 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
 }
 
 static void test_fast_quant(void **state) {
-    (void)state;
-    REQUIRE_FAST(fast);
+    REQUIRE_FAST(fast, state);
     uint64_t rng = 777;
     float *x = malloc(4099 * sizeof *x);
     assert_non_null(x);
@@ -415,8 +427,7 @@ static void test_fast_quant(void **state) {
  * inv_scale = +Inf (scale 0), a zero point beyond +-2^30 (the SIMD kernels'
  * scalar path), qmin > qmax. */
 static void test_fast_quant_odd_params(void **state) {
-    (void)state;
-    REQUIRE_FAST(fast);
+    REQUIRE_FAST(fast, state);
     uint64_t rng = 99;
     const size_t n = 1023;
     ubuf bx, bc0, bc1, bd0, bd1, bs, bi, bz;
@@ -466,9 +477,141 @@ static void test_fast_quant_odd_params(void **state) {
     free(bs.base), free(bi.base), free(bz.base);
 }
 
+/* quant_rows against the reference (quant_vec row after row): blocks with a
+ * row stride beyond the row (the gap must stay untouched), every code width,
+ * per-column scales and zero points, edge data, and parameters a pass never
+ * produces (zero points beyond 2^16, inconsistent inverse scales). */
+static void test_fast_quant_rows(void **state) {
+    REQUIRE_FAST(fast, state);
+    static const size_t cols_list[] = {1, 7, 8, 33, 100, 1031};
+    static const size_t rows_list[] = {0, 1, 3, 6};
+    uint64_t rng = 4711;
+    for (size_t ci = 0; ci < N(cols_list); ci++)
+        for (size_t ri = 0; ri < N(rows_list); ri++)
+            for (int kind = 0; kind < DATA_KINDS; kind++)
+                for (int bits = 2; bits <= 8; bits += 3)
+                    for (int sym = 0; sym <= 1; sym++)
+                        for (int odd = 0; odd <= 2; odd++) {
+                            const size_t cols = cols_list[ci], rows = rows_list[ri], ld = cols + 5;
+                            const size_t total = rows * ld + 1;
+                            int32_t qmin, qmax, zp0;
+                            float scale;
+                            qrange(bits, sym, &qmin, &qmax);
+                            ubuf bx, bs, bi, bz, bc0, bc1, bd0, bd1;
+                            float *x = ualloc_f(&bx, total), *sc = ualloc_f(&bs, cols);
+                            float *inv = ualloc_f(&bi, cols);
+                            int32_t *zp = ualloc_i(&bz, cols);
+                            uint8_t *c_ref = ualloc_b(&bc0, total), *c_fast = ualloc_b(&bc1, total);
+                            float *d_ref = ualloc_f(&bd0, total), *d_fast = ualloc_f(&bd1, total);
+                            fill(x, total, kind, &rng);
+                            pick_scale(x, total, kind, sym, qmin, qmax, &scale, &zp0);
+                            for (size_t c = 0; c < cols; c++) {
+                                sc[c] = kind == DATA_TIES ? scale : scale * (1.0f + 0.05f * (float)(c % 5));
+                                inv[c] = 1.0f / sc[c];
+                                zp[c] = sym ? 0 : qmin + (int32_t)(npuc_test_rand(&rng) % (uint64_t)(qmax - qmin + 1));
+                                if (odd == 1 && c % 11 == 3) zp[c] = 1 << 20;
+                                if (odd == 2 && c % 9 == 4) inv[c] *= 1.001f;
+                            }
+                            memset(c_ref, 0x5A, total), memset(c_fast, 0x5A, total);
+                            for (size_t i = 0; i < total; i++) d_ref[i] = d_fast[i] = -7.0f;
+                            const npuc_qsums start = {1.0, 2.0, 3.0, 4.0, 0.125, 5};
+                            npuc_qsums s_ref = start, s_fast = start;
+                            ref()->quant_rows(x, rows, cols, ld, sc, inv, zp, qmin, qmax, c_ref, d_ref, &s_ref);
+                            fast->quant_rows(x, rows, cols, ld, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);
+                            assert_memory_equal(c_fast, c_ref, total);
+                            assert_memory_equal(d_fast, d_ref, total * sizeof(float));
+                            assert_sums_equalish(&s_fast, &s_ref);
+                            npuc_qsums s_nod = start;
+                            fast->quant_rows(x, rows, cols, ld, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nod);
+                            assert_memory_equal(c_fast, c_ref, total);
+                            assert_memory_equal(&s_nod, &s_fast, sizeof s_nod);
+                            free(bx.base), free(bs.base), free(bi.base), free(bz.base);
+                            free(bc0.base), free(bc1.base), free(bd0.base), free(bd1.base);
+                        }
+}
+
+/* Data whose float error terms would overflow or underflow (|x| ~ 1e-25:
+ * x*x is below the float range; |x| ~ 1e25: x*x above it), alone and mixed
+ * with ordinary values.  The fast kernels must notice (MXCSR flags) and give
+ * the reference's results: without that, sum_w2 would be 0 or Inf. */
+static void test_fast_quant_float_range(void **state) {
+    REQUIRE_FAST(fast, state);
+    uint64_t rng = 2024;
+    const size_t n = 1031;
+    ubuf bx, bc0, bc1, bd0, bd1;
+    float *x = ualloc_f(&bx, n), *d_ref = ualloc_f(&bd0, n), *d_fast = ualloc_f(&bd1, n);
+    uint8_t *c_ref = ualloc_b(&bc0, n), *c_fast = ualloc_b(&bc1, n);
+    static const float mags[] = {1e-25f, 1e25f, 1e-19f, 3e18f};
+    for (size_t mi = 0; mi < N(mags); mi++)
+        for (int mixed = 0; mixed <= 1; mixed++) {
+            for (size_t i = 0; i < n; i++) {
+                x[i] = npuc_test_randn(&rng) * mags[mi];
+                if (mixed && i % 3) x[i] = npuc_test_randn(&rng) * 0.05f;
+            }
+            for (int sym = 0; sym <= 1; sym++) {
+                int32_t qmin, qmax, zp;
+                float scale;
+                qrange(8, sym, &qmin, &qmax);
+                pick_scale(x, n, DATA_GAUSS, sym, qmin, qmax, &scale, &zp);
+                npuc_qsums s_ref = {0}, s_fast = {0};
+                ref()->quant_run(x, n, scale, 1.0f / scale, zp, qmin, qmax, c_ref, d_ref, &s_ref);
+                fast->quant_run(x, n, scale, 1.0f / scale, zp, qmin, qmax, c_fast, d_fast, &s_fast);
+                assert_memory_equal(c_fast, c_ref, n);
+                assert_memory_equal(d_fast, d_ref, n * sizeof(float));
+                assert_sums_equalish(&s_fast, &s_ref);
+                assert_true(s_fast.sum_w2 > 0 && isfinite(s_fast.sum_w2));
+            }
+        }
+    free(bx.base), free(bc0.base), free(bc1.base), free(bd0.base), free(bd1.base);
+}
+
+/* The fast kernels read and clear the overflow/underflow flags for their own
+ * use; the caller's flags are as if the kernel had not touched them: a flag
+ * raised before the call is still raised, and ordinary data raises none. */
+static void test_fast_fenv(void **state) {
+    REQUIRE_FAST(fast, state);
+    uint64_t rng = 5;
+    const size_t n = 4099;
+    float *x = malloc(n * sizeof *x), *deq = malloc(n * sizeof *deq);
+    uint8_t *codes = malloc(n);
+    assert_true(x && deq && codes);
+    fill(x, n, DATA_GAUSS, &rng);
+    float lo, hi;
+    ref()->minmax(x, n, &lo, &hi);
+    const float scale = fmaxf(fabsf(lo), fabsf(hi)) / 127.0f;
+    npuc_qsums s = {0};
+    feclearexcept(FE_ALL_EXCEPT);
+    fast->quant_run(x, n, scale, 1.0f / scale, 0, -127, 127, codes, deq, &s);
+    assert_false(fetestexcept(FE_UNDERFLOW | FE_OVERFLOW));
+    feraiseexcept(FE_UNDERFLOW | FE_OVERFLOW);
+    fast->quant_run(x, n, scale, 1.0f / scale, 0, -127, 127, codes, deq, &s);
+    assert_true(fetestexcept(FE_UNDERFLOW) && fetestexcept(FE_OVERFLOW));
+    feclearexcept(FE_ALL_EXCEPT);
+
+    /* With underflow and overflow trapping, data whose float squares would
+     * underflow (the reference squares in double) quantizes without a trap
+     * and with the reference's results. */
+    for (size_t i = 0; i < n; i++) x[i] *= 1e-24f;
+    ref()->minmax(x, n, &lo, &hi);
+    const float s2 = fmaxf(fabsf(lo), fabsf(hi)) / 127.0f;
+    uint8_t *c_ref = malloc(n);
+    float *d_ref = malloc(n * sizeof *d_ref);
+    assert_true(c_ref && d_ref);
+    npuc_qsums s_ref = {0}, s_fast = {0};
+    ref()->quant_run(x, n, s2, 1.0f / s2, 0, -127, 127, c_ref, d_ref, &s_ref);
+    feclearexcept(FE_ALL_EXCEPT);
+    const int was = feenableexcept(FE_UNDERFLOW | FE_OVERFLOW);
+    fast->quant_run(x, n, s2, 1.0f / s2, 0, -127, 127, codes, deq, &s_fast);
+    feclearexcept(FE_ALL_EXCEPT);
+    fedisableexcept(FE_ALL_EXCEPT & ~was);
+    assert_memory_equal(codes, c_ref, n);
+    assert_memory_equal(deq, d_ref, n * sizeof(float));
+    assert_sums_equalish(&s_fast, &s_ref);
+    free(x), free(deq), free(codes), free(c_ref), free(d_ref);
+}
+
 static void test_fast_minmax(void **state) {
-    (void)state;
-    REQUIRE_FAST(fast);
+    REQUIRE_FAST(fast, state);
     uint64_t rng = 4242;
     ubuf b;
     float *x = ualloc_f(&b, 4099);
@@ -499,8 +642,7 @@ static void test_fast_minmax(void **state) {
 }
 
 static void test_fast_minmax_cols(void **state) {
-    (void)state;
-    REQUIRE_FAST(fast);
+    REQUIRE_FAST(fast, state);
     static const size_t rows_list[] = {0, 1, 3, 4, 5, 17};
     uint64_t rng = 31337;
     for (size_t ri = 0; ri < N(rows_list); ri++)
@@ -530,7 +672,10 @@ static void test_dispatch(void **state) {
     (void)state;
     const char *force = getenv("NPUC_FORCE_REF");
     const int forced = force && *force && strcmp(force, "0") != 0;
-    const npuc_kernel_table *want = (!forced && npuc_kernels_avx2()) ? npuc_kernels_avx2() : ref();
+    const npuc_kernel_table *want = forced                 ? ref()
+                                    : npuc_kernels_avx512() ? npuc_kernels_avx512()
+                                    : npuc_kernels_avx2()   ? npuc_kernels_avx2()
+                                                            : ref();
     assert_ptr_equal(npuc_kernels(), want);
     assert_ptr_equal(npuc_kernels(), want);
     assert_string_equal(ref()->name, "ref");
@@ -628,6 +773,10 @@ static void test_pack_roundtrip(void **state) {
     free(codes), free(back), free(packed);
 }
 
+/* One entry per fast table; the state names it. */
+#define FAST_TESTS(f)                                                                    \
+    {#f "_avx2", f, NULL, NULL, (void *)"avx2"}, {#f "_avx512", f, NULL, NULL, (void *)"avx512"}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_hand_symmetric),
@@ -635,10 +784,13 @@ int main(void) {
         cmocka_unit_test(test_ref_nonfinite_policy),
         cmocka_unit_test(test_ref_vs_double),
         cmocka_unit_test(test_ref_minmax_hand),
-        cmocka_unit_test(test_fast_quant),
-        cmocka_unit_test(test_fast_quant_odd_params),
-        cmocka_unit_test(test_fast_minmax),
-        cmocka_unit_test(test_fast_minmax_cols),
+        FAST_TESTS(test_fast_quant),
+        FAST_TESTS(test_fast_quant_odd_params),
+        FAST_TESTS(test_fast_quant_rows),
+        FAST_TESTS(test_fast_quant_float_range),
+        FAST_TESTS(test_fast_fenv),
+        FAST_TESTS(test_fast_minmax),
+        FAST_TESTS(test_fast_minmax_cols),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_pack_hand),
         cmocka_unit_test(test_packed_size),

@@ -6,7 +6,7 @@
  * every element by its multi-index, finds the element's channel and group by
  * explicit index arithmetic (not the [outer, C, inner] machinery the library
  * uses), and quantizes with the documented formulas.  Codes, scales and zero
- * points must match exactly; error figures within 1e-9 relative.
+ * points must match exactly; error sums within 1e-5 relative.
  */
 #include <float.h>
 #include <math.h>
@@ -169,8 +169,11 @@ static void check_one(const npuc_tensor_info *t, const float *w, const npuc_quan
             fail_msg("%s bits=%d sym=%d gran=%d: element %llu code %d/%d deq %.9g/%.9g", t->name, p->bits,
                      p->symmetric, p->gran, (unsigned long long)e, codes[e], r.codes[e], deq[e], r.deq[e]);
     assert_int_equal(es.clipped, r.clipped);
-    assert_close(es.sum_e2, r.sum_e2, 1e-6, 1e-300);
-    assert_close(es.sum_w2, r.sum_w2, 1e-6, 1e-300);
+    /* The SIMD kernels add short blocks of terms in float before double
+     * (within 1e-6 relative of plain double sums, NPUC_QSUM_RTOL in
+     * src/kernels/npuc_kernels.h); 1e-5 leaves room. */
+    assert_close(es.sum_e2, r.sum_e2, 1e-5, 1e-300);
+    assert_close(es.sum_w2, r.sum_w2, 1e-5, 1e-300);
     /* Dequantizing the codes gives the same floats. */
     float *back = malloc(sizeof(float) * (t->numel + 1));
     assert_int_equal(npuc_dequantize_tensor(ctx, t, p, codes, sc, zp, back), NPUC_OK);

@@ -71,12 +71,21 @@ static void quant_vec_ref(const float *x, size_t n, const float *scale, const fl
     npuc_qsums_add(s, &acc);
 }
 
+static void quant_rows_ref(const float *x, size_t rows, size_t cols, size_t ld, const float *scale,
+                           const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                           uint8_t *codes, float *deq, npuc_qsums *s) {
+    for (size_t r = 0; r < rows; r++)
+        quant_vec_ref(x + r * ld, cols, scale, inv_scale, zp, qmin, qmax, codes + r * ld,
+                      deq ? deq + r * ld : NULL, s);
+}
+
 static const npuc_kernel_table g_ref = {
     .name = "ref",
     .minmax = minmax_ref,
     .minmax_cols = minmax_cols_ref,
     .quant_run = quant_run_ref,
     .quant_vec = quant_vec_ref,
+    .quant_rows = quant_rows_ref,
 };
 
 const npuc_kernel_table *npuc_kernels_ref(void) { return &g_ref; }

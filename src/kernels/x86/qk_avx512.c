@@ -1,0 +1,288 @@
+/*
+ * qk_avx512.c - AVX-512 versions of the two kernels on the hot path of
+ * per-channel quantization: minmax and quant_run.  The other entries of the
+ * table are the AVX2 kernels (qk_avx2.c), which a CPU with AVX-512F/BW/DQ
+ * also runs.
+ *
+ * Only the functions below are compiled for AVX-512 (function-level target
+ * attributes); the table is handed out only when the CPU reports AVX-512F,
+ * BW and DQ besides AVX2 and FMA.
+ *
+ * The arithmetic is the AVX2 fast path's with 16 lanes (qk_x86.h has the
+ * reasoning): minmax's lean scan (MINPS/MAXPS plus x * 0 + c to notice NaN
+ * and +-Inf, redone by the AVX2 careful scan if one was seen); quant_run's
+ * float path with no clamps, its range check on k = rint(x * inv_scale), and
+ * float error sums per lane over blocks of QK_BLOCK_LANE_TERMS terms, then
+ * double.  A group of 64 values holding a clipped, NaN or infinite element is
+ * quantized by the AVX2 kernel instead (exact path, double terms), and a call
+ * that raised the overflow or underflow flag is redone by it entirely, so
+ * codes, dequantized values, clipped counts and max_abs are bit-identical to
+ * the reference and the sums within NPUC_QSUM_RTOL.
+ */
+#include "kernels/npuc_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#include "kernels/qk_scalar.h"
+#include "kernels/x86/qk_x86.h"
+
+#define NPUC_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma")))
+#define NPUC_AVX512_INLINE \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx2,fma")))
+
+/* ------------------------------------------------------------------ minmax */
+
+/* The lean scan over blocks of 64; anything it cannot vouch for (a
+ * non-finite value, or the tail) is left to the AVX2 kernel, whose result
+ * for finite data does not depend on the visiting order. */
+NPUC_AVX512 static uint64_t minmax_avx512(const float *x, size_t n, float *lo, float *hi) {
+    if (n < 64) return npuc__qk_minmax_avx2(x, n, lo, hi);
+    const __m512 z = _mm512_setzero_ps();
+    __m512 lo0 = _mm512_set1_ps(INFINITY), lo1 = lo0;
+    __m512 hi0 = _mm512_set1_ps(-INFINITY), hi1 = hi0;
+    __m512 c0 = z, c1 = z, c2 = z, c3 = z;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        const __m512 c = _mm512_loadu_ps(x + i + 32), d = _mm512_loadu_ps(x + i + 48);
+        lo0 = _mm512_min_ps(a, lo0);
+        hi0 = _mm512_max_ps(a, hi0);
+        lo1 = _mm512_min_ps(b, lo1);
+        hi1 = _mm512_max_ps(b, hi1);
+        lo0 = _mm512_min_ps(c, lo0);
+        hi0 = _mm512_max_ps(c, hi0);
+        lo1 = _mm512_min_ps(d, lo1);
+        hi1 = _mm512_max_ps(d, hi1);
+        c0 = _mm512_fmadd_ps(a, z, c0);
+        c1 = _mm512_fmadd_ps(b, z, c1);
+        c2 = _mm512_fmadd_ps(c, z, c2);
+        c3 = _mm512_fmadd_ps(d, z, c3);
+    }
+    const __m512 c = _mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3));
+    if (_mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q)) return npuc__qk_minmax_avx2(x, n, lo, hi);
+    float rl = _mm512_reduce_min_ps(_mm512_min_ps(lo1, lo0));
+    float rh = _mm512_reduce_max_ps(_mm512_max_ps(hi1, hi0));
+    if (i < n) {
+        float tl, th;
+        if (npuc__qk_minmax_avx2(x + i, n - i, &tl, &th) != 0)
+            return npuc__qk_minmax_avx2(x, n, lo, hi);
+        rl = tl < rl ? tl : rl;
+        rh = th > rh ? th : rh;
+    }
+    *lo = rl == 0.0f ? 0.0f : rl;
+    *hi = rh == 0.0f ? 0.0f : rh;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- quant_run */
+
+typedef struct {
+    __m512 w2, e2, wd, d2;
+} fsums16;
+
+typedef struct {
+    __m512d w2lo, w2hi, e2lo, e2hi, wdlo, wdhi, d2lo, d2hi;
+    __m512 amax;
+    npuc_qsums exact; /* groups quantized by the AVX2 kernel */
+} out16;
+
+NPUC_AVX512_INLINE void fsums16_zero(fsums16 *f) {
+    f->w2 = f->e2 = f->wd = f->d2 = _mm512_setzero_ps();
+}
+
+NPUC_AVX512_INLINE void to_double16(__m512 f, __m512d *lo, __m512d *hi) {
+    *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
+    *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
+}
+
+NPUC_AVX512_INLINE void fsums16_flush(fsums16 *f, out16 *o) {
+    to_double16(f->w2, &o->w2lo, &o->w2hi);
+    to_double16(f->e2, &o->e2lo, &o->e2hi);
+    to_double16(f->wd, &o->wdlo, &o->wdhi);
+    to_double16(f->d2, &o->d2lo, &o->d2hi);
+    fsums16_zero(f);
+}
+
+/* deq, error terms and max |deq - x| of 16 elements whose k is in range. */
+NPUC_AVX512_INLINE __m512 terms16(__m512 x, __m512i k, __m512 scale, fsums16 *f, __m512 *amax) {
+    const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(k), scale);
+    const __m512 e = _mm512_sub_ps(d, x);
+    f->w2 = _mm512_fmadd_ps(x, x, f->w2);
+    f->e2 = _mm512_fmadd_ps(e, e, f->e2);
+    f->wd = _mm512_fmadd_ps(x, d, f->wd);
+    f->d2 = _mm512_fmadd_ps(d, d, f->d2);
+    *amax = _mm512_max_ps(_mm512_abs_ps(e), *amax);
+    return d;
+}
+
+/* Codes of 64 elements (four vectors of q in [-128, 255]) as bytes in
+ * element order: VPACKSSDW, then VPACKSSWB or VPACKUSWB, which interleave
+ * 128-bit quarters, undone by one VPERMD. */
+NPUC_AVX512_INLINE void store_codes64(uint8_t *dst, __m512i q0, __m512i q1, __m512i q2, __m512i q3,
+                                      int pack) {
+    const __m512i a = _mm512_packs_epi32(q0, q1), b = _mm512_packs_epi32(q2, q3);
+    const __m512i c = pack == QK_PACK_I8 ? _mm512_packs_epi16(a, b) : _mm512_packus_epi16(a, b);
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512((void *)dst, _mm512_permutexvar_epi32(perm, c));
+}
+
+/* Codes of 16 elements (q in [-128, 255]) with saturating narrowing. */
+NPUC_AVX512_INLINE void store_codes16(uint8_t *dst, __m512i q, int pack) {
+    const __m128i c = pack == QK_PACK_I8 ? _mm512_cvtsepi32_epi8(q) : _mm512_cvtusepi32_epi8(q);
+    _mm_storeu_si128((__m128i *)(void *)dst, c);
+}
+
+NPUC_AVX512_INLINE __m512i rint_mul16(__m512 x, __m512 inv) {
+    return _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
+}
+
+/* Elements [i, i + count) by the AVX2 kernel, into o->exact.  Out of line
+ * and cold, so the loop keeps its registers. */
+__attribute__((noinline, cold)) static void exact_span(const float *x, size_t i, size_t count,
+                                                       float scale, float inv_scale, int32_t zp,
+                                                       int32_t qmin, int32_t qmax, uint8_t *codes,
+                                                       float *deq, npuc_qsums *exact) {
+    npuc__qk_quant_run_avx2(x + i, count, scale, inv_scale, zp, qmin, qmax, codes + i,
+                            deq ? deq + i : NULL, exact);
+}
+
+/* The vector part ([0, n16), n16 a multiple of 16) for one (pack, with_deq)
+ * combination. */
+NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, float inv_scale,
+                                   int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                   float *deq, int pack, int with_deq, out16 *o) {
+    const __m512 vs = _mm512_set1_ps(scale), vi = _mm512_set1_ps(inv_scale);
+    const __m512i vz = _mm512_set1_epi32(zp);
+    const __m512i klo = _mm512_set1_epi32(qmin - zp), khi = _mm512_set1_epi32(qmax - zp);
+    const size_t block = 16 * QK_BLOCK_LANE_TERMS;
+    __m512 amax = o->amax;
+    fsums16 f;
+    fsums16_zero(&f);
+    size_t i = 0;
+    while (i < n16) {
+        const size_t end = n16 - i > block ? i + block : n16;
+        for (; i + 64 <= end; i += 64) {
+            const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+            const __m512 x2 = _mm512_loadu_ps(x + i + 32), x3 = _mm512_loadu_ps(x + i + 48);
+            const __m512i k0 = rint_mul16(x0, vi), k1 = rint_mul16(x1, vi);
+            const __m512i k2 = rint_mul16(x2, vi), k3 = rint_mul16(x3, vi);
+            const __m512i mn = _mm512_min_epi32(_mm512_min_epi32(k0, k1), _mm512_min_epi32(k2, k3));
+            const __m512i mx = _mm512_max_epi32(_mm512_max_epi32(k0, k1), _mm512_max_epi32(k2, k3));
+            const __mmask16 out = _mm512_cmplt_epi32_mask(mn, klo) | _mm512_cmpgt_epi32_mask(mx, khi);
+            if (__builtin_expect(out != 0, 0)) { /* clipped, NaN or Inf: exact path */
+                exact_span(x, i, 64, scale, inv_scale, zp, qmin, qmax, codes, with_deq ? deq : NULL,
+                           &o->exact);
+                continue;
+            }
+            const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
+            const __m512 d1 = terms16(x1, k1, vs, &f, &amax);
+            const __m512 d2 = terms16(x2, k2, vs, &f, &amax);
+            const __m512 d3 = terms16(x3, k3, vs, &f, &amax);
+            store_codes64(codes + i, _mm512_add_epi32(k0, vz), _mm512_add_epi32(k1, vz),
+                          _mm512_add_epi32(k2, vz), _mm512_add_epi32(k3, vz), pack);
+            if (with_deq) {
+                _mm512_storeu_ps(deq + i, d0);
+                _mm512_storeu_ps(deq + i + 16, d1);
+                _mm512_storeu_ps(deq + i + 32, d2);
+                _mm512_storeu_ps(deq + i + 48, d3);
+            }
+        }
+        for (; i < end; i += 16) {
+            const __m512 x0 = _mm512_loadu_ps(x + i);
+            const __m512i k0 = rint_mul16(x0, vi);
+            const __mmask16 out = _mm512_cmplt_epi32_mask(k0, klo) | _mm512_cmpgt_epi32_mask(k0, khi);
+            if (__builtin_expect(out != 0, 0)) {
+                exact_span(x, i, 16, scale, inv_scale, zp, qmin, qmax, codes, with_deq ? deq : NULL,
+                           &o->exact);
+                continue;
+            }
+            const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
+            store_codes16(codes + i, _mm512_add_epi32(k0, vz), pack);
+            if (with_deq) _mm512_storeu_ps(deq + i, d0);
+        }
+        fsums16_flush(&f, o);
+    }
+    o->amax = amax;
+}
+
+/* Adds the float-path lanes (in lane order), then the exact groups' sums. */
+NPUC_AVX512 static void out16_reduce(const out16 *o, npuc_qsums *acc) {
+    double w2[16], e2[16], wd[16], d2[16];
+    float am[16];
+    _mm512_storeu_pd(w2, o->w2lo), _mm512_storeu_pd(w2 + 8, o->w2hi);
+    _mm512_storeu_pd(e2, o->e2lo), _mm512_storeu_pd(e2 + 8, o->e2hi);
+    _mm512_storeu_pd(wd, o->wdlo), _mm512_storeu_pd(wd + 8, o->wdhi);
+    _mm512_storeu_pd(d2, o->d2lo), _mm512_storeu_pd(d2 + 8, o->d2hi);
+    _mm512_storeu_ps(am, o->amax);
+    for (int k = 0; k < 16; k++) {
+        acc->sum_w2 += w2[k];
+        acc->sum_e2 += e2[k];
+        acc->sum_wd += wd[k];
+        acc->sum_d2 += d2[k];
+        acc->max_abs = (double)am[k] > acc->max_abs ? (double)am[k] : acc->max_abs;
+    }
+    npuc_qsums_add(acc, &o->exact);
+}
+
+NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, float inv_scale,
+                                         int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                         float *deq, npuc_qsums *s) {
+    const int pack = qk_pack_kind(qmin, qmax);
+    const size_t n16 = n & ~(size_t)15;
+    unsigned csr;
+    if (n16 == 0 || pack == QK_PACK_NONE || zp < -256 || zp > 256 || !qk_inv_ok(scale, inv_scale) ||
+        !qk_watch_begin(&csr)) {
+        npuc__qk_quant_run_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        return;
+    }
+    out16 o;
+    const __m512d zd = _mm512_setzero_pd();
+    o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = o.d2lo = o.d2hi = zd;
+    o.amax = _mm512_setzero_ps();
+    o.exact = (npuc_qsums){0};
+    /* One specialisation per (pack, deq) pair. */
+    if (pack == QK_PACK_I8 && deq)
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o);
+    else if (pack == QK_PACK_I8)
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o);
+    else if (deq)
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o);
+    else
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o);
+    if (qk_watch_end(csr, &o)) {
+        npuc__qk_quant_run_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        return;
+    }
+    npuc_qsums acc = {0};
+    out16_reduce(&o, &acc);
+    for (size_t i = n16; i < n; i++) {
+        float d;
+        codes[i] = npuc_qk_elem(x[i], scale, inv_scale, zp, qmin, qmax, &d, &acc);
+        if (deq) deq[i] = d;
+    }
+    npuc_qsums_add(s, &acc);
+}
+
+static const npuc_kernel_table g_avx512 = {
+    .name = "avx512",
+    .minmax = minmax_avx512,
+    .minmax_cols = npuc__qk_minmax_cols_avx2,
+    .quant_run = quant_run_avx512,
+    .quant_vec = npuc__qk_quant_vec_avx2,
+    .quant_rows = npuc__qk_quant_rows_avx2,
+};
+
+const npuc_kernel_table *npuc_kernels_avx512(void) {
+    if (npuc_kernels_avx2() && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+        return &g_avx512;
+    return NULL;
+}
+
+#else
+
+const npuc_kernel_table *npuc_kernels_avx512(void) { return NULL; }
+
+#endif

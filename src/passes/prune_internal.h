@@ -1,0 +1,181 @@
+/*
+ * prune_internal.h - what the pruning and sparsity modules share
+ * (library-private):
+ *
+ *   prune_select.c    k-smallest-magnitude selection (sampled bracket, exact
+ *                     radix fallback) and applying a threshold with ties
+ *   prune_model.c     unstructured pruning of a model (layer / global)
+ *   prune_graph.c     who consumes a layer's channels: chains of producer,
+ *                     BatchNorm, depthwise convs and consumers
+ *   prune_struct.c    structured pruning of a model along those chains
+ *   sparsify_nm.c     N:M geometry, sparsify, pack / unpack, cost model
+ *   sparsify_model.c  N:M sparsity of a model
+ *   sparsify_quant.c  N:M before quantization (npuc quantize --pattern)
+ */
+#ifndef NPUC_PRUNE_INTERNAL_H
+#define NPUC_PRUNE_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/nm_kernels.h"
+#include "npuc_internal.h"
+#include "passes/pass_util.h"
+
+/* Elements per unit of parallel work.  Fixed, so per-chunk sums added in
+ * chunk order give the same result for any thread count. */
+#define NPUC_PRUNE_CHUNK ((uint64_t)1 << 20)
+
+/* ------------------------------------------------------------ selection */
+
+/* Tensors a selection runs over, loaded one at a time. */
+typedef struct npuc__mag_src {
+    size_t count;
+    npuc_status (*get)(void *u, size_t i, const float **x, uint64_t *n);
+    void (*put)(void *u, size_t i);
+    void *u;
+} npuc__mag_src;
+
+/* The zero set "every element with mag < t, and the first `ties` elements
+ * with mag == t in index order" that holds exactly the k smallest
+ * magnitudes of the concatenation of src's tensors, by exact three-level
+ * radix selection over the magnitude bits (11 + 10 + 10 bits: three counting
+ * passes, no sort).  *nbad gets the NaN/Inf count (the result is then
+ * meaningless). */
+npuc_status npuc__mag_select_radix(npuc_ctx *ctx, const npuc__mag_src *src, uint64_t k, uint32_t *t,
+                                   uint64_t *ties, uint64_t *nbad);
+
+/* Writes x with every mag < t zeroed and the first *ties elements with
+ * mag == t zeroed (index order); *ties is decreased by those zeroed.  Adds
+ * the sums into *s. */
+npuc_status npuc__mag_apply(npuc_ctx *ctx, const float *x, uint64_t n, uint32_t t, uint64_t *ties,
+                            float *out, npuc_prune_sums *s);
+
+/* Error figures of a pruned tensor from its sums (w' is w or 0, so
+ * sum w w' = sum w'^2 = sum_w2 - sum_e2). */
+void npuc__prune_error(const npuc_prune_sums *s, uint64_t n, npuc_error_stats *err);
+
+/* The error message for NaN/Inf values (NPUC_ERR_VALUE), without a path. */
+npuc_status npuc__prune_bad_values(npuc_ctx *ctx, const char *name, uint64_t nbad);
+
+/* ------------------------------------------------------------ tensor I/O */
+
+/* Float32 view of tensor i (zero-copy for aligned F32, else converted into
+ * scr).  Release with npuc_model_release. */
+npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, const float **out);
+
+/* Writes the pruned f32 values of tensor t (src: its original bytes) in t's
+ * dtype: F32 as is; other dtypes copy src and clear the elements whose
+ * pruned value is +0 (bits 0), so kept values stay bit-exact even for F64. */
+npuc_status npuc__write_pruned(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t,
+                               const void *src, const float *pruned, npuc_scratch *scr);
+
+/* snprintf that may cut (notes and reasons are for reading, not parsing). */
+void npuc__fmt(char *buf, size_t n, const char *fmt, ...) NPUC_PRINTF(3, 4);
+
+/* "<path>: <message in ctx>" with the same status. */
+npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
+
+/* Copies every metadata entry of m to w except the npuc artifact and layout
+ * entries (the writer records layouts itself). */
+npuc_status npuc__copy_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w);
+
+/* Fails with NPUC_ERR_ARG when m is an npuc artifact with encoded tensors. */
+npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what);
+
+/* ------------------------------------------------------------ chains (prune_graph.c) */
+
+#define NPUC_CHAIN_MAX 32
+
+/* A BatchNorm's tensors, -1 when absent. */
+typedef struct npuc__bn {
+    int64_t gamma, beta, mean, var, count;
+    size_t mod; /* its module */
+} npuc__bn;
+
+/* A module (PyTorch) or layer (Keras): the tensors sharing a name prefix. */
+typedef struct npuc__mod {
+    char *key;        /* "features.3", "Conv1", "conv2d_6" (owned) */
+    int64_t weight;   /* float tensor of rank >= 2 with a layout, or -1 */
+    int64_t bias;     /* its rank-1 bias, or -1 */
+    int is_bn;        /* a BatchNorm: bn holds its tensors */
+    npuc__bn bn;
+    int other;        /* holds tensors that are none of these (LayerNorm, ...) */
+    size_t first;     /* storage index of its first tensor */
+} npuc__mod;
+
+/* A weight that a channel space passes through (a depthwise convolution). */
+typedef struct npuc__dw {
+    size_t weight;
+    int64_t bias;
+} npuc__dw;
+
+/* Everything that shares the output-channel space of one producer. */
+typedef struct npuc__chain {
+    size_t producer;                 /* the producer's weight tensor */
+    int64_t bias;                    /* its bias, or -1 */
+    uint64_t channels;
+    size_t nbn, ndw, ncons;
+    npuc__bn bn[NPUC_CHAIN_MAX];     /* BatchNorms on the space (after the producer or a dw) */
+    npuc__dw dw[NPUC_CHAIN_MAX];     /* depthwise convs (channel-preserving) */
+    size_t cons[NPUC_CHAIN_MAX];     /* consumers' weight tensors (input channels) */
+    int ok;                          /* consumers found: the space can shrink */
+    int guess;                       /* found by storage / layer order only */
+    int output;                      /* the space reaches the model output */
+    char how[40];                    /* "--next", "sequential naming", "keras topology", ... */
+    char why[200];                   /* when !ok: why not */
+} npuc__chain;
+
+typedef struct npuc__graph npuc__graph;
+
+/* Reads names, shapes, roles, metadata (Keras model_config) and the
+ * explicit edges of o (--next, --graph) of m.  Explicit edges are checked
+ * here: a name that matches no tensor or layer, a producer without a weight,
+ * or channel counts that do not match are NPUC_ERR_ARG naming the edge. */
+npuc_status npuc__graph_build(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, npuc__graph **g);
+void npuc__graph_free(npuc__graph *g);
+/* The module of tensor i. */
+const npuc__mod *npuc__graph_mod(const npuc__graph *g, size_t tensor);
+/* 1 when weight tensor w is a depthwise convolution passing `channels`
+ * channels through one to one (channels 0: any depthwise convolution). */
+int npuc__graph_is_dw(const npuc__graph *g, size_t w, uint64_t channels);
+/* Output / input channel axis of a weight tensor, -1 when it has none. */
+int npuc__out_axis(const npuc_tensor_info *t);
+int npuc__in_axis(const npuc_tensor_info *t);
+/* Finds the chain of the producer whose weight tensor is w.  Returns
+ * NPUC_OK with c->ok = 0 and c->why set when the consumers cannot be found
+ * (the caller falls back to zeroing); NPUC_ERR_ARG for an explicit edge that
+ * does not fit. */
+npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t w, npuc__chain *c);
+
+/* ------------------------------------------------------------ N:M */
+
+/* Sparsifies x into out along g (see npuc_nm_sparsify), adding the sums;
+ * *nbad gets the count of NaN / Inf values (then the output is garbage). */
+npuc_status npuc__nm_apply(npuc_ctx *ctx, const npuc_nm_geom *g, const float *x, float *out,
+                           npuc_prune_sums *s, uint64_t *nbad);
+
+/* Geometry without messages: 0 when t can be N:M-sparsified, -1 for a bad
+ * pattern or layout, -2 when its input-channel axis is shorter than m. */
+int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g);
+
+/* -------------------------------------------- quantize --pattern (sparsify_quant.c) */
+
+/* Declares the stored tensors of a quantized N:M tensor: codes "<name>"
+ * ([kept] or packed), "<name>.scale", "<name>.zero_point" (asymmetric),
+ * "<name>.nm_meta", and adds the "nm_sparse" artifact entry with its "quant"
+ * description.  names[0..2] receive the owned scale/zero point/meta names. */
+npuc_status npuc__nmq_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t,
+                              const npuc_quant_params *p, const npuc_quant_shape *qs,
+                              const npuc_nm_geom *g, char **names);
+/* Sparsifies x, quantizes the result (npuc_quantize_tensor), writes codes,
+ * scales, zero points and metadata.  err gets the error of the dequantized
+ * sparse tensor against x; *zeros the zero count of the sparse tensor. */
+npuc_status npuc__nmq_write(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t, const float *x,
+                            const npuc_quant_params *p, const npuc_quant_shape *qs,
+                            const npuc_nm_geom *g, npuc_error_stats *err, uint64_t *zeros);
+/* Bytes the stored parts take. */
+uint64_t npuc__nmq_bytes(const npuc_quant_params *p, const npuc_quant_shape *qs, const npuc_nm_geom *g);
+
+#endif

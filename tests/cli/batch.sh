@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# npuc batch over a generated zoo of 50 small models (32 safetensors, 16 HDF5,
+# 2 corrupt):
+#  - the corrupt files fail alone (their errors in the summary, exit 1), the
+#    48 others are byte-identical to `npuc run` on each file;
+#  - artifacts are byte-identical across runs, -j 1 / -j 3 and shards 0..3 of
+#    4, whose merged summary lists the same files as the unsharded one;
+#  - --resume skips complete outputs;
+#  - kill test: `npuc batch` killed with SIGKILL at several points mid-run,
+#    then rerun with --resume, ends with every artifact byte-identical to an
+#    uninterrupted run and no temporary file left;
+#  - usage errors exit 2.
+source "$(dirname "$0")/lib/cli_test.bash"
+
+R="$NPUC_SRC/samples/recipes"
+recipe="$R/int8_per_channel.yaml"
+printf 'steps:\n  - fold-bn:\n  - quantize:\n' >"$T/probe.yaml"
+"$NPUC_BIN" run "$T/probe.yaml" "$SAMPLES/cnn_bn.safetensors" -o "$T/probe.safetensors" >"$T/probe.out" 2>&1 || true
+if grep -q "not available" "$T/probe.out"; then
+    echo "fold-bn not available: batch runs the int8 recipe"
+else
+    recipe="$R/fold_int8.yaml"
+fi
+
+# --- the zoo
+"$PY" "$TESTLIB/make_zoo.py" "$T/zoo" 48 --corrupt 2 >"$T/convert.txt"
+while read -r p; do
+    "$NPUC_BIN" convert -q "$p" -o "${p%.safetensors}.h5"
+    rm "$p"
+done <"$T/convert.txt"
+n=$(find "$T/zoo" -type f | wc -l)
+[ "$n" -eq 50 ] || fail "the zoo has $n files, not 50"
+nh5=$(find "$T/zoo" -name '*.h5' | wc -l)
+echo "zoo: $n files ($nh5 .h5 of which 1 corrupt, 1 corrupt .safetensors)"
+
+# summary_files SUMMARY: the "files" array, for comparing runs (the output
+# folder and shard fields differ by design).
+summary_files() {
+    "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d["files"], sort_keys=True, indent=1))' "$1"
+}
+
+# same_tree A B: every artifact (not reports, not summaries) byte-identical.
+same_tree() {
+    local a=$1 b=$2 f cnt=0
+    while read -r f; do
+        cmp -s "$a/$f" "$b/$f" || fail "$f differs between $a and $b"
+        cnt=$((cnt + 1))
+    done < <(cd "$a" && find . -type f \( -name '*.safetensors' -o -name '*.h5' \) | sort)
+    local other
+    other=$(cd "$b" && find . -type f \( -name '*.safetensors' -o -name '*.h5' \) | wc -l)
+    [ "$cnt" -eq "$other" ] || fail "$a has $cnt artifacts, $b has $other"
+    [ "$cnt" -eq 48 ] || fail "$a has $cnt artifacts, expected 48"
+}
+
+# --- the reference run: -j 3
+expect_rc 1 "$NPUC_BIN" batch "$recipe" --input "$T/zoo" --output "$T/ref" -j 3 --summary "$T/ref.json"
+must_match "$T/out" '^total: 50 files of 50: 48 ok, 0 skipped, 2 failed$'
+must_match "$T/err" 'bad/garbage.h5: not an HDF5 file'
+must_match "$T/err" 'bad/truncated_0.safetensors: '
+"$PY" - "$T/ref.json" "$T/ref" <<'PY' || fail "reference summary"
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema"] == "npuc.batch/1" and d["files_total"] == 50 and d["shard"] is None
+assert d["counts"] == {"files": 50, "ok": 48, "skipped": 0, "failed": 2}, d["counts"]
+names = [f["file"] for f in d["files"]]
+assert names == sorted(names), "files not in sorted order"
+failed = {f["file"]: f for f in d["files"] if f["status"] == "failed"}
+assert set(failed) == {"bad/garbage.h5", "bad/truncated_0.safetensors"}, failed
+assert all(f["exit_code"] == 2 and f["error"] for f in failed.values())
+for f in d["files"]:
+    out = os.path.join(sys.argv[2], f["file"])
+    if f["status"] == "ok":
+        assert os.path.isfile(out) and os.path.isfile(out + ".report.json"), out
+        assert f["output_size"] == os.path.getsize(out) and len(f["input_sha256"]) == 64
+        r = json.load(open(out + ".report.json"))
+        assert r["schema"] == "npuc.report/1" and r["pass"] == "run" and r["timestamp_utc"] is None
+    else:
+        assert not os.path.exists(out)
+PY
+# Each output equals `npuc run` on its file (a sample of both formats).
+for f in vision/cnn_000.safetensors nlp/mlp_001.safetensors vision/cnn_002.h5 nlp/mlp_005.h5 nlp/mlp_043.safetensors; do
+    expect_rc 0 "$NPUC_BIN" run -q "$recipe" "$T/zoo/$f" -o "$T/single.${f##*.}" -f
+    cmp "$T/single.${f##*.}" "$T/ref/$f" || fail "$f: batch output differs from npuc run"
+done
+expect_rc 0 "$NPUC_BIN" decompress -q "$T/ref/vision/cnn_002.h5" -o "$T/dq.h5"
+echo "reference batch ok: 48 ok, 2 corrupt reported"
+
+# --- -j 1, and a rerun
+expect_rc 1 "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/j1" -j 1 --summary "$T/j1.json"
+same_tree "$T/ref" "$T/j1"
+[ "$(summary_files "$T/ref.json")" = "$(summary_files "$T/j1.json")" ] || fail "summaries differ for -j 1 and -j 3"
+echo "-j 1 == -j 3"
+
+# --- shards 0..3 of 4 together equal the unsharded run
+for k in 0 1 2 3; do
+    rc=0
+    "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/sh" -j 2 --shard "$k/4" --summary "$T/sh$k.json" \
+        >"$T/sh$k.out" 2>&1 || rc=$?
+    [ "$rc" -le 1 ] || { cat "$T/sh$k.out" >&2; fail "shard $k/4 exited $rc"; }
+    must_match "$T/sh$k.out" "^total: 1[23] files of 50 \(this shard\)"
+done
+same_tree "$T/ref" "$T/sh"
+expect_rc 1 "$NPUC_BIN" batch --merge-summaries "$T/merged.json" "$T/sh2.json" "$T/sh0.json" "$T/sh3.json" "$T/sh1.json"
+must_match "$T/err" 'merged 4 summaries: 50 of 50 files, 48 ok, 0 skipped, 2 failed'
+[ "$(summary_files "$T/ref.json")" = "$(summary_files "$T/merged.json")" ] || fail "merged shards differ from the unsharded summary"
+expect_rc 2 "$NPUC_BIN" batch --merge-summaries "$T/m2.json" "$T/sh0.json" "$T/sh0.json"
+must_match "$T/err" 'is in two summaries: the shards overlap'
+expect_rc 1 "$NPUC_BIN" batch --merge-summaries "$T/m3.json" "$T/sh0.json"
+must_match "$T/err" '1[23] of 50 files.*some files are in no summary'
+echo "shards 0..3 of 4 == unsharded"
+
+# --- resume skips complete outputs; without it an existing output fails
+expect_rc 1 "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/ref" -j 2 --resume --summary "$T/res.json"
+must_match "$T/out" '^total: 50 files of 50: 0 ok, 48 skipped, 2 failed$'
+"$PY" - "$T/ref.json" "$T/res.json" <<'PY' || fail "resumed summary"
+import json, sys
+a, b = (json.load(open(p))["files"] for p in sys.argv[1:3])
+for x, y in zip(a, b):
+    if x["status"] == "ok":
+        assert y["status"] == "skipped", y
+        y["status"] = "ok"
+    assert x == y, (x, y)
+PY
+expect_rc 1 "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/ref" -j 2
+must_match "$T/err" 'output exists \(use -f to overwrite\)'
+same_tree "$T/ref" "$T/j1"
+echo "resume ok"
+
+# --- kill test: SIGKILL mid-run at several points, then --resume
+killed_mid=0
+for delay in 0.02 0.05 0.1 0.2 0.3 0.5; do
+    rm -rf "$T/kill"
+    "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/kill" -j 2 >/dev/null 2>&1 &
+    pid=$!
+    sleep "$delay"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    # Workers die with their parent (PR_SET_PDEATHSIG); wait for them.
+    for _ in $(seq 50); do
+        pgrep -f -- "--output $T/kill" >/dev/null || break
+        sleep 0.1
+    done
+    pgrep -f -- "--output $T/kill" >/dev/null && fail "workers outlived the killed batch"
+    mkdir -p "$T/kill" # a kill before the batch made it
+    done_before=$(find "$T/kill" -type f \( -name '*.safetensors' -o -name '*.h5' \) | wc -l)
+    tmp_before=$(find "$T/kill" -name '*.tmp' | wc -l)
+    # Whatever is at an output path is complete: byte-identical to the reference.
+    while read -r f; do
+        cmp -s "$T/kill/$f" "$T/ref/$f" || fail "killed at ${delay}s: $f is not the complete artifact"
+    done < <(cd "$T/kill" && find . -type f \( -name '*.safetensors' -o -name '*.h5' \) | sort)
+    if [ "$done_before" -gt 0 ] && [ "$done_before" -lt 48 ]; then killed_mid=$((killed_mid + 1)); fi
+    echo "killed at ${delay}s: $done_before of 48 artifacts done, $tmp_before temporary files left"
+    expect_rc 1 "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/kill" -j 2 --resume
+    same_tree "$T/ref" "$T/kill"
+    left=$(find "$T/kill" -name '*.tmp' | head -3)
+    [ -z "$left" ] || fail "temporary files left after --resume: $left"
+done
+[ "$killed_mid" -ge 1 ] || fail "no kill landed mid-run (the zoo ran too fast?)"
+echo "kill test ok ($killed_mid of 6 kills landed mid-run)"
+
+# --- a list file instead of a folder
+(cd "$T/zoo" && find . -name '*.safetensors' -path './nlp/*' | sort) >"$T/list.txt"
+(cd "$T/zoo" && expect_rc 0 "$NPUC_BIN" batch -q "$recipe" --input "$T/list.txt" --output "$T/fromlist" -j 2)
+for f in $(cd "$T/zoo" && find . -name '*.safetensors' -path './nlp/*'); do
+    cmp -s "$T/fromlist/$f" "$T/ref/$f" || fail "list mode: $f differs"
+done
+echo "list input ok"
+
+# --- usage errors
+expect_rc 2 "$NPUC_BIN" batch "$recipe" --input "$T/zoo"
+must_match "$T/err" 'missing --output DIR'
+expect_rc 2 "$NPUC_BIN" batch "$recipe" --input "$T/nonexistent" --output "$T/x"
+expect_rc 2 "$NPUC_BIN" batch "$recipe" --input "$T/zoo" --output "$T/x" --shard 4/4
+expect_rc 2 "$NPUC_BIN" batch "$recipe" --input "$T/zoo" --output "$T/zoo"
+must_match "$T/err" 'the output folder is the input folder'
+printf 'steps:\n  - quantize: {bits: 1}\n' >"$T/bad.yaml"
+expect_rc 2 "$NPUC_BIN" batch "$T/bad.yaml" --input "$T/zoo" --output "$T/x"
+must_match "$T/err" 'bad.yaml:2:22: step .quantize.: .bits. must be an integer from 2 to 8, got 1'
+echo "usage errors ok"
