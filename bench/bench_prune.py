@@ -15,7 +15,9 @@
    with the same thread count.
 4. End to end: `npuc prune --sparsity 0.5` and `npuc sparsify` (process
    start, open, compute, write the output file, fsync, rename), -j 1 and
-   -j 2, same units.
+   -j 2, same units, beside `npuc convert` of the same file (the same
+   reader and writer with no computation: the floor set by the kernel's
+   page-fault and write() paths), with the ratio of its time to theirs.
 5. NumPy (partition based: np.argpartition on |w| per tensor, then zero the
    k chosen; 2:4 with np.argpartition inside groups of 4) and torch
    (torch.nn.utils.prune.l1_unstructured on a Linear holding each tensor;
@@ -163,6 +165,13 @@ def main():
                       f"ratio to memcpy({j} thr) {g / mc[j]:.2f}  ({load()})")
 
         cli_t = {}
+        outp = os.path.join(d, "o.safetensors")
+        dt = best_of(lambda: subprocess.run([npuc, "convert", "-q", "-f", model, "-o", outp], check=True,
+                                            stdout=subprocess.DEVNULL), a.reps)
+        g = (data_bytes + os.path.getsize(outp)) / dt / 1e9
+        cli_conv = dt
+        print(f"npuc convert (copy, the I/O floor) {g:7.2f} GB/s  {dt:6.3f} s  ratio to memcpy(1 thr) "
+              f"{g / mc[1]:.2f}  ({load()})")
         for name, args in (("prune 50%", ["prune", "--sparsity", "0.5"]), ("2:4", ["sparsify"])):
             outp = os.path.join(d, "o.safetensors")
             for j in (1, 2):
@@ -171,7 +180,7 @@ def main():
                 cli_t[(name, j)] = dt
                 g = (data_bytes + os.path.getsize(outp)) / dt / 1e9
                 print(f"npuc {name:9s} end to end -j {j}  {g:7.2f} GB/s  {dt:6.3f} s  "
-                      f"ratio to memcpy({j} thr) {g / mc[j]:.2f}  ({load()})")
+                      f"ratio to memcpy({j} thr) {g / mc[j]:.2f}, convert time / this {cli_conv / dt:.2f}  ({load()})")
             os.unlink(outp)
 
         # NumPy, partition based, one thread.

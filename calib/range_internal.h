@@ -32,6 +32,11 @@
 
 #include "npuc_internal.h"
 
+/* The inner loops (minmax, exact error) use SSE2 where the compiler targets
+ * it and plain C otherwise, with the same float operations per lane, so the
+ * results are bit-identical; -DNPUC_CALIB_NO_SIMD forces the plain C (to
+ * check that). */
+
 /* Bit widths MSE and entropy accept. */
 #define NPUC_RANGE_MIN_BITS 2
 #define NPUC_RANGE_MAX_BITS 16

@@ -70,9 +70,9 @@ typedef struct npuc_prune_stats {
 
 /* Writes w[0..n) to out with exactly k elements set to +0: the k smallest
  * |w|, the lower index first among equal magnitudes (so already-zero weights
- * go first).  Every other element is copied bit for bit.  out may equal w.
- * Fails with NPUC_ERR_ARG when k > n, NPUC_ERR_VALUE when w holds NaN or
- * Inf, NPUC_ERR_NOMEM.  st may be NULL. */
+ * go first).  Every other element is copied bit for bit.  out must not
+ * overlap w.  Fails with NPUC_ERR_ARG when k > n or out overlaps w,
+ * NPUC_ERR_VALUE when w holds NaN or Inf, NPUC_ERR_NOMEM.  st may be NULL. */
 npuc_status npuc_prune_magnitude(npuc_ctx *ctx, const float *w, uint64_t n, uint64_t k, float *out,
                                  npuc_prune_stats *st);
 

@@ -99,6 +99,9 @@ typedef struct npuc_quantize_opts {
     size_t nexclude;
     const char *const *layer_bits; /* "REGEX=N": bit width per tensor, first match wins */
     size_t nlayer_bits;
+    const char *const *layer_group_size; /* "REGEX=G": groups of G (>= 2) for matching tensors,
+                                            first match wins (recipes' group_size override) */
+    size_t nlayer_group_size;
     int quantize_all;              /* below 8 bits, also quantize the first and last
                                       weight layers at the low width (default: 8 bits) */
     int fake_quant;                /* write dequantized floats in the source dtype */

@@ -28,6 +28,7 @@ enum {
     OPT_INCLUDE,
     OPT_EXCLUDE,
     OPT_LAYER_BITS,
+    OPT_LAYER_GROUP,
     OPT_ALL,
     OPT_FAKE,
     OPT_REPORT,
@@ -47,6 +48,7 @@ static const cli_option OPTIONS[] = {
     {"include", 0, 1, OPT_INCLUDE},
     {"exclude", 0, 1, OPT_EXCLUDE},
     {"layer-bits", 0, 1, OPT_LAYER_BITS},
+    {"layer-group-size", 0, 1, OPT_LAYER_GROUP},
     {"quantize-all", 0, 0, OPT_ALL},
     {"fake-quant", 0, 0, OPT_FAKE},
     {"report", 0, 1, OPT_REPORT},
@@ -57,8 +59,8 @@ static const cli_option OPTIONS[] = {
 
 typedef struct qargs {
     npuc_quantize_opts o;
-    const char **inc, **exc, **lb;
-    size_t ninc, nexc, nlb;
+    const char **inc, **exc, **lb, **lg;
+    size_t ninc, nexc, nlb, nlg;
     const char *range;
     const char *report;
     int gran_set;
@@ -110,6 +112,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_LAYER_BITS: if (push(&q->lb, &q->nlb, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_GROUP: if (push(&q->lg, &q->nlg, arg)) return CLI_EXIT_FAIL; break;
     case OPT_ALL: q->o.quantize_all = 1; break;
     case OPT_FAKE: q->o.fake_quant = 1; break;
     case OPT_PATTERN:
@@ -153,18 +156,20 @@ static char *params_json(const qargs *q) {
     char range[48], scheme[32];
     npuc_range_format(&q->o.params.range, range, sizeof range);
     npuc_quant_scheme_name(&q->o.params, scheme, sizeof scheme);
-    json_t *inc = json_array(), *exc = json_array(), *lb = json_array();
+    json_t *inc = json_array(), *exc = json_array(), *lb = json_array(), *lg = json_array();
+    for (size_t i = 0; i < q->nlg; i++) json_array_append_new(lg, cli_json_str(q->lg[i]));
     for (size_t i = 0; i < q->ninc; i++) json_array_append_new(inc, cli_json_str(q->inc[i]));
     for (size_t i = 0; i < q->nexc; i++) json_array_append_new(exc, cli_json_str(q->exc[i]));
     for (size_t i = 0; i < q->nlb; i++) json_array_append_new(lb, cli_json_str(q->lb[i]));
     char pattern[16] = "";
     if (q->o.pattern_m) snprintf(pattern, sizeof pattern, "%d:%d", q->o.pattern_n, q->o.pattern_m);
-    json_t *p = json_pack("{s:{s:i, s:b, s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b, s:b, s:s?}}", "quantize",
+    json_t *p = json_pack("{s:{s:i, s:b, s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:s?}}", "quantize",
                           "bits", q->o.params.bits, "symmetric", q->o.params.symmetric, "scheme", scheme,
                           "granularity", q->o.params.gran == NPUC_GRAN_TENSOR ? "tensor" :
                                          q->o.params.gran == NPUC_GRAN_GROUP ? "group" : "channel",
                           "group_size", (int)q->o.params.group_size, "axis", q->o.params.axis, "range", range,
-                          "include", inc, "exclude", exc, "layer_bits", lb, "quantize_all", q->o.quantize_all,
+                          "include", inc, "exclude", exc, "layer_bits", lb, "layer_group_size", lg,
+                          "quantize_all", q->o.quantize_all,
                           "fake_quant", q->o.fake_quant, "pattern", q->o.pattern_m ? pattern : NULL);
     char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(p);
@@ -206,6 +211,7 @@ static int run(int argc, char **argv) {
     q.o.include = q.inc; q.o.ninclude = q.ninc;
     q.o.exclude = q.exc; q.o.nexclude = q.nexc;
     q.o.layer_bits = q.lb; q.o.nlayer_bits = q.nlb;
+    q.o.layer_group_size = q.lg; q.o.nlayer_group_size = q.nlg;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
     const char *out = a.output;
@@ -261,7 +267,7 @@ done:
     npuc_model_close(m);
     npuc_ctx_free(ctx);
     free(out_alloc);
-    free(q.inc); free(q.exc); free(q.lb);
+    free(q.inc); free(q.exc); free(q.lb); free(q.lg);
     cli_args_free(&a);
     return cli_finish_stdout(rc);
 }
@@ -293,6 +299,7 @@ const cli_command cli_cmd_quantize = {
     "      --include REGEX    quantize only tensors matching REGEX (repeatable)\n"
     "      --exclude REGEX    never quantize tensors matching REGEX (repeatable)\n"
     "      --layer-bits REGEX=N  bit width for matching tensors; the first match wins\n"
+    "      --layer-group-size REGEX=G  groups of G for matching tensors; the first match wins\n"
     "      --quantize-all     below 8 bits, also take the first and last weight layers to\n"
     "                         the low width (default: they stay at 8 bits)\n"
     "      --layout REGEX=NAME  override the layout of matching tensors (docs/formats.md)\n"

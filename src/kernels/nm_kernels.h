@@ -69,14 +69,16 @@ static inline void npuc_prune_sums_add(npuc_prune_sums *a, const npuc_prune_sums
 typedef struct npuc_nm_kernel_table {
     const char *name; /* "ref", "avx2" */
 
-    /* One pass of the sampled-bracket selection: returns how many elements
+    /* The one pass of the sampled-bracket selection: writes
+     * out[i] = mag(x[i]) < lo ? +0.0f : x[i] and returns how many elements
      * have mag < lo; stores the indices (relative to x) and magnitudes of the
      * elements with lo <= mag < hi in idx[] and mag[], in increasing index
      * order, as long as fewer than cap have been stored, and counts all of
      * them in *nmid (which may end above cap); counts mag >= NPUC_MAG_BAD in
-     * *nbad.  Requires lo <= hi. */
-    uint64_t (*mag_bracket)(const float *x, size_t n, uint32_t lo, uint32_t hi, uint32_t *idx,
-                            uint32_t *mag, size_t cap, uint64_t *nmid, uint64_t *nbad);
+     * *nbad; adds the sums of the zeroing into *s.  Requires lo <= hi; out
+     * must not overlap x. */
+    uint64_t (*mag_split)(const float *x, size_t n, uint32_t lo, uint32_t hi, float *out, uint32_t *idx,
+                          uint32_t *mag, size_t cap, uint64_t *nmid, uint64_t *nbad, npuc_prune_sums *s);
 
     /* One level of the radix selection: for every element with
      * (mag >> sel_shift) == sel, hist[(mag >> bin_shift) & 2047] += 1

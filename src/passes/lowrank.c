@@ -421,11 +421,14 @@ npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const 
         L = malloc(sizeof(float) * (size_t)m * (size_t)r);
         R = malloc(sizeof(float) * (size_t)r * (size_t)n);
         if (!L || !R) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory for the factors", what); goto fail; }
-        for (int64_t j = 0; j < r; j++) {
-            float sq = sqrtf(svd.s[j]);
-            for (int64_t i = 0; i < m; i++) L[i * r + j] = svd.u[i * svd.ldu + j] * sq;
-            for (int64_t c = 0; c < n; c++) R[j * n + c] = svd.vt[j * n + c] * sq;
-        }
+        float *sq = malloc(sizeof(float) * (size_t)r);
+        if (!sq) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory for the factors", what); goto fail; }
+        for (int64_t j = 0; j < r; j++) sq[j] = sqrtf(svd.s[j]);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < r; j++) L[i * r + j] = svd.u[i * svd.ldu + j] * sq[j];
+        for (int64_t j = 0; j < r; j++)
+            for (int64_t c = 0; c < n; c++) R[j * n + c] = svd.vt[j * n + c] * sq[j];
+        free(sq);
         if ((st = round_to_dtype(ctx, L, (uint64_t)m * (uint64_t)r, t->dtype)) != NPUC_OK ||
             (st = round_to_dtype(ctx, R, (uint64_t)r * (uint64_t)n, t->dtype)) != NPUC_OK)
             goto fail;

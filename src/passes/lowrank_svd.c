@@ -22,6 +22,12 @@
  * within a factor [1 + O((s_{r+1}/s_r)^{2q})] of the optimum for decaying
  * spectra; docs/lowrank.md has the measurements.
  *
+ * Two arrangements keep the serial part small, which matters because the
+ * passes over X scale with the thread count and LAPACK here does not: the
+ * QRs are blocked Householder factorisations whose block-reflector updates
+ * the threads share (orthonormalise), and the SVD of the wide l x m matrix B
+ * is taken as the QR of B^T = X^T Q followed by the SVD of its l x l factor R.
+ *
  * The Gaussian test matrix comes from a counter-based generator (SplitMix64
  * of seed and element index, Box-Muller), so it is the same for any thread
  * count and any machine.
@@ -275,15 +281,88 @@ static void gaussian_fill(float *g, int64_t count, uint64_t seed, int nthreads) 
     }
 }
 
-/* Replaces the rows x l column-major y by an orthonormal basis of its range
- * (Householder QR: sgeqrf, then sorgqr forms Q in place). */
-static npuc_status orthonormalise(npuc_ctx *ctx, const char *what, float *y, int64_t rows, int64_t l,
-                                  float *tau) {
-    lapack_int info = LAPACKE_sgeqrf(LAPACK_COL_MAJOR, (lapack_int)rows, (lapack_int)l, y, (lapack_int)rows, tau);
-    if (info != 0) return lapack_fail(ctx, what, "sgeqrf", info);
-    info = LAPACKE_sorgqr(LAPACK_COL_MAJOR, (lapack_int)rows, (lapack_int)l, (lapack_int)l, y, (lapack_int)rows, tau);
-    if (info != 0) return lapack_fail(ctx, what, "sorgqr", info);
-    return NPUC_OK;
+/* Householder QR in panels of QR_NB columns; the block reflectors are
+ * applied QR_CB columns per LAPACK call. */
+#define QR_NB 32
+#define QR_CB 64
+
+/* C := H C (trans 'N') or H^T C (trans 'T') for the block reflector
+ * H = I - V T V^T of one panel (V: mrows x k, unit lower trapezoidal), on the
+ * mrows x ncols matrix c.  The columns are split into fixed QR_CB-wide LAPACK
+ * slarfb calls that the threads share, so every column is updated by the same
+ * call whatever the thread count. */
+static int apply_reflector(char trans, const float *v, int64_t ldv, const float *t, int64_t mrows, int64_t k,
+                           float *c, int64_t ldc, int64_t ncols, int nthreads) {
+    int64_t nb = (ncols + QR_CB - 1) / QR_CB;
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (nthreads > 1 && nb > 1)
+    for (int64_t b = 0; b < nb; b++) {
+        float work[QR_CB * QR_NB];
+        int64_t o = b * QR_CB, w = ncols - o < QR_CB ? ncols - o : QR_CB;
+        lapack_int info = LAPACKE_slarfb_work(LAPACK_COL_MAJOR, 'L', trans, 'F', 'C', (lapack_int)mrows, (lapack_int)w,
+                                              (lapack_int)k, v, (lapack_int)ldv, t, QR_NB, c + o * ldc,
+                                              (lapack_int)ldc, work, (lapack_int)w);
+        if (info != 0) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
+/* Replaces the rows x l column-major y (rows >= l) by an orthonormal basis
+ * of its range, Q of y = Q R, and stores R (l x l, column-major, zeros below
+ * the diagonal) in r when r is not NULL.
+ *
+ * This is LAPACK's blocked Householder QR (sgeqrf followed by sorgqr) with
+ * the same reflectors, arranged so that threads can share it
+ * deterministically: each QR_NB-column panel is factored by sgeqrt3
+ * (recursive, level 3, giving the panel's triangular factor T directly), the
+ * trailing columns and, backwards, the columns of Q are updated with slarfb
+ * in fixed column blocks (apply_reflector).  A plain sgeqrf/sorgqr pair runs
+ * on one thread (OpenBLAS' own threading is off, see npuc__blas_enter), and
+ * five of them took as long as the six passes over a 4096 x 4096 matrix. */
+static npuc_status orthonormalise(npuc_ctx *ctx, const char *what, float *y, int64_t rows, int64_t l, int nthreads,
+                                  float *r) {
+    int64_t np = (l + QR_NB - 1) / QR_NB;
+    float *t = alloc_floats(np * QR_NB, QR_NB), *vb = alloc_floats(rows, QR_NB);
+    npuc_status st = NPUC_OK;
+    if (!t || !vb) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", what); goto done; }
+    for (int64_t p = 0; p < np; p++) {
+        int64_t j = p * QR_NB, jb = l - j < QR_NB ? l - j : QR_NB;
+        float *panel = y + j + j * rows, *tp = t + p * QR_NB * QR_NB;
+        lapack_int info = LAPACKE_sgeqrt3_work(LAPACK_COL_MAJOR, (lapack_int)(rows - j), (lapack_int)jb, panel,
+                                               (lapack_int)rows, tp, QR_NB);
+        if (info != 0) { st = lapack_fail(ctx, what, "sgeqrt3", info); goto done; }
+        if (j + jb < l &&
+            apply_reflector('T', panel, rows, tp, rows - j, jb, panel + jb * rows, rows, l - j - jb, nthreads)) {
+            st = lapack_fail(ctx, what, "slarfb", -1);
+            goto done;
+        }
+    }
+    if (r)
+        for (int64_t c = 0; c < l; c++)
+            for (int64_t i = 0; i < l; i++) r[i + c * l] = i <= c ? y[i + c * rows] : 0.0f;
+    /* Q = H_0 H_1 ... [I; 0], applied backwards: when panel p is reached, its
+     * columns of the partial product are still unit vectors and the columns
+     * to its right are zero above row j (LAPACK sorgqr's invariant). */
+    for (int64_t p = np - 1; p >= 0; p--) {
+        int64_t j = p * QR_NB, jb = l - j < QR_NB ? l - j : QR_NB, mj = rows - j;
+        for (int64_t c = 0; c < jb; c++) {
+            float *col = y + (j + c) * rows;
+            memcpy(vb + c * mj, col + j, sizeof(float) * (size_t)mj);
+            memset(col, 0, sizeof(float) * (size_t)rows);
+            col[j + c] = 1.0f;
+        }
+        if (apply_reflector('N', vb, mj, t + p * QR_NB * QR_NB, mj, jb, y + j + j * rows, rows, l - j, nthreads)) {
+            st = lapack_fail(ctx, what, "slarfb", -1);
+            goto done;
+        }
+    }
+done:
+    free(t);
+    free(vb);
+    return st;
 }
 
 npuc_status npuc__svd_randomized(npuc_ctx *ctx, const char *what, const float *w, int64_t m,
@@ -305,8 +384,7 @@ npuc_status npuc__svd_randomized(npuc_ctx *ctx, const char *what, const float *w
     const int64_t p = n, q = m;
     float *y = alloc_floats(p, l);      /* range of X: p x l */
     float *z = alloc_floats(q, l);      /* range of X^T, and Omega: q x l */
-    float *tau = alloc_floats(l, 1);
-    float *bm = alloc_floats(l, q);     /* B = Q^T X: l x q */
+    float *bm = alloc_floats(l, l);     /* R of B^T = X^T Q */
     out->m = m;
     out->n = n;
     out->k = l;
@@ -315,7 +393,7 @@ npuc_status npuc__svd_randomized(npuc_ctx *ctx, const char *what, const float *w
     out->u = alloc_floats(l, q);        /* V_B^T: l x q column-major = u of W, ld l */
     out->ldu = l;
     out->ub = alloc_floats(l, l);
-    if (!y || !z || !tau || !bm || !out->s || !out->u || !out->ub) {
+    if (!y || !z || !bm || !out->s || !out->u || !out->ub) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory for a randomized SVD of width %lld", what,
                        (long long)l);
         goto done;
@@ -323,29 +401,47 @@ npuc_status npuc__svd_randomized(npuc_ctx *ctx, const char *what, const float *w
     gaussian_fill(z, q * l, seed, nthreads);
     /* Y = X Omega: split over rows of X. */
     gemm_split(nthreads, 1, CblasNoTrans, CblasNoTrans, p, l, q, X, p, z, q, y, p);
-    if ((st = orthonormalise(ctx, what, y, p, l, tau)) != NPUC_OK) goto done;
+    if ((st = orthonormalise(ctx, what, y, p, l, nthreads, NULL)) != NPUC_OK) goto done;
     for (int it = 0; it < power_iters; it++) {
         /* Z = X^T Q: rows of Z are columns of X. */
         gemm_split(nthreads, 1, CblasTrans, CblasNoTrans, q, l, p, X, p, y, p, z, q);
-        if ((st = orthonormalise(ctx, what, z, q, l, tau)) != NPUC_OK) goto done;
+        if ((st = orthonormalise(ctx, what, z, q, l, nthreads, NULL)) != NPUC_OK) goto done;
         gemm_split(nthreads, 1, CblasNoTrans, CblasNoTrans, p, l, q, X, p, z, q, y, p);
-        if ((st = orthonormalise(ctx, what, y, p, l, tau)) != NPUC_OK) goto done;
+        if ((st = orthonormalise(ctx, what, y, p, l, nthreads, NULL)) != NPUC_OK) goto done;
     }
-    /* B = Q^T X: columns of B are columns of X. */
-    gemm_split(nthreads, 0, CblasTrans, CblasNoTrans, l, q, p, y, p, X, p, bm, l);
-    /* The small SVD destroys B; keep a copy for the sgesvd fallback. */
-    float *bcopy = alloc_floats(l, q);
-    if (!bcopy) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", what); goto done; }
-    memcpy(bcopy, bm, (size_t)l * (size_t)q * sizeof(float));
-    st = svd_dense(ctx, what, 'S', 0, bcopy, bm, l, q, out->s, out->ub, l, out->u, l);
-    free(bcopy);
-    if (st != NPUC_OK) goto done;
+    /* The projection B = Q^T X (l x q), by way of B^T = X^T Q = Q_b R_b: then
+     * B = R_b^T Q_b^T, and with R_b = U_2 S V_2^T,  B = V_2 S (Q_b U_2)^T.
+     * Only the l x l SVD is serial; sgesdd on the wide B would spend most of
+     * its time in a serial LQ factorisation of B. */
+    gemm_split(nthreads, 1, CblasTrans, CblasNoTrans, q, l, p, X, p, y, p, z, q);
+    if ((st = orthonormalise(ctx, what, z, q, l, nthreads, bm)) != NPUC_OK) goto done;
+    {
+        float *u2 = alloc_floats(l, l), *v2t = alloc_floats(l, l), *rcopy = alloc_floats(l, l);
+        if (!u2 || !v2t || !rcopy) {
+            free(u2); free(v2t); free(rcopy);
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", what);
+            goto done;
+        }
+        memcpy(rcopy, bm, sizeof(float) * (size_t)l * (size_t)l);
+        st = svd_dense(ctx, what, 'S', 0, rcopy, bm, l, l, out->s, u2, l, v2t, l);
+        if (st == NPUC_OK) {
+            /* U_B = V_2: the transpose of sgesdd's V_2^T. */
+            for (int64_t i = 0; i < l; i++)
+                for (int64_t j = 0; j < l; j++) out->ub[i + j * l] = v2t[j + i * l];
+            /* W's left vectors are V_X = Q_b U_2 (q x l); as m x l row-major
+             * they are the column-major l x q matrix U_2^T Q_b^T. */
+            gemm_split(nthreads, 0, CblasTrans, CblasTrans, l, q, l, u2, l, z, q, out->u, l);
+        }
+        free(u2);
+        free(v2t);
+        free(rcopy);
+        if (st != NPUC_OK) goto done;
+    }
     out->q = y;
     y = NULL;
 done:
     free(y);
     free(z);
-    free(tau);
     free(bm);
     if (st != NPUC_OK) npuc__svd_free(out);
     npuc__blas_leave(prev);

@@ -12,13 +12,13 @@
  * idea of selecting from a sample first: 65,536 elements in 4,096 evenly
  * spread runs of 16 give a bracket [lo, hi) of magnitudes that holds the
  * k-th smallest with overwhelming probability (6 standard deviations of the
- * sample quantile on each side).  One parallel pass counts the elements
- * below lo and collects the indices and magnitudes inside the bracket
- * (2-3 % of them), a quickselect on the collected magnitudes finds t, and
- * one more pass writes the output chunk by chunk: everything below lo
- * zeroed by SIMD compares, then, while the chunk is still in cache, the
- * chunk's collected elements below t and its share of the ties equal to t.
- * Two passes over the data, both at memory speed.  When the bracket misses (a
+ * sample quantile on each side).  One parallel pass writes the output of
+ * every element outside the bracket (below lo: zero, by SIMD compares on
+ * the magnitude bits; above: copied), counts those below lo and collects
+ * the indices and magnitudes inside it (2-3 % of them, compress-stored
+ * without branches); a quickselect on the collected magnitudes then finds
+ * t, and the collected elements below t, and the first ties equal to t,
+ * are patched to zero.  One pass over the data, at memory speed.  When the bracket misses (a
  * distribution with a huge tie at the threshold, as in weights that were
  * once 8-bit codes) the exact radix selection below takes over: counting
  * passes over the top 11, middle 10 and low 10 magnitude bits narrow the
@@ -86,6 +86,27 @@ static void select_k(uint32_t *a, size_t n, size_t k) {
         else if (k >= i) lo = i;
         else return;
     }
+}
+
+/* The k-th smallest (0-based) of a[0..n), all in [lo, lo + span]: one
+ * counting pass over the top 11 bits of a - lo, then a quickselect on the
+ * one bin that holds it (a few hundred values).  tmp needs n entries.
+ * Faster than quickselect on the whole, which branches on every element. */
+static uint32_t select_in_range(const uint32_t *a, size_t n, size_t k, uint32_t lo, uint32_t span,
+                                uint32_t *tmp) {
+    int shift = 0;
+    while (shift < 32 && (span >> shift) >= 2048) shift++;
+    uint32_t hist[2048];
+    memset(hist, 0, sizeof hist);
+    for (size_t i = 0; i < n; i++) hist[(a[i] - lo) >> shift]++;
+    size_t cum = 0;
+    uint32_t bin = 0;
+    while (cum + hist[bin] <= k) cum += hist[bin++];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (((a[i] - lo) >> shift) == bin) tmp[m++] = a[i];
+    select_k(tmp, m, k - cum);
+    return tmp[k - cum];
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -304,14 +325,11 @@ static npuc_status sample_bracket(npuc_ctx *ctx, const float *x, uint64_t n, uin
     return NPUC_OK;
 }
 
-/* Zeroes x's chunk [b, e) into out: everything below lo, then those of the
- * chunk's candidates (idx relative to b, magnitudes mag) below t and the
- * first `ties` equal to t. */
-static void zero_chunk(const npuc_nm_kernel_table *K, const float *x, float *out, uint64_t b, uint64_t e,
-                       uint32_t lo, const uint32_t *idx, const uint32_t *mag, uint64_t ncand, uint32_t t,
-                       uint64_t ties, int patch, npuc_prune_sums *s) {
-    K->mag_zero_below(x + b, (size_t)(e - b), lo, out + b, s);
-    if (!patch) return;
+/* Zeroes those of a chunk's candidates (idx relative to the chunk start b,
+ * magnitudes mag) below t and the first `ties` equal to t, adding their
+ * cost to s. */
+static void patch_chunk(float *out, uint64_t b, const uint32_t *idx, const uint32_t *mag, uint64_t ncand,
+                        uint32_t t, uint64_t ties, npuc_prune_sums *s) {
     for (uint64_t j = 0; j < ncand; j++) {
         if (!(mag[j] < t || (mag[j] == t && ties > 0))) continue;
         if (mag[j] == t) ties--;
@@ -325,8 +343,13 @@ static void zero_chunk(const npuc_nm_kernel_table *K, const float *x, float *out
     }
 }
 
-/* The fast path; returns NPUC_OK with *done = 0 when the bracket missed and
- * the radix selection must run instead. */
+/* The fast path, one pass over the data: with the sampled bracket [lo, hi)
+ * the pass already writes the output for every element outside it (below
+ * lo: zero; from hi up: copied) and collects the ~2 % inside; once the pass
+ * has counted how many lie below lo, the threshold among the collected ones
+ * is known and they are patched.  Returns NPUC_OK with *done = 0 when the
+ * bracket missed and the radix selection must run instead (it rewrites
+ * all of out). */
 static npuc_status bracket_prune(npuc_ctx *ctx, const float *x, uint64_t n, uint64_t k, float *out,
                                  npuc_prune_sums *sums, int *done, uint64_t *nbad_out) {
     const npuc_nm_kernel_table *K = npuc_nm_kernels();
@@ -344,17 +367,17 @@ static npuc_status bracket_prune(npuc_ctx *ctx, const float *x, uint64_t n, uint
     uint32_t *idx = malloc((size_t)(nc * cap) * sizeof *idx), *mag = malloc((size_t)(nc * cap) * sizeof *mag);
     uint64_t *below = calloc(nc, sizeof *below), *mid = calloc(nc, sizeof *mid), *bad = calloc(nc, sizeof *bad);
     uint64_t *ties = calloc(nc, sizeof *ties);
+    npuc_prune_sums *cs = calloc(nc, sizeof *cs);
     uint32_t *tmp = NULL;
-    npuc_prune_sums *cs = NULL;
-    if (!idx || !mag || !below || !mid || !bad || !ties) {
+    if (!idx || !mag || !below || !mid || !bad || !ties || !cs) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto done;
     }
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (uint64_t c = 0; c < nc; c++) {
         const uint64_t b = c * NPUC_PRUNE_CHUNK, e = b + NPUC_PRUNE_CHUNK < n ? b + NPUC_PRUNE_CHUNK : n;
-        below[c] = K->mag_bracket(x + b, (size_t)(e - b), lo, hi, idx + c * cap, mag + c * cap, (size_t)cap,
-                                  &mid[c], &bad[c]);
+        below[c] = K->mag_split(x + b, (size_t)(e - b), lo, hi, out + b, idx + c * cap, mag + c * cap, (size_t)cap,
+                                &mid[c], &bad[c], &cs[c]);
     }
     uint64_t c_lo = 0, c_mid = 0, nbad = 0;
     int overflow = 0;
@@ -371,19 +394,20 @@ static npuc_status bracket_prune(npuc_ctx *ctx, const float *x, uint64_t n, uint
      * ties (the lowest indices first). */
     const uint64_t r = k - c_lo;
     uint32_t t = lo;
-    tmp = malloc((size_t)(c_mid ? c_mid : 1) * sizeof *tmp);
-    cs = calloc(nc, sizeof *cs);
-    if (!tmp || !cs) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
     if (r > 0) {
+        tmp = malloc((size_t)c_mid * sizeof *tmp);
+        if (!tmp) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+        uint32_t *all = malloc((size_t)c_mid * sizeof *all);
+        if (!all) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
         uint64_t p = 0;
         for (uint64_t c = 0; c < nc; c++) {
-            memcpy(tmp + p, mag + c * cap, (size_t)mid[c] * sizeof *tmp);
+            memcpy(all + p, mag + c * cap, (size_t)mid[c] * sizeof *all);
             p += mid[c];
         }
-        select_k(tmp, (size_t)c_mid, (size_t)(r - 1));
-        t = tmp[r - 1];
+        t = select_in_range(all, (size_t)c_mid, (size_t)(r - 1), lo, hi - lo, tmp);
         uint64_t less = 0;
-        for (uint64_t j = 0; j < c_mid; j++) less += tmp[j] < t;
+        for (uint64_t j = 0; j < c_mid; j++) less += all[j] < t;
+        free(all);
         uint64_t left = r - less;
         for (uint64_t c = 0; c < nc && left; c++) {
             uint64_t eq = 0;
@@ -391,18 +415,18 @@ static npuc_status bracket_prune(npuc_ctx *ctx, const float *x, uint64_t n, uint
             ties[c] = eq < left ? eq : left;
             left -= ties[c];
         }
-    }
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (uint64_t c = 0; c < nc; c++) {
-        const uint64_t b = c * NPUC_PRUNE_CHUNK, e = b + NPUC_PRUNE_CHUNK < n ? b + NPUC_PRUNE_CHUNK : n;
-        zero_chunk(K, x, out, b, e, lo, idx + c * cap, mag + c * cap, mid[c], t, ties[c], r > 0, &cs[c]);
+        for (uint64_t c = 0; c < nc; c++)
+            patch_chunk(out, c * NPUC_PRUNE_CHUNK, idx + c * cap, mag + c * cap, mid[c], t, ties[c], &cs[c]);
     }
     for (uint64_t c = 0; c < nc; c++) {
         if (!isfinite(cs[c].sum_w2)) { /* float-lane sums overflowed: exact sums from the reference */
             const uint64_t b = c * NPUC_PRUNE_CHUNK, e = b + NPUC_PRUNE_CHUNK < n ? b + NPUC_PRUNE_CHUNK : n;
+            uint64_t m2, b2;
             memset(&cs[c], 0, sizeof cs[c]);
-            zero_chunk(npuc_nm_kernels_ref(), x, out, b, e, lo, idx + c * cap, mag + c * cap, mid[c], t, ties[c],
-                       r > 0, &cs[c]);
+            npuc_nm_kernels_ref()->mag_split(x + b, (size_t)(e - b), lo, hi, out + b, idx + c * cap, mag + c * cap,
+                                             (size_t)cap, &m2, &b2, &cs[c]);
+            if (r > 0) patch_chunk(out, b, idx + c * cap, mag + c * cap, mid[c], t, ties[c], &cs[c]);
         }
         npuc_prune_sums_add(sums, &cs[c]);
     }
@@ -428,6 +452,7 @@ npuc_status npuc_prune_magnitude(npuc_ctx *ctx, const float *w, uint64_t n, uint
         return npuc_fail(ctx, NPUC_ERR_ARG, "cannot zero %llu of %llu elements", (unsigned long long)k,
                          (unsigned long long)n);
     if (n && (!w || !out)) return npuc_fail(ctx, NPUC_ERR_ARG, "NULL tensor data");
+    if (n && out < w + n && w < out + n) return npuc_fail(ctx, NPUC_ERR_ARG, "output overlaps the input");
     int done = 0;
     uint64_t nbad = 0;
     npuc_status st = NPUC_OK;

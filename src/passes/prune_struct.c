@@ -285,8 +285,13 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
                         if ((st = scores_of(ctx, P, c->cons[k], npuc__in_axis(tc), l2, score, scr)) != NPUC_OK) goto done;
                     }
             }
-            if ((st = keep_mask(ctx, score, c->channels, kept_count(c->channels, o->sparsity, o->round_to), keep)) != NPUC_OK)
-                goto done;
+            const uint64_t kc = kept_count(c->channels, o->sparsity, o->round_to);
+            if (kc == c->channels) {
+                npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
+                          (unsigned long long)c->channels, o->sparsity, o->round_to);
+                continue;
+            }
+            if ((st = keep_mask(ctx, score, c->channels, kc, keep)) != NPUC_OK) goto done;
             int nomem = 0;
             if (claim_chain(P, (size_t)ci, keep, &conflict, &nomem) == 0) {
                 if (c->guess) P->nguess++;
@@ -319,6 +324,11 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         score = calloc((size_t)chn, sizeof *score);
         keep = calloc((size_t)chn, 1);
         if (!score || !keep) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+        if (kept_count(chn, o->sparsity, o->round_to) == chn) {
+            npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
+                      (unsigned long long)chn, o->sparsity, o->round_to);
+            continue;
+        }
         if ((st = scores_of(ctx, P, i, axis, l2, score, scr)) != NPUC_OK) goto done;
         if ((st = keep_mask(ctx, score, chn, kept_count(chn, o->sparsity, o->round_to), keep)) != NPUC_OK) goto done;
         for (uint64_t k = 0; k < chn; k++) keep[k] = !keep[k]; /* zero mask */

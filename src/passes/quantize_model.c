@@ -47,15 +47,27 @@ typedef struct qplan {
 static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
                              npuc_tensor_record *rep) {
     const char *path = npuc_model_path(m);
-    npuc_rules inc, exc, lb;
+    npuc_rules inc, exc, lb, lg;
     npuc_status st;
     memset(&inc, 0, sizeof inc);
     memset(&exc, 0, sizeof exc);
     memset(&lb, 0, sizeof lb);
+    memset(&lg, 0, sizeof lg);
     if ((st = npuc__rules_compile(ctx, &inc, o->include, o->ninclude, 0, "--include")) != NPUC_OK ||
         (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK ||
-        (st = npuc__rules_compile(ctx, &lb, o->layer_bits, o->nlayer_bits, 1, "--layer-bits")) != NPUC_OK)
+        (st = npuc__rules_compile(ctx, &lb, o->layer_bits, o->nlayer_bits, 1, "--layer-bits")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &lg, o->layer_group_size, o->nlayer_group_size, 1,
+                                  "--layer-group-size")) != NPUC_OK)
         goto done;
+    for (size_t r = 0; r < lg.n; r++) {
+        char *end;
+        long g = strtol(lg.value[r], &end, 10);
+        if (*end || g < 2 || g > (1L << 30)) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-group-size '%s': group size must be 2..2^30",
+                           o->layer_group_size[r]);
+            goto done;
+        }
+    }
     for (size_t r = 0; r < lb.n; r++) {
         char *end;
         long b = strtol(lb.value[r], &end, 10);
@@ -77,6 +89,11 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         if (r >= 0) {
             q->p.bits = atoi(lb.value[r]);
             explicit_bits[i] = 1;
+        }
+        int rg = npuc__rules_match(&lg, t->name);
+        if (rg >= 0) {
+            q->p.gran = NPUC_GRAN_GROUP;
+            q->p.group_size = (uint32_t)atol(lg.value[rg]);
         }
         if (!in || ex) continue;
         if (!npuc_dtype_is_float(t->dtype)) {
@@ -110,7 +127,8 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
     free(explicit_bits);
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
         (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK ||
-        (st = npuc__rules_check_hits(ctx, &lb, "--layer-bits", path)) != NPUC_OK)
+        (st = npuc__rules_check_hits(ctx, &lb, "--layer-bits", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &lg, "--layer-group-size", path)) != NPUC_OK)
         goto done;
     for (size_t i = 0; i < n; i++) {
         if (!plan[i].quantize) continue;
@@ -128,6 +146,7 @@ done:
     npuc__rules_free(&inc);
     npuc__rules_free(&exc);
     npuc__rules_free(&lb);
+    npuc__rules_free(&lg);
     return st;
 }
 

@@ -7,9 +7,10 @@
  * Overrides become the pass's own per-tensor rules, placed before the rules
  * the step's options give, so that "the first matching rule wins" lets the
  * more specific recipe entry decide:  bits -> quantize's layer_bits
- * "REGEX=N", skip -> the pass's exclude list.  Keys a pass's options cannot
- * express per tensor (quantize's group size, lowrank's rank) are refused at
- * parse time with the reason, rather than approximated.
+ * "REGEX=N", group_size -> quantize's layer_group_size "REGEX=G", skip ->
+ * the pass's exclude list.  Keys a pass's options cannot express per tensor
+ * (lowrank's rank, prune's sparsity) are refused at parse time with the
+ * reason, rather than approximated.
  *
  * A step whose pass is not part of this build has run == NULL: a recipe
  * naming it parses, and running it fails with "not available".
@@ -144,7 +145,7 @@ static const recipe_key QUANTIZE_KEYS[] = {
     {"fake_quant", RT_BOOL, 0, 0, 0, NULL},
     {NULL, RT_BOOL, 0, 0, 0, NULL},
 };
-static const char *const QUANTIZE_OV[] = {"bits", "skip", NULL};
+static const char *const QUANTIZE_OV[] = {"bits", "group_size", "skip", NULL};
 
 static npuc_status validate_quantize(npuc_ctx *ctx, const char *file, const recipe_step *s) {
     const recipe_opt *pc = npuc__ropt(&s->opts, "per_channel"), *pt = npuc__ropt(&s->opts, "per_tensor"),
@@ -166,7 +167,7 @@ static npuc_status validate_quantize(npuc_ctx *ctx, const char *file, const reci
 static npuc_status run_quantize(npuc_ctx *ctx, const recipe_step *s, npuc_model *m, const char *out,
                                 const recipe_hooks *h, npuc_summary *sum) {
     npuc_quantize_opts o = npuc_quantize_opts_defaults();
-    strv inc = {0}, exc = {0}, lb = {0};
+    strv inc = {0}, exc = {0}, lb = {0}, lg = {0};
     npuc_status st = NPUC_OK;
     const recipe_opt *v;
     if ((v = npuc__ropt(&s->opts, "bits"))) o.params.bits = (int)v->i;
@@ -183,12 +184,18 @@ static npuc_status run_quantize(npuc_ctx *ctx, const recipe_step *s, npuc_model 
     o.quantize_all = get_bool(s, "quantize_all", 0);
     o.fake_quant = get_bool(s, "fake_quant", 0);
     for (size_t k = 0; k < s->nov; k++) {
-        const recipe_opt *b = npuc__ropt(&s->ov[k], "bits");
-        if (!b) continue;
         const char *re = npuc__ropt(&s->ov[k], "match")->s;
-        char *rule = malloc(strlen(re) + 8);
-        if (rule) sprintf(rule, "%s=%d", re, (int)b->i);
-        if (strv_push_own(&lb, rule)) goto nomem;
+        const recipe_opt *b = npuc__ropt(&s->ov[k], "bits"), *g = npuc__ropt(&s->ov[k], "group_size");
+        if (b) {
+            char *rule = malloc(strlen(re) + 8);
+            if (rule) sprintf(rule, "%s=%d", re, (int)b->i);
+            if (strv_push_own(&lb, rule)) goto nomem;
+        }
+        if (g) {
+            char *rule = malloc(strlen(re) + 16);
+            if (rule) sprintf(rule, "%s=%lld", re, (long long)g->i);
+            if (strv_push_own(&lg, rule)) goto nomem;
+        }
     }
     if (strv_add_list(&lb, npuc__ropt(&s->opts, "layer_bits")) ||
         strv_add_list(&inc, npuc__ropt(&s->opts, "include")) || build_exclude(s, &exc))
@@ -199,6 +206,8 @@ static npuc_status run_quantize(npuc_ctx *ctx, const recipe_step *s, npuc_model 
     o.nexclude = exc.n;
     o.layer_bits = lb.v;
     o.nlayer_bits = lb.n;
+    o.layer_group_size = lg.v;
+    o.nlayer_group_size = lg.n;
     o.write = h->write;
     o.on_tensor = h->on_tensor;
     o.user = h->user;
@@ -210,6 +219,7 @@ done:
     strv_free(&inc);
     strv_free(&exc);
     strv_free(&lb);
+    strv_free(&lg);
     return st;
 }
 
@@ -529,10 +539,7 @@ static const recipe_step_def DEFS[NPUC_STEP_COUNT] = {
                            "rank:npuc_lowrank_opts has no per-tensor rank rule (use 'skip', or the step's "
                            "include/exclude with one rank rule)",
                            validate_lowrank, RUN_LOWRANK},
-    [NPUC_STEP_QUANTIZE] = {"quantize", QUANTIZE_KEYS, QUANTIZE_OV,
-                            "group_size:npuc_quantize_opts has no per-tensor group size (only per-tensor "
-                            "bits, via layer_bits)",
-                            validate_quantize, run_quantize},
+    [NPUC_STEP_QUANTIZE] = {"quantize", QUANTIZE_KEYS, QUANTIZE_OV, NULL, validate_quantize, run_quantize},
 };
 
 const recipe_step_def *npuc__recipe_step_def(npuc_step_kind k) {

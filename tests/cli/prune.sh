@@ -125,6 +125,12 @@ PY
     echo "torch runs the pruned network"
 fi
 
+# --round-to above the channel count keeps every channel (and says so)
+expect_rc 0 "$NPUC_BIN" prune --sparsity 0.5 --structured filter --round-to 16 --json "$cnn" -o "$T/r.safetensors" -f
+"$PY" -c "import json; t={x['name']:x for x in json.load(open('$T/out'))['tensors']}; n=t['features.0.weight']['note']; assert 'keeps all 8 channels' in n, n" \
+    || fail "--round-to 16 on 8 channels"
+chk shapes "$T/r.safetensors" features.0.weight=8,3,3,3 features.3.weight=16,8,3,3 classifier.weight=10,16 || fail "--round-to 16 shapes"
+
 # --- structured, Keras layer order (a guess: the warning says so)
 if have_h5py; then
     expect_rc 0 "$NPUC_BIN" prune --sparsity 0.5 --structured filter "$keras" -o "$T/k.h5" -f

@@ -133,3 +133,15 @@ must_match "$T/err" "already an npuc artifact"
 expect_rc 2 "$NPUC_BIN" decompress "$cnn" -o "$T/plain.safetensors"
 must_match "$T/err" "not an npuc artifact"
 echo "bad input ok"
+
+# --- per-tensor group size
+expect_rc 0 "$NPUC_BIN" quantize --bits 4 --layer-group-size '^features\.3\.weight$=16' --json "$cnn" -o "$T/g.safetensors" -f
+"$PY" - "$T/out" <<'PY' || fail "--layer-group-size"
+import json, sys
+t = {x["name"]: x for x in json.load(open(sys.argv[1]))["tensors"]}
+assert t["features.3.weight"]["scheme"] == "int4/g16" and t["features.3.weight"]["extra"]["group_size"] == 16
+assert t["features.6.weight"]["scheme"] == "int4/ch"
+PY
+bad "group size must be 2" --layer-group-size 'classifier=1' "$cnn"
+bad "matches no tensor" --layer-group-size 'nothing_like_this=8' "$cnn"
+echo "layer group size ok"

@@ -168,6 +168,7 @@ static void test_bad_input(void **state) {
     assert_int_equal(npuc_prune_magnitude(ctx, w, 5, 2, out, NULL), NPUC_ERR_VALUE);
     assert_non_null(strstr(npuc_ctx_errmsg(ctx), "2 NaN or Inf"));
     assert_int_equal(npuc_prune_magnitude(ctx, w, 5, 6, out, NULL), NPUC_ERR_ARG);
+    assert_int_equal(npuc_prune_magnitude(ctx, w, 5, 2, w + 1, NULL), NPUC_ERR_ARG); /* overlap */
     /* NaN in a large tensor (sampled path) too. */
     size_t n = 300000;
     float *big = malloc(n * sizeof *big), *o = malloc(n * sizeof *o);
@@ -229,15 +230,28 @@ static void test_kernels(void **state) {
             x[0] = FLT_MIN / 4; /* a subnormal */
             const uint32_t lo = npuc_mag(x[n / 2]), hi = lo + 0x00400000u;
             uint64_t m1, m2, b1, b2;
-            uint64_t c1 = R->mag_bracket(x, n, lo, hi, i1, g1, 1024, &m1, &b1);
-            uint64_t c2 = V->mag_bracket(x, n, lo, hi, i2, g2, 1024, &m2, &b2);
+            npuc_prune_sums s1, s2;
+            memset(&s1, 0, sizeof s1);
+            memset(&s2, 0, sizeof s2);
+            uint64_t c1 = R->mag_split(x, n, lo, hi, o1, i1, g1, 1024, &m1, &b1, &s1);
+            uint64_t c2 = V->mag_split(x, n, lo, hi, o2, i2, g2, 1024, &m2, &b2, &s2);
             assert_int_equal(c1, c2);
             assert_int_equal(m1, m2);
             assert_int_equal(b1, b2);
             assert_memory_equal(i1, i2, m1 * sizeof *i1);
             assert_memory_equal(g1, g2, m1 * sizeof *g1);
+            assert_memory_equal(o1, o2, n * sizeof *o1);
+            assert_int_equal(s1.zeros, s2.zeros);
+            assert_true(s1.max_e == s2.max_e);
+            assert_close(s2.sum_w2, s1.sum_w2, NPUC_SUMS_RTOL, 1e-60);
+            assert_close(s2.sum_e2, s1.sum_e2, NPUC_SUMS_RTOL, 1e-60);
+            /* a buffer too small: counted past cap, stored up to cap */
+            uint64_t m3, b3;
+            memset(&s2, 0, sizeof s2);
+            V->mag_split(x, n, lo, hi, o2, i2, g2, 3, &m3, &b3, &s2);
+            assert_int_equal(m3, m1);
+            assert_memory_equal(i2, i1, (m1 < 3 ? m1 : 3) * sizeof *i1);
             assert_int_equal(R->mag_count_eq(x, n, lo), V->mag_count_eq(x, n, lo));
-            npuc_prune_sums s1, s2;
             memset(&s1, 0, sizeof s1);
             memset(&s2, 0, sizeof s2);
             R->mag_zero_below(x, n, lo, o1, &s1);

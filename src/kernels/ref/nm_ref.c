@@ -27,13 +27,17 @@ static inline void account(float v, int zeroed, npuc_prune_sums *s) {
     }
 }
 
-static uint64_t mag_bracket_ref(const float *x, size_t n, uint32_t lo, uint32_t hi, uint32_t *idx,
-                                uint32_t *mag, size_t cap, uint64_t *nmid, uint64_t *nbad) {
+static uint64_t mag_split_ref(const float *x, size_t n, uint32_t lo, uint32_t hi, float *out, uint32_t *idx,
+                              uint32_t *mag, size_t cap, uint64_t *nmid, uint64_t *nbad, npuc_prune_sums *s) {
     uint64_t below = 0, mid = 0, bad = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint32_t m = npuc_mag(x[i]);
+        const float v = x[i];
+        const uint32_t m = npuc_mag(v);
         bad += m >= NPUC_MAG_BAD;
-        if (m < lo) below++;
+        const int z = m < lo;
+        account(v, z, s);
+        out[i] = z ? 0.0f : v;
+        if (z) below++;
         else if (m < hi) {
             if (mid < cap) {
                 idx[mid] = (uint32_t)i;
@@ -106,7 +110,7 @@ static void nm_contig_ref(const float *x, float *out, size_t ngroups, unsigned n
 
 static const npuc_nm_kernel_table g_ref = {
     .name = "ref",
-    .mag_bracket = mag_bracket_ref,
+    .mag_split = mag_split_ref,
     .mag_hist = mag_hist_ref,
     .mag_count_eq = mag_count_eq_ref,
     .mag_zero_below = npuc__mag_zero_below_ref,

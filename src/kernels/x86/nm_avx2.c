@@ -26,6 +26,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 
 #define NPUC_AVX2 __attribute__((target("avx2,fma,popcnt")))
@@ -124,22 +125,28 @@ static void pack_lut_init(void) {
  * overwrites the unused tail), so the 2-3 % of vectors holding candidates
  * cost no mispredicted branch.  NaN / Inf are detected by the lane maximum
  * and counted exactly only when present. */
-NPUC_AVX2 static uint64_t mag_bracket_avx2(const float *x, size_t n, uint32_t lo, uint32_t hi,
-                                           uint32_t *idx, uint32_t *mag, size_t cap, uint64_t *nmid,
-                                           uint64_t *nbad) {
-    /* Magnitudes are below 2^31, so signed compares are exact; hi above
-     * every finite magnitude is clamped to INT32_MAX (only NaN lies above). */
+NPUC_AVX2 static uint64_t mag_split_avx2(const float *x, size_t n, uint32_t lo, uint32_t hi, float *out,
+                                         uint32_t *idx, uint32_t *mag, size_t cap, uint64_t *nmid,
+                                         uint64_t *nbad, npuc_prune_sums *s) {
+    /* Magnitudes are below 2^31, so signed compares are exact; bounds above
+     * every finite magnitude are clamped to INT32_MAX (only NaN lies above). */
     const __m256i vlo = _mm256_set1_epi32((int32_t)(lo > 0x7fffffffu ? 0x7fffffffu : lo));
     const __m256i vhi = _mm256_set1_epi32((int32_t)(hi > 0x7fffffffu ? 0x7fffffffu : hi));
     const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i below = _mm256_setzero_si256(), vmax = _mm256_setzero_si256();
     uint64_t mid = 0, bad = 0, nbelow = 0;
+    vsums v;
+    vs_init(&v);
     size_t i = 0;
     /* (lane counters are int32: vectors only for the first 2^30 elements) */
     for (; i + 8 <= n && i < ((size_t)1 << 30); i += 8) {
-        const __m256i m = magv(_mm256_loadu_ps(x + i));
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        const __m256i m = magv(xv);
         const __m256i b = _mm256_cmpgt_epi32(vlo, m);
         const __m256i in = _mm256_andnot_si256(b, _mm256_cmpgt_epi32(vhi, m));
+        const __m256 o = _mm256_andnot_ps(_mm256_castsi256_ps(b), xv);
+        _mm256_storeu_ps(out + i, o);
+        vs_add(&v, xv, _mm256_castsi256_ps(b), o);
         below = _mm256_sub_epi32(below, b);
         vmax = _mm256_max_epu32(vmax, m);
         const unsigned md = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in));
@@ -162,6 +169,7 @@ NPUC_AVX2 static uint64_t mag_bracket_avx2(const float *x, size_t n, uint32_t lo
         }
         mid += (unsigned)__builtin_popcount(md);
     }
+    vs_flush(&v, s);
     int32_t bl[8];
     uint32_t mx[8];
     _mm256_storeu_si256((__m256i *)bl, below);
@@ -174,10 +182,22 @@ NPUC_AVX2 static uint64_t mag_bracket_avx2(const float *x, size_t n, uint32_t lo
     if (any_bad)
         for (size_t j = 0; j < i; j++) bad += npuc_mag(x[j]) >= NPUC_MAG_BAD;
     for (; i < n; i++) {
-        const uint32_t mg = npuc_mag(x[i]);
+        const float f = x[i];
+        const uint32_t mg = npuc_mag(f);
         bad += mg >= NPUC_MAG_BAD;
-        if (mg < lo) nbelow++;
-        else if (mg < hi) {
+        const double d = (double)f;
+        s->sum_w2 += d * d;
+        if (mg < lo) {
+            nbelow++;
+            s->sum_e2 += d * d;
+            if (fabs(d) > s->max_e) s->max_e = fabs(d);
+            s->zeros++;
+            out[i] = 0.0f;
+            continue;
+        }
+        out[i] = f;
+        s->zeros += f == 0.0f;
+        if (mg < hi) {
             if (mid < cap) {
                 idx[mid] = (uint32_t)i;
                 mag[mid] = mg;
@@ -330,7 +350,7 @@ static uint64_t mag_hist_scalar(const float *x, size_t n, int sel_shift, uint32_
 
 static const npuc_nm_kernel_table g_avx2 = {
     .name = "avx2",
-    .mag_bracket = mag_bracket_avx2,
+    .mag_split = mag_split_avx2,
     .mag_hist = mag_hist_scalar, /* scatter increments: SIMD does not help */
     .mag_count_eq = mag_count_eq_avx2,
     .mag_zero_below = mag_zero_below_avx2,
