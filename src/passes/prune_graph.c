@@ -12,7 +12,7 @@
  *
  * Evidence, most certain first (docs/sparsity.md has the full rules):
  *   explicit   --next PRODUCER=CONSUMER[,...] and --graph FILE ("next" map,
- *              "bn_pairs" as in the data catalogs)
+ *              "bn_pairs" as in the data catalogs), read by prune_edges.c
  *   topology   a Keras model_config (HDF5 root attribute or safetensors
  *              metadata): inbound nodes give exact edges; activations,
  *              padding, pooling and dropout pass channels through; merges
@@ -31,50 +31,11 @@
  * just alphabetical (it then says nothing about the graph).
  */
 #include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/prune_internal.h"
-
-typedef struct klayer {
-    char *name, *cls;
-    size_t *in;       /* producer layers */
-    size_t nin;
-    size_t *out;      /* consumer layers */
-    size_t nout, capout;
-    int is_output;
-    int64_t mod;      /* module holding its weights, or -1 */
-    long groups;      /* Conv "groups" (1 when absent) */
-} klayer;
-
-typedef struct xedge {
-    size_t prod;      /* module */
-    size_t *cons;     /* modules */
-    size_t ncons;
-    char *text;       /* the statement, for messages */
-} xedge;
-
-typedef struct xbn {
-    size_t prod;      /* module */
-    size_t bn;        /* BatchNorm module */
-} xbn;
-
-struct npuc__graph {
-    npuc_model *m;
-    npuc__mod *mods;
-    size_t nmods, capmods;
-    size_t *mod_of;
-    int keras, alphabetical, no_guess, layer_order;
-    klayer *kl;
-    size_t nkl;
-    int topo;
-    xedge *xe;
-    size_t nxe;
-    xbn *xb;
-    size_t nxb;
-};
 
 /* ------------------------------------------------------------ tensors */
 
@@ -90,22 +51,20 @@ int npuc__in_axis(const npuc_tensor_info *t) {
     }
 }
 
-static uint64_t out_channels(const npuc_tensor_info *t) {
+uint64_t npuc__out_channels(const npuc_tensor_info *t) {
     uint64_t o, c, i;
     if (npuc_layout_view(t, &o, &c, &i) != NPUC_OK) return 0;
     return c;
 }
 
-static uint64_t in_channels(const npuc_tensor_info *t) {
+uint64_t npuc__in_channels(const npuc_tensor_info *t) {
     int a = npuc__in_axis(t);
     return a < 0 ? 0 : (uint64_t)t->shape[a];
 }
 
-static const npuc_tensor_info *T(const npuc__graph *g, int64_t i) { return npuc_model_tensor(g->m, (size_t)i); }
-
 /* A depthwise convolution passing `channels` channels through one to one
  * (channels 0: any depthwise convolution). */
-static int is_dw_t(const npuc_tensor_info *t, uint64_t channels) {
+int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels) {
     const int r = t->rank;
     if (t->layout == NPUC_LAYOUT_HWIM)
         return r >= 3 && t->shape[r - 1] == 1 && (!channels || (uint64_t)t->shape[r - 2] == channels);
@@ -117,12 +76,12 @@ static int is_dw_t(const npuc_tensor_info *t, uint64_t channels) {
 }
 
 int npuc__graph_is_dw(const npuc__graph *g, size_t w, uint64_t channels) {
-    return is_dw_t(T(g, (int64_t)w), channels);
+    return npuc__is_dw(npuc__gt(g, (int64_t)w), channels);
 }
 
-static uint64_t bn_channels(const npuc__graph *g, const npuc__bn *b) {
+uint64_t npuc__bn_channels(const npuc__graph *g, const npuc__bn *b) {
     int64_t i = b->mean >= 0 ? b->mean : b->var >= 0 ? b->var : b->gamma >= 0 ? b->gamma : b->beta;
-    return i >= 0 ? T(g, i)->numel : 0;
+    return i >= 0 ? npuc__gt(g, i)->numel : 0;
 }
 
 /* ------------------------------------------------------------ modules */
@@ -139,7 +98,7 @@ static int is_keras_leaf(const char *name) {
     return 0;
 }
 
-static int64_t find_mod(const npuc__graph *g, const char *key) {
+int64_t npuc__find_mod(const npuc__graph *g, const char *key) {
     for (size_t i = 0; i < g->nmods; i++)
         if (strcmp(g->mods[i].key, key) == 0) return (int64_t)i;
     return -1;
@@ -216,14 +175,14 @@ static npuc_status build_modules(npuc_ctx *ctx, npuc__graph *g) {
         npuc__mod *md = &g->mods[k];
         if (md->is_bn) {
             /* A BatchNorm needs its statistics, all of one length. */
-            uint64_t c = bn_channels(g, &md->bn);
+            uint64_t c = npuc__bn_channels(g, &md->bn);
             const int64_t parts[4] = {md->bn.gamma, md->bn.beta, md->bn.mean, md->bn.var};
             int ok = md->bn.mean >= 0 && md->bn.var >= 0 && md->weight < 0;
             for (int p = 0; p < 4; p++)
-                if (parts[p] >= 0 && (T(g, parts[p])->rank != 1 || T(g, parts[p])->numel != c)) ok = 0;
+                if (parts[p] >= 0 && (npuc__gt(g, parts[p])->rank != 1 || npuc__gt(g, parts[p])->numel != c)) ok = 0;
             if (!ok) { md->is_bn = 0; md->other = 1; }
         }
-        if (md->weight >= 0 && md->bias >= 0 && T(g, md->bias)->numel != out_channels(T(g, md->weight))) {
+        if (md->weight >= 0 && md->bias >= 0 && npuc__gt(g, md->bias)->numel != npuc__out_channels(npuc__gt(g, md->weight))) {
             md->bias = -1;
             md->other = 1;
         }
@@ -289,13 +248,13 @@ static npuc_status read_topology(npuc_ctx *ctx, npuc__graph *g) {
         if (!name) name = json_string_value(json_object_get(L, "name"));
         const char *c = json_string_value(json_object_get(L, "class_name"));
         if (!name || !c) goto done; /* not understood */
-        klayer *k = &g->kl[g->nkl++];
+        npuc__klayer *k = &g->kl[g->nkl++];
         k->name = npuc__strdup(name);
         k->cls = npuc__strdup(c);
         if (!k->name || !k->cls) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
         json_t *gr = json_object_get(lc, "groups");
         k->groups = json_is_integer(gr) ? (long)json_integer_value(gr) : 1;
-        k->mod = find_mod(g, name);
+        k->mod = npuc__find_mod(g, name);
     }
     for (size_t i = 0; i < g->nkl; i++) {
         size_t nr = 0;
@@ -304,14 +263,14 @@ static npuc_status read_topology(npuc_ctx *ctx, npuc__graph *g) {
         } else {
             refs_collect(json_object_get(json_array_get(layers, i), "inbound_nodes"), refs, &nr, 256);
         }
-        klayer *k = &g->kl[i];
+        npuc__klayer *k = &g->kl[i];
         k->in = calloc(nr ? nr : 1, sizeof *k->in);
         if (!k->in) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
         for (size_t r = 0; r < nr; r++) {
             int64_t p = find_layer(g, refs[r]);
             if (p < 0) continue;
             k->in[k->nin++] = (size_t)p;
-            klayer *pl = &g->kl[p];
+            npuc__klayer *pl = &g->kl[p];
             if (pl->nout == pl->capout) {
                 size_t nc = pl->capout ? 2 * pl->capout : 4;
                 size_t *q = realloc(pl->out, nc * sizeof *q);
@@ -406,7 +365,7 @@ static int64_t descend(const npuc__graph *g, const char *key, char *why, size_t 
     char cur[512];
     snprintf(cur, sizeof cur, "%s", key);
     for (int depth = 0; depth < 32; depth++) {
-        int64_t exact = find_mod(g, cur);
+        int64_t exact = npuc__find_mod(g, cur);
         if (exact >= 0) return exact;
         const size_t kl = strlen(cur);
         long best = -1;
@@ -517,7 +476,7 @@ static int64_t seq_next(walk *w, size_t x) {
  * layer li, through channel-preserving weightless layers. */
 static int topo_collect(walk *w, size_t li, size_t *out, size_t *n, int depth) {
     npuc__graph *g = w->g;
-    const klayer *L = &g->kl[li];
+    const npuc__klayer *L = &g->kl[li];
     if (L->is_output) {
         npuc__fmt(w->c->why, sizeof w->c->why, "'%s' is a model output", L->name);
         w->c->output = 1;
@@ -533,7 +492,7 @@ static int topo_collect(walk *w, size_t li, size_t *out, size_t *n, int depth) {
         return 1;
     }
     for (size_t k = 0; k < L->nout; k++) {
-        const klayer *Z = &g->kl[L->out[k]];
+        const npuc__klayer *Z = &g->kl[L->out[k]];
         if (Z->nin != 1) {
             npuc__fmt(w->c->why, sizeof w->c->why, "'%s' (%s) takes several inputs", Z->name, Z->cls);
             return 1;
@@ -604,7 +563,7 @@ static int auto_next(walk *w, size_t x, size_t *out, size_t *n) {
     return 0;
 }
 
-static const xedge *explicit_of(const npuc__graph *g, size_t x) {
+const npuc__xedge *npuc__explicit_of(const npuc__graph *g, size_t x) {
     for (size_t i = 0; i < g->nxe; i++)
         if (g->xe[i].prod == x) return &g->xe[i];
     return NULL;
@@ -621,9 +580,9 @@ static int visit(walk *w, npuc_ctx *ctx, npuc_status *st, size_t y);
 static int add_bn(walk *w, npuc_ctx *ctx, npuc_status *st, size_t bm) {
     npuc__chain *c = w->c;
     const npuc__mod *b = &w->g->mods[bm];
-    if (bn_channels(w->g, &b->bn) != c->channels)
+    if (npuc__bn_channels(w->g, &b->bn) != c->channels)
         return wfail(w, ctx, st, "BatchNorm '%s' has %llu channels, the producer %llu", b->key,
-                     (unsigned long long)bn_channels(w->g, &b->bn), (unsigned long long)c->channels);
+                     (unsigned long long)npuc__bn_channels(w->g, &b->bn), (unsigned long long)c->channels);
     for (size_t i = 0; i < c->nbn; i++)
         if (c->bn[i].mod == bm) return wfail(w, ctx, st, "BatchNorm '%s' reached twice", b->key);
     if (c->nbn >= NPUC_CHAIN_MAX) return wfail(w, ctx, st, "too many BatchNorms on one channel space");
@@ -635,7 +594,7 @@ static int add_bn(walk *w, npuc_ctx *ctx, npuc_status *st, size_t bm) {
  * conv or a BatchNorm on the space). */
 static int follow(walk *w, npuc_ctx *ctx, npuc_status *st, size_t x) {
     if (++w->depth > 64) return wfail(w, ctx, st, "the chain is too long (a cycle?)");
-    const xedge *e = explicit_of(w->g, x);
+    const npuc__xedge *e = npuc__explicit_of(w->g, x);
     size_t next[NPUC_CHAIN_MAX], nn = 0;
     int rc;
     if (e) {
@@ -663,7 +622,7 @@ static int follow(walk *w, npuc_ctx *ctx, npuc_status *st, size_t x) {
         if ((rc = add_bn(w, ctx, st, (size_t)b)) != 0) return rc;
         w->used_explicit = 1;
         x = (size_t)b; /* the space continues after the stated BatchNorm */
-        if (explicit_of(w->g, x)) return follow(w, ctx, st, x);
+        if (npuc__explicit_of(w->g, x)) return follow(w, ctx, st, x);
     }
     const char *saved = w->edge;
     w->edge = NULL; /* automatic evidence: failures fall back */
@@ -689,23 +648,23 @@ static int visit(walk *w, npuc_ctx *ctx, npuc_status *st, size_t y) {
         return wfail(w, ctx, st, "'%s' has no conv/linear weight or BatchNorm statistics", md->key);
     if (md->other && !g->keras)
         return wfail(w, ctx, st, "module '%s' holds tensors npuc does not know how to shrink", md->key);
-    const npuc_tensor_info *t = T(g, md->weight);
+    const npuc_tensor_info *t = npuc__gt(g, md->weight);
     if ((size_t)md->weight == c->producer) return wfail(w, ctx, st, "'%s' is reached twice (a cycle?)", md->key);
     for (size_t i = 0; i < c->ndw; i++)
         if (c->dw[i].weight == (size_t)md->weight) return wfail(w, ctx, st, "'%s' is reached twice", md->key);
     for (size_t i = 0; i < c->ncons; i++)
         if (c->cons[i] == (size_t)md->weight) return wfail(w, ctx, st, "'%s' is reached twice", md->key);
-    if (is_dw_t(t, c->channels)) {
+    if (npuc__is_dw(t, c->channels)) {
         if (c->ndw >= NPUC_CHAIN_MAX) return wfail(w, ctx, st, "too many depthwise convolutions");
         c->dw[c->ndw].weight = (size_t)md->weight;
         c->dw[c->ndw].bias = md->bias;
         c->ndw++;
         return follow(w, ctx, st, y);
     }
-    if (in_channels(t) != c->channels)
+    if (npuc__in_channels(t) != c->channels)
         return wfail(w, ctx, st, "consumer '%s'%s has %llu input channels, the producer %llu output channels",
                      t->name, t->layout == NPUC_LAYOUT_OIHW && t->shape[1] == 1 ? " (grouped?)" : "",
-                     (unsigned long long)in_channels(t), (unsigned long long)c->channels);
+                     (unsigned long long)npuc__in_channels(t), (unsigned long long)c->channels);
     if (c->ncons >= NPUC_CHAIN_MAX) return wfail(w, ctx, st, "too many consumers");
     c->cons[c->ncons++] = (size_t)md->weight;
     return 0;
@@ -715,17 +674,17 @@ npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t wt, npuc__chain
     memset(c, 0, sizeof *c);
     c->producer = wt;
     c->bias = -1;
-    const npuc_tensor_info *t = T(g, (int64_t)wt);
+    const npuc_tensor_info *t = npuc__gt(g, (int64_t)wt);
     const size_t x = g->mod_of[wt];
     if (g->mods[x].weight != (int64_t)wt) {
         npuc__fmt(c->why, sizeof c->why, "not the weight of module '%s'", g->mods[x].key);
         return NPUC_OK;
     }
     c->bias = g->mods[x].bias;
-    c->channels = out_channels(t);
+    c->channels = npuc__out_channels(t);
     walk w = {g, c, NULL, 0, 0};
     npuc_status st = NPUC_OK;
-    if (is_dw_t(t, 0)) {
+    if (npuc__is_dw(t, 0)) {
         npuc__fmt(c->why, sizeof c->why, "a depthwise convolution: its channels belong to the layer feeding it");
         return NPUC_OK;
     }
@@ -737,217 +696,6 @@ npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t wt, npuc__chain
              w.used_explicit ? "--next/--graph" : g->topo ? "keras topology" : g->keras ? "layer order" : "sequential naming",
              c->guess ? " (guess)" : "");
     return NPUC_OK;
-}
-
-/* ------------------------------------------------------------ explicit edges */
-
-/* The module a name means: a tensor's module, or a module / layer key. */
-static int64_t resolve(const npuc__graph *g, const char *name, size_t len) {
-    char buf[1024];
-    if (len >= sizeof buf) return -1;
-    memcpy(buf, name, len);
-    buf[len] = 0;
-    size_t ti;
-    if (npuc_model_find(g->m, buf, &ti) == 0) return (int64_t)g->mod_of[ti];
-    return find_mod(g, buf);
-}
-
-/* Checks one explicit edge locally: x's channels reach y's input. */
-static npuc_status check_edge(npuc_ctx *ctx, npuc__graph *g, const char *text, size_t x, size_t y) {
-    const npuc__mod *a = &g->mods[x], *b = &g->mods[y];
-    const char *path = npuc_model_path(g->m);
-    uint64_t c;
-    if (a->is_bn) c = bn_channels(g, &a->bn);
-    else if (a->weight >= 0) c = out_channels(T(g, a->weight));
-    else return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: '%s' has no conv/linear weight", path, text, a->key);
-    if (b->is_bn) {
-        if (bn_channels(g, &b->bn) != c)
-            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: BatchNorm '%s' has %llu channels, '%s' produces %llu",
-                             path, text, b->key, (unsigned long long)bn_channels(g, &b->bn), a->key,
-                             (unsigned long long)c);
-        return NPUC_OK;
-    }
-    if (b->weight < 0)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: '%s' has no conv/linear weight", path, text, b->key);
-    const npuc_tensor_info *tb = T(g, b->weight);
-    if (is_dw_t(tb, c) || in_channels(tb) == c) return NPUC_OK;
-    return npuc_fail(ctx, NPUC_ERR_ARG,
-                     "%s: %s: '%s'%s takes %llu input channels, '%s' produces %llu: shapes do not match", path,
-                     text, tb->name, tb->layout == NPUC_LAYOUT_HWIM || (tb->layout == NPUC_LAYOUT_OIHW && tb->shape[1] == 1)
-                         ? " (depthwise)" : "",
-                     (unsigned long long)(is_dw_t(tb, 0) ? out_channels(tb) : in_channels(tb)), a->key,
-                     (unsigned long long)c);
-}
-
-/* Trims spaces around a name of len bytes at *s. */
-static void trim(const char **s, size_t *len) {
-    while (*len && isspace((unsigned char)**s)) (*s)++, (*len)--;
-    while (*len && isspace((unsigned char)(*s)[*len - 1])) (*len)--;
-}
-
-static npuc_status add_edge(npuc_ctx *ctx, npuc__graph *g, const char *text, const char *lhs, size_t ll,
-                            const char *rhs) {
-    const char *path = npuc_model_path(g->m);
-    trim(&lhs, &ll);
-    int64_t x = resolve(g, lhs, ll);
-    if (x < 0)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: no tensor or layer '%.*s'", path, text, (int)ll, lhs);
-    if (explicit_of(g, (size_t)x))
-        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: '%s' has consumers stated twice", path, text, g->mods[x].key);
-    xedge *p = realloc(g->xe, (g->nxe + 1) * sizeof *p);
-    if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    g->xe = p;
-    xedge *e = &g->xe[g->nxe];
-    memset(e, 0, sizeof *e);
-    e->prod = (size_t)x;
-    e->text = npuc__strdup(text);
-    e->cons = calloc(NPUC_CHAIN_MAX, sizeof *e->cons);
-    if (!e->text || !e->cons) {
-        free(e->text);
-        free(e->cons);
-        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    }
-    g->nxe++;
-    const char *s = rhs;
-    while (1) {
-        const char *comma = strchr(s, ',');
-        size_t len = comma ? (size_t)(comma - s) : strlen(s);
-        const char *next = comma ? comma + 1 : NULL;
-        trim(&s, &len);
-        if (len == 0) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: empty consumer name", path, text);
-        int64_t y = resolve(g, s, len);
-        if (y < 0) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: no tensor or layer '%.*s'", path, text, (int)len, s);
-        if (e->ncons >= NPUC_CHAIN_MAX) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: too many consumers", path, text);
-        npuc_status st = check_edge(ctx, g, text, (size_t)x, (size_t)y);
-        if (st != NPUC_OK) return st;
-        e->cons[e->ncons++] = (size_t)y;
-        if (!next) break;
-        s = next;
-    }
-    return NPUC_OK;
-}
-
-static npuc_status add_statement(npuc_ctx *ctx, npuc__graph *g, const char *text) {
-    const char *eq = strchr(text, '=');
-    if (!eq || eq == text || !eq[1])
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--next '%s': expected PRODUCER=CONSUMER[,CONSUMER...]", text);
-    char label[1100];
-    snprintf(label, sizeof label, "--next '%s'", text);
-    return add_edge(ctx, g, label, text, (size_t)(eq - text), eq + 1);
-}
-
-static npuc_status add_bn_pair(npuc_ctx *ctx, npuc__graph *g, const char *file, const json_t *p) {
-    const char *conv = json_string_value(json_object_get(p, "conv"));
-    const char *bn = json_string_value(json_object_get(p, "bn"));
-    static const char *const KEYS[] = {"gamma", "mean", "var", "beta"};
-    for (int k = 0; k < 4 && !bn; k++) bn = json_string_value(json_object_get(p, KEYS[k]));
-    if (!conv || !bn)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: a bn_pairs entry needs \"conv\" and \"bn\" (or \"gamma\"/\"mean\")",
-                         file);
-    int64_t x = resolve(g, conv, strlen(conv)), b = resolve(g, bn, strlen(bn));
-    if (x < 0 || b < 0)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: bn_pairs %s=%s: no tensor or layer '%s'", file, conv, bn,
-                         x < 0 ? conv : bn);
-    if (!g->mods[b].is_bn)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: bn_pairs %s=%s: '%s' is not a BatchNorm", file, conv, bn, bn);
-    char text[600];
-    snprintf(text, sizeof text, "%s: bn_pairs %s=%s", file, conv, bn);
-    npuc_status st = check_edge(ctx, g, text, (size_t)x, (size_t)b);
-    if (st != NPUC_OK) return st;
-    xbn *q = realloc(g->xb, (g->nxb + 1) * sizeof *q);
-    if (!q) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    g->xb = q;
-    g->xb[g->nxb].prod = (size_t)x;
-    g->xb[g->nxb].bn = (size_t)b;
-    g->nxb++;
-    return NPUC_OK;
-}
-
-/* --graph FILE: JSON {"next": {"A": "B" | ["B", ...]}, "bn_pairs": [...]}
- * or text lines "A=B[,C...]" with # comments. */
-static npuc_status read_graph_file(npuc_ctx *ctx, npuc__graph *g, const char *file) {
-    FILE *f = fopen(file, "rb");
-    if (!f)
-        return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "--graph %s: %s", file,
-                         strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    npuc_status st = NPUC_OK;
-    json_t *root = NULL;
-    while (buf) {
-        if (len + 1 == cap) {
-            char *nb = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + len, 1, cap - 1 - len, f);
-        len += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    if (!buf) return npuc_fail(ctx, NPUC_ERR_NOMEM, "--graph %s: out of memory (or larger than 64 MiB)", file);
-    buf[len] = 0;
-    const char *p = buf;
-    while (*p && isspace((unsigned char)*p)) p++;
-    if (*p == '{') {
-        json_error_t je;
-        root = json_loads(buf, 0, &je);
-        if (!root) { st = npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: line %d: %s", file, je.line, je.text); goto done; }
-        json_t *next = json_object_get(root, "next"), *pairs = json_object_get(root, "bn_pairs");
-        if (!next && !pairs) {
-            st = npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: expected a \"next\" object or a \"bn_pairs\" array", file);
-            goto done;
-        }
-        size_t i;
-        json_t *e;
-        json_array_foreach(pairs, i, e) if ((st = add_bn_pair(ctx, g, file, e)) != NPUC_OK) goto done;
-        const char *k;
-        json_object_foreach(next, k, e) {
-            char rhs[4096] = "";
-            if (json_is_string(e)) snprintf(rhs, sizeof rhs, "%s", json_string_value(e));
-            else if (json_is_array(e)) {
-                size_t j, l = 0;
-                json_t *s;
-                json_array_foreach(e, j, s) {
-                    if (!json_is_string(s)) break;
-                    l += (size_t)snprintf(rhs + l, sizeof rhs - l, "%s%s", j ? "," : "", json_string_value(s));
-                    if (l >= sizeof rhs) break;
-                }
-            }
-            if (!*rhs) { st = npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: \"next\" of '%s' is not a name or list", file, k); goto done; }
-            char label[1100];
-            snprintf(label, sizeof label, "--graph %s: '%s'", file, k);
-            if ((st = add_edge(ctx, g, label, k, strlen(k), rhs)) != NPUC_OK) goto done;
-        }
-        goto done;
-    }
-    int line = 0;
-    for (char *s = buf; s && *s;) {
-        char *nl = strchr(s, '\n');
-        if (nl) *nl = 0;
-        line++;
-        char *hash = strchr(s, '#');
-        if (hash) *hash = 0;
-        while (*s && isspace((unsigned char)*s)) s++;
-        size_t l = strlen(s);
-        while (l && isspace((unsigned char)s[l - 1])) s[--l] = 0;
-        if (*s) {
-            char *eq = strchr(s, '=');
-            char label[1100];
-            snprintf(label, sizeof label, "--graph %s:%d", file, line);
-            if (!eq || eq == s || !eq[1]) {
-                st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: expected PRODUCER=CONSUMER[,CONSUMER...]", label);
-                goto done;
-            }
-            if ((st = add_edge(ctx, g, label, s, (size_t)(eq - s), eq + 1)) != NPUC_OK) goto done;
-        }
-        s = nl ? nl + 1 : NULL;
-    }
-done:
-    json_decref(root);
-    free(buf);
-    return st;
 }
 
 /* ------------------------------------------------------------ build / free */
@@ -964,14 +712,12 @@ npuc_status npuc__graph_build(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opt
     if ((st = build_modules(ctx, g)) != NPUC_OK) goto fail;
     if ((st = read_topology(ctx, g)) != NPUC_OK) goto fail;
     g->layer_order = g->keras && !g->topo && npuc_model_h5_style(m) != NPUC_H5_PLAIN;
-    if (o->graph_file && (st = read_graph_file(ctx, g, o->graph_file)) != NPUC_OK) goto fail;
-    for (size_t i = 0; i < o->nnext; i++)
-        if ((st = add_statement(ctx, g, o->next[i])) != NPUC_OK) goto fail;
+    if ((st = npuc__graph_edges(ctx, g, o)) != NPUC_OK) goto fail;
     /* Walk every explicit producer now, so a bad edge fails before anything
      * is written. */
     for (size_t i = 0; i < g->nxe; i++) {
         const npuc__mod *md = &g->mods[g->xe[i].prod];
-        if (md->weight < 0 || is_dw_t(T(g, md->weight), 0)) continue;
+        if (md->weight < 0 || npuc__is_dw(npuc__gt(g, md->weight), 0)) continue;
         npuc__chain c;
         if ((st = npuc__chain_of(ctx, g, (size_t)md->weight, &c)) != NPUC_OK) goto fail;
     }

@@ -127,7 +127,60 @@ typedef struct npuc__chain {
     char why[200];                   /* when !ok: why not */
 } npuc__chain;
 
-typedef struct npuc__graph npuc__graph;
+/* A Keras model_config layer and its edges (prune_graph.c). */
+typedef struct npuc__klayer {
+    char *name, *cls;
+    size_t *in;       /* producer layers */
+    size_t nin;
+    size_t *out;      /* consumer layers */
+    size_t nout, capout;
+    int is_output;
+    int64_t mod;      /* module holding its weights, or -1 */
+    long groups;      /* Conv "groups" (1 when absent) */
+} npuc__klayer;
+
+typedef struct npuc__xedge {
+    size_t prod;      /* module */
+    size_t *cons;     /* modules */
+    size_t ncons;
+    char *text;       /* the statement, for messages */
+} npuc__xedge;
+
+typedef struct npuc__xbn {
+    size_t prod;      /* module */
+    size_t bn;        /* BatchNorm module */
+} npuc__xbn;
+
+typedef struct npuc__graph {
+    npuc_model *m;
+    npuc__mod *mods;
+    size_t nmods, capmods;
+    size_t *mod_of;
+    int keras, alphabetical, no_guess, layer_order;
+    npuc__klayer *kl;
+    size_t nkl;
+    int topo;
+    npuc__xedge *xe;
+    size_t nxe;
+    npuc__xbn *xb;
+    size_t nxb;
+} npuc__graph;
+
+static inline const npuc_tensor_info *npuc__gt(const npuc__graph *g, int64_t i) {
+    return npuc_model_tensor(g->m, (size_t)i);
+}
+/* Output channels of a weight (its layout view's C), input channels (the
+ * layout's input axis), a BatchNorm's channel count; 0 when undefined. */
+uint64_t npuc__out_channels(const npuc_tensor_info *t);
+uint64_t npuc__in_channels(const npuc_tensor_info *t);
+uint64_t npuc__bn_channels(const npuc__graph *g, const npuc__bn *b);
+/* A depthwise conv passing `channels` channels through (0: any). */
+int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels);
+/* The module with this key, or -1; the explicit edge of module x, or NULL. */
+int64_t npuc__find_mod(const npuc__graph *g, const char *key);
+const npuc__xedge *npuc__explicit_of(const npuc__graph *g, size_t x);
+/* Reads --graph and --next into g (prune_edges.c). */
+npuc_status npuc__graph_edges(npuc_ctx *ctx, npuc__graph *g, const npuc_prune_opts *o);
 
 /* Reads names, shapes, roles, metadata (Keras model_config) and the
  * explicit edges of o (--next, --graph) of m.  Explicit edges are checked
