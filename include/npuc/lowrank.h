@@ -145,6 +145,8 @@ npuc_status npuc_lowrank_factor_shapes(npuc_ctx *ctx, const npuc_tensor_info *t,
 typedef struct npuc_lowrank_result {
     npuc_lowrank_geom g;
     int64_t rank;             /* chosen rank (after --round-to) */
+    int rank_is_bound;        /* 1: the randomized search stopped once no saving rank was
+                                 left; the rule needs at least `rank` (factored is 0) */
     int factored;             /* 0: no saving (r (m + n) >= m n); a and b are NULL */
     npuc_svd_solver solver;   /* the solver that ran: EXACT or RANDOMIZED */
     double energy;            /* kept fraction of sum s_i^2 */

@@ -330,6 +330,8 @@ npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const 
     int64_t r = 0;
     double total = 0; /* the energy the kept fraction is relative to */
     int tail_exact = 0;
+    /* The largest rank that still saves: r (m + n) < m n. */
+    const int64_t rmax_save = (int64_t)(((uint64_t)m * (uint64_t)n - 1) / (uint64_t)(m + n));
     for (uint64_t i = 0; i < t->numel; i++) total += (double)w[i] * (double)w[i];
 
     if (p->rule == NPUC_RANK_FIXED || p->rule == NPUC_RANK_RATIO) {
@@ -371,9 +373,17 @@ npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const 
                 if (!pre) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
                 pre[0] = 0;
                 for (int64_t i = 0; i < l; i++) pre[i + 1] = pre[i] + (double)svd.s[i] * svd.s[i];
-                r = rank_for(p, pre, NULL, total, l == mn ? l : (k < l ? k : l));
+                int64_t window = l == mn ? l : (k < l ? k : l);
+                r = rank_for(p, pre, NULL, total, window);
                 if (r) break;
                 if (l == mn) { r = mn; break; }
+                if (window >= rmax_save) {
+                    /* Every rank that would save was tried: the target needs
+                     * more, so the layer stays dense; stop growing the sketch. */
+                    r = window + 1;
+                    res->rank_is_bound = 1;
+                    break;
+                }
                 k *= 2;
             }
         }
@@ -391,6 +401,7 @@ npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const 
         res->solver = s;
         r = round_rank(r, p->round_to, mn);
         res->rank = r;
+        if (res->rank_is_bound) goto done;
         if (r > svd.k) {
             /* --round-to asked for more vectors than the sketch holds. */
             int64_t l = r + ov < mn ? r + ov : mn;

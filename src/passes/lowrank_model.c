@@ -263,8 +263,8 @@ static void fill_record(npuc_tensor_record *r, const npuc_lowrank_result *res) {
     if (!isnan(res->energy)) npuc_record_set(r, "energy", res->energy);
     npuc_record_set(r, "flops_before", 2 * m * n);
     if (!res->factored) {
-        snprintf(r->note, sizeof r->note, "no saving at rank %lld: r(m+n) >= mn for %lldx%lld", (long long)res->rank,
-                 (long long)res->g.m, (long long)res->g.n);
+        snprintf(r->note, sizeof r->note, "no saving at rank %s%lld: r(m+n) >= mn for %lldx%lld",
+                 res->rank_is_bound ? ">= " : "", (long long)res->rank, (long long)res->g.m, (long long)res->g.n);
         npuc_record_set(r, "flops_after", 2 * m * n);
         return;
     }

@@ -245,6 +245,26 @@ static void test_no_saving(void **state) {
     assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
     assert_int_equal(res.rank, 16);
     assert_true(res.factored);
+    assert_false(res.rank_is_bound);
+    npuc_lowrank_result_free(&res);
+    free(w);
+
+    /* A flat (Gaussian) spectrum and a demanding energy: the randomized
+     * search stops once no rank that saves is left (149 for 300 x 300). */
+    int64_t big[2] = {300, 300};
+    w = gaussian(300 * 300, 13);
+    t = tinfo("flat", NPUC_LAYOUT_OI, NPUC_DTYPE_F32, 2, big);
+    p = rule(NPUC_RANK_ENERGY, 0.999, NPUC_SVD_RANDOMIZED);
+    assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
+    assert_false(res.factored);
+    assert_true(res.rank_is_bound);
+    assert_true(res.rank > 149 && res.rank < 300);
+    npuc_lowrank_result_free(&res);
+    p.svd.solver = NPUC_SVD_EXACT;
+    assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
+    assert_false(res.factored);
+    assert_false(res.rank_is_bound);
+    assert_true(res.rank > 149);
     npuc_lowrank_result_free(&res);
     free(w);
 }
@@ -533,7 +553,9 @@ static void test_determinism(void **state) {
     const npuc_svd_solver solvers[] = {NPUC_SVD_RANDOMIZED, NPUC_SVD_EXACT};
     for (int sv = 0; sv < 2; sv++) {
         npuc_lowrank_result ref;
-        npuc_lowrank_params p = rule(NPUC_RANK_FIXED, 40, solvers[sv]);
+        /* r = 120: a sketch of 130 columns, five QR panels and several
+         * block-reflector column blocks per panel. */
+        npuc_lowrank_params p = rule(NPUC_RANK_FIXED, 120, solvers[sv]);
         npuc_ctx_set_threads(ctx, 1);
         assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &ref), NPUC_OK);
         for (int th = 2; th <= 3; th++) {
@@ -632,6 +654,33 @@ static void test_public_svd(void **state) {
     free(u);
     free(vt);
     free(w);
+
+    /* Randomized, wide sketch (160 columns: several QR panels and reflector
+     * blocks): orthonormal vectors on both sides, values close to the exact ones. */
+    const int M = 500, N = 400, K = 150;
+    double sp[400];
+    for (int i = 0; i < N; i++) sp[i] = 1.0 / (1 + i);
+    float *W = with_spectrum(M, N, sp, 61), *S = malloc(sizeof(float) * K), *U = malloc(sizeof(float) * M * K),
+          *VT = malloc(sizeof(float) * K * N);
+    npuc_svd_opts o = npuc_svd_opts_defaults();
+    o.solver = NPUC_SVD_RANDOMIZED;
+    npuc_ctx_set_threads(ctx, 2);
+    assert_int_equal(npuc_svd(ctx, W, M, N, K, &o, S, U, VT), NPUC_OK);
+    npuc_ctx_set_threads(ctx, 0);
+    double worst_u = 0, worst_v = 0;
+    for (int a = 0; a < K; a++)
+        for (int b = a; b < K; b++) {
+            double du = 0, dv = 0;
+            for (int i = 0; i < M; i++) du += (double)U[i * K + a] * U[i * K + b];
+            for (int j = 0; j < N; j++) dv += (double)VT[a * N + j] * VT[b * N + j];
+            worst_u = fmax(worst_u, fabs(du - (a == b)));
+            worst_v = fmax(worst_v, fabs(dv - (a == b)));
+        }
+    assert_true(worst_u < 1e-5 && worst_v < 1e-5);
+    /* s~_i <= s_i (the sketch projects W); the last sketch values are the least accurate. */
+    for (int i = 0; i < K; i++) assert_true(S[i] <= sp[i] * (1 + 1e-5) && S[i] >= sp[i] * 0.9);
+    for (int i = 0; i < 20; i++) assert_close(S[i], sp[i], 1e-4, 0);
+    free(W); free(S); free(U); free(VT);
 }
 
 static int dir_has_leftovers(const char *dir, const char *prefix) {
