@@ -397,7 +397,7 @@ static npuc_status bracket_prune(npuc_ctx *ctx, const float *x, uint64_t n, uint
     if (r > 0) {
         tmp = malloc((size_t)c_mid * sizeof *tmp);
         if (!tmp) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-        uint32_t *all = malloc((size_t)c_mid * sizeof *all);
+        uint32_t *all = calloc((size_t)c_mid, sizeof *all); /* calloc: quiets gcc -O3 maybe-uninitialized */
         if (!all) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
         uint64_t p = 0;
         for (uint64_t c = 0; c < nc; c++) {
