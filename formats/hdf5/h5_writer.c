@@ -551,4 +551,4 @@ static npuc_status h5w_finish(npuc_writer *w) {
 
 static void h5w_abort(npuc_writer *w) { free_state(w); }
 
-const npuc_writer_backend npuc__h5_writer_backend = {h5w_begin, h5w_write, h5w_finish, h5w_abort};
+const npuc_writer_backend npuc__h5_writer_backend = {h5w_begin, h5w_write, h5w_finish, h5w_abort, 0};

@@ -188,12 +188,119 @@ static npuc_status parse_entry(npuc_ctx *ctx, const char *path, const char *name
     return NPUC_OK;
 }
 
+/* Parses the header at b (8-byte length, JSON) of a file of fsize bytes into
+ * m: metadata, tensors in storage order with their buffer offsets in
+ * m->offset.  b must hold at least min(fsize, 8 + header length) bytes. */
+static npuc_status parse_header(npuc_ctx *ctx, const char *path, npuc_model *m, const unsigned char *b,
+                                uint64_t fsize, uint64_t max_header, uint64_t *data_start) {
+    npuc_status st = NPUC_OK;
+    json_t *root = NULL;
+    st_entry *ents = NULL;
+    if (fsize < 8)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: file is %llu bytes, too short for a safetensors header", path,
+                         (unsigned long long)fsize);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+    uint64_t limit = max_header ? max_header : 100000000u;
+    if (hlen > limit) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit", path,
+                       (unsigned long long)hlen, (unsigned long long)limit);
+        goto done;
+    }
+    if (hlen > fsize - 8) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header length %llu exceeds the file (%llu bytes)", path,
+                       (unsigned long long)hlen, (unsigned long long)fsize);
+        goto done;
+    }
+    if (hlen == 0) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is empty (length 0)", path);
+        goto done;
+    }
+    if (b[8] != '{') {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header does not start with a JSON object", path);
+        goto done;
+    }
+    if (!npuc__utf8_valid((const char *)b + 8, (size_t)hlen)) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is not valid UTF-8", path);
+        goto done;
+    }
+    *data_start = 8 + hlen;
+    json_error_t je;
+    root = json_loadb((const char *)b + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header JSON: %s at byte %d", path, je.text,
+                       je.position);
+        goto done;
+    }
+    if (!json_is_object(root)) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is not a JSON object", path);
+        goto done;
+    }
+    size_t n = json_object_size(root);
+    ents = calloc(n ? n : 1, sizeof *ents);
+    if (!ents) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto done; }
+    size_t nt = 0, order = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        if (strcmp(k, "__metadata__") == 0) {
+            if (!json_is_object(v)) {
+                st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
+                goto done;
+            }
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(v, mk, mv) {
+                if (!json_is_string(mv)) {
+                    st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: __metadata__ '%.*s%s' is not a string",
+                                   path, NAME(mk));
+                    goto done;
+                }
+                if ((st = npuc__model_add_meta(ctx, m, mk, json_string_value(mv))) != NPUC_OK) goto done;
+            }
+            continue;
+        }
+        ents[nt].name = k;
+        ents[nt].order = order++;
+        if ((st = parse_entry(ctx, path, k, v, &ents[nt])) != NPUC_OK) goto done;
+        nt++;
+    }
+    qsort(ents, nt, sizeof *ents, cmp_entry);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < nt; i++) {
+        if (ents[i].begin != pos) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": data_offsets begin at %llu, expected %llu (%s)",
+                           path, NAME(ents[i].name), (unsigned long long)ents[i].begin, (unsigned long long)pos,
+                           ents[i].begin > pos ? "gap in the buffer" : "overlaps the previous tensor");
+            goto done;
+        }
+        pos = ents[i].end;
+    }
+    uint64_t expect;
+    if (npuc_add_overflow(*data_start, pos, &expect) || expect != fsize) {
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT,
+                       "%s: file is %llu bytes but the header describes %llu (8 + %llu header + %llu data)",
+                       path, (unsigned long long)fsize, (unsigned long long)(*data_start + pos),
+                       (unsigned long long)hlen, (unsigned long long)pos);
+        goto done;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        size_t idx;
+        if ((st = npuc__model_add(ctx, m, ents[i].name, ents[i].dtype, ents[i].rank, ents[i].shape,
+                                  NULL, &idx)) != NPUC_OK)
+            goto done;
+        m->offset[idx] = ents[i].begin;
+    }
+done:
+    free(ents);
+    json_decref(root);
+    return st;
+}
+
 npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out) {
     npuc_status st = NPUC_OK;
     npuc_model *m = NULL;
     st_state *s = NULL;
-    json_t *root = NULL;
-    st_entry *ents = NULL;
     *out = NULL;
 
     s = calloc(1, sizeof *s);
@@ -213,9 +320,8 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     if (fstat(s->fd, &sb) != 0) { st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno)); goto fail; }
     uint64_t fsize = (uint64_t)sb.st_size;
     m->file_size = fsize;
-    if (fsize < 8) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: file is %llu bytes, too short for a safetensors header",
-                       path, (unsigned long long)fsize);
+    if (fsize < 8) { /* mmap of 0 bytes fails: say what is wrong first */
+        st = parse_header(ctx, path, m, NULL, fsize, 0, &s->data_start);
         goto fail;
     }
     if ((uint64_t)(size_t)fsize != fsize) {
@@ -229,108 +335,32 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
         st = npuc_fail(ctx, NPUC_ERR_IO, "%s: mmap: %s", path, strerror(errno));
         goto fail;
     }
-    const unsigned char *b = s->map;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
-    uint64_t limit = o->max_header_bytes ? o->max_header_bytes : 100000000u;
-    if (hlen > limit) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit", path,
-                       (unsigned long long)hlen, (unsigned long long)limit);
+    if ((st = parse_header(ctx, path, m, s->map, fsize, o->max_header_bytes, &s->data_start)) != NPUC_OK ||
+        (st = npuc__model_finish(ctx, m, 0)) != NPUC_OK)
         goto fail;
-    }
-    if (hlen > fsize - 8) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header length %llu exceeds the file (%llu bytes)", path,
-                       (unsigned long long)hlen, (unsigned long long)fsize);
-        goto fail;
-    }
-    if (hlen == 0) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is empty (length 0)", path);
-        goto fail;
-    }
-    if (b[8] != '{') {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header does not start with a JSON object", path);
-        goto fail;
-    }
-    if (!npuc__utf8_valid((const char *)b + 8, (size_t)hlen)) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is not valid UTF-8", path);
-        goto fail;
-    }
-    s->data_start = 8 + hlen;
-    json_error_t je;
-    root = json_loadb((const char *)b + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header JSON: %s at byte %d", path, je.text,
-                       je.position);
-        goto fail;
-    }
-    if (!json_is_object(root)) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: header is not a JSON object", path);
-        goto fail;
-    }
-    size_t n = json_object_size(root);
-    ents = calloc(n ? n : 1, sizeof *ents);
-    if (!ents) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
-    size_t nt = 0, order = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(root, k, v) {
-        if (strcmp(k, "__metadata__") == 0) {
-            if (!json_is_object(v)) {
-                st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
-                goto fail;
-            }
-            const char *mk;
-            json_t *mv;
-            json_object_foreach(v, mk, mv) {
-                if (!json_is_string(mv)) {
-                    st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: __metadata__ '%.*s%s' is not a string",
-                                   path, NAME(mk));
-                    goto fail;
-                }
-                if ((st = npuc__model_add_meta(ctx, m, mk, json_string_value(mv))) != NPUC_OK) goto fail;
-            }
-            continue;
-        }
-        ents[nt].name = k;
-        ents[nt].order = order++;
-        if ((st = parse_entry(ctx, path, k, v, &ents[nt])) != NPUC_OK) goto fail;
-        nt++;
-    }
-    qsort(ents, nt, sizeof *ents, cmp_entry);
-    uint64_t pos = 0;
-    for (size_t i = 0; i < nt; i++) {
-        if (ents[i].begin != pos) {
-            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: " TNAME ": data_offsets begin at %llu, expected %llu (%s)",
-                           path, NAME(ents[i].name), (unsigned long long)ents[i].begin, (unsigned long long)pos,
-                           ents[i].begin > pos ? "gap in the buffer" : "overlaps the previous tensor");
-            goto fail;
-        }
-        pos = ents[i].end;
-    }
-    uint64_t expect;
-    if (npuc_add_overflow(s->data_start, pos, &expect) || expect != fsize) {
-        st = npuc_fail(ctx, NPUC_ERR_FORMAT,
-                       "%s: file is %llu bytes but the header describes %llu (8 + %llu header + %llu data)",
-                       path, (unsigned long long)fsize, (unsigned long long)(s->data_start + pos),
-                       (unsigned long long)hlen, (unsigned long long)pos);
-        goto fail;
-    }
-    for (size_t i = 0; i < nt; i++) {
-        size_t idx;
-        if ((st = npuc__model_add(ctx, m, ents[i].name, ents[i].dtype, ents[i].rank, ents[i].shape,
-                                  NULL, &idx)) != NPUC_OK)
-            goto fail;
-        m->offset[idx] = ents[i].begin;
-    }
-    if ((st = npuc__model_finish(ctx, m, 0)) != NPUC_OK) goto fail;
-    free(ents);
-    json_decref(root);
     *out = m;
     return NPUC_OK;
 fail:
-    free(ents);
-    json_decref(root);
     if (m) npuc_model_close(m);
     else free(s);
     return st;
+}
+
+npuc_status npuc__st_open_header(npuc_ctx *ctx, const char *path, const void *header, uint64_t file_size,
+                                 const npuc_backend *be, void *be_state, npuc_model **out) {
+    *out = NULL;
+    uint64_t data_start;
+    npuc_model *m = npuc__model_new(path, NPUC_FORMAT_SAFETENSORS);
+    if (!m) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
+    m->file_size = file_size;
+    npuc_status st = parse_header(ctx, path, m, header, file_size, 0, &data_start);
+    if (st == NPUC_OK) st = npuc__model_finish(ctx, m, 0);
+    if (st != NPUC_OK) {
+        npuc_model_close(m); /* no backend yet: be_state stays the caller's */
+        return st;
+    }
+    m->be = be;
+    m->be_state = be_state;
+    *out = m;
+    return NPUC_OK;
 }

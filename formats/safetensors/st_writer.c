@@ -38,13 +38,13 @@ static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, 
     return NPUC_OK;
 }
 
-static npuc_status stw_begin(npuc_writer *w) {
+npuc_status npuc__st_header(npuc_writer *w, char **out, size_t *len) {
     npuc_status st = NPUC_OK;
     char *hdr = NULL;
     json_t *root = json_object();
-    stw_state *s = calloc(1, sizeof *s);
-    if (!root || !s) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-    s->fd = -1;
+    *out = NULL;
+    *len = 0;
+    if (!root) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     if (w->nmeta) {
         json_t *meta = json_object();
         if (!meta || json_object_set_new(root, "__metadata__", meta)) {
@@ -100,19 +100,35 @@ static npuc_status stw_begin(npuc_writer *w) {
     memmove(hdr + 8, hdr, hl);
     memset(hdr + 8 + hl, ' ', padded - hl);
     for (int i = 0; i < 8; i++) hdr[i] = (char)(((uint64_t)padded >> (8 * i)) & 0xff);
-
-    s->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (s->fd < 0) {
-        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, w->tmp, strerror(errno));
-        goto fail;
-    }
-    w->be_state = s;
-    s = NULL;
-    st = write_all(w, ((stw_state *)w->be_state)->fd, hdr, padded + 8, "the header");
+    *out = hdr;
+    *len = padded + 8;
+    hdr = NULL;
 fail:
     free(hdr);
     json_decref(root);
-    free(s);
+    return st;
+}
+
+static npuc_status stw_begin(npuc_writer *w) {
+    char *hdr;
+    size_t len;
+    npuc_status st = npuc__st_header(w, &hdr, &len);
+    if (st != NPUC_OK) return st;
+    stw_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(hdr);
+        return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    s->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0) {
+        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, w->tmp, strerror(errno));
+        free(s);
+        free(hdr);
+        return st;
+    }
+    w->be_state = s;
+    st = write_all(w, s->fd, hdr, len, "the header");
+    free(hdr);
     return st;
 }
 
@@ -142,4 +158,4 @@ static void stw_abort(npuc_writer *w) {
     w->be_state = NULL;
 }
 
-const npuc_writer_backend npuc__st_writer_backend = {stw_begin, stw_write, stw_finish, stw_abort};
+const npuc_writer_backend npuc__st_writer_backend = {stw_begin, stw_write, stw_finish, stw_abort, 0};

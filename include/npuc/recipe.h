@@ -110,7 +110,9 @@ typedef struct npuc_run_opts {
     const char *input_sha256;     /* the input's SHA-256 when the caller already has it
                                      (npuc batch does); NULL: computed */
     /* Called when step `step` (0-based) of nsteps starts, and after each
-     * tensor record of that step is complete (calling thread).  Either may
+     * tensor record of that step is complete.  Steps that stream into
+     * each other run at the same time in threads of their own, so
+     * on_tensor may come from any of them, one call at a time.  Either may
      * be NULL. */
     void (*on_step)(void *user, size_t step, size_t nsteps, npuc_step_kind kind);
     void (*on_tensor)(void *user, size_t step, size_t index, size_t count,
@@ -122,6 +124,8 @@ typedef struct npuc_run_opts {
      * nothing appears at out.  May be NULL. */
     npuc_status (*before_commit)(void *user, npuc_ctx *ctx, const npuc_summary *sum);
     void *user;
+    int no_stream;                /* 1: every step writes its "<out>.s<k>.tmp", none streams
+                                     into the next (the output is the same either way) */
 } npuc_run_opts;
 
 npuc_run_opts npuc_run_opts_defaults(void);
@@ -130,7 +134,11 @@ npuc_run_opts npuc_run_opts_defaults(void);
  *
  * The steps run in order, each a whole pass: step k reads step k-1's result
  * and writes "<out>.s<k>.tmp" beside out (through its own ".tmp" and
- * rename); the last result is checked for the provenance entries and then
+ * rename) - except that a quantize step streams its input from the step
+ * before it when the artifact is safetensors: the two run at the same time
+ * and the intermediate tensors pass through memory, never through a file
+ * (docs/recipes.md#how-a-recipe-runs; no_stream turns this off, the artifact
+ * is byte-identical either way).  The last result is checked for the provenance entries and then
  * moved to out (link() without overwrite, rename() with it) and the
  * directory fsynced.  Intermediate files are removed as soon as the next
  * step has read them, and on any failure; a run killed by a signal may

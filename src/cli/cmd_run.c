@@ -19,17 +19,19 @@
 
 #include "cli_common.h"
 
-enum { OPT_REPORT = CLI_OPT_USER, OPT_DEFLATE };
+enum { OPT_REPORT = CLI_OPT_USER, OPT_DEFLATE, OPT_NO_STREAM };
 
 static const cli_option OPTIONS[] = {
     {"report", 0, 1, OPT_REPORT},
     {"deflate", 0, 1, OPT_DEFLATE},
+    {"no-stream", 0, 0, OPT_NO_STREAM},
     {NULL, 0, 0, 0},
 };
 
 typedef struct rargs {
     const char *report;
     int deflate; /* -1: default */
+    int no_stream;
 } rargs;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
@@ -37,6 +39,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     long v;
     (void)a;
     if (id == OPT_REPORT) r->report = arg;
+    if (id == OPT_NO_STREAM) r->no_stream = 1;
     if (id == OPT_DEFLATE) {
         if (cli_parse_long(arg, 0, 9, &v) != 0)
             return cli_usage_error(&cli_cmd_run, "--deflate '%s': level must be 0..9", arg);
@@ -241,7 +244,7 @@ static npuc_status before_commit(void *user, npuc_ctx *ctx, const npuc_summary *
 
 static int run(int argc, char **argv) {
     cli_args a;
-    rargs ra = {NULL, -1};
+    rargs ra = {NULL, -1, 0};
     npuc_ctx *ctx = NULL;
     npuc_recipe *rc = NULL;
     npuc_summary sum;
@@ -270,6 +273,7 @@ static int run(int argc, char **argv) {
     npuc_run_opts o = npuc_run_opts_defaults();
     o.write.overwrite = a.force;
     if (ra.deflate >= 0) o.write.h5_deflate = ra.deflate;
+    o.no_stream = ra.no_stream;
     o.input_sha256 = r.in_sha;
     o.on_step = on_step;
     o.on_tensor = on_tensor;
@@ -316,7 +320,7 @@ done:
 const cli_command cli_cmd_run = {
     "run",
     "run a recipe (a YAML chain of passes) on one model",
-    "Usage: npuc run RECIPE IN -o OUT [--report FILE] [-j N] [-f] [--json] [-q]\n"
+    "Usage: npuc run RECIPE IN -o OUT [--report FILE] [--no-stream] [-j N] [-f] [--json] [-q]\n"
     "\n"
     "Runs the steps of RECIPE (docs/recipes.md) in order on IN and writes one artifact\n"
     "to OUT.  The artifact records the recipe (npuc.recipe), its SHA-256\n"
@@ -332,6 +336,9 @@ const cli_command cli_cmd_run = {
     "                         (.json, .csv, .md, .html; else the text table)\n"
     "      --json             print the npuc.report/1 JSON document instead of the table\n"
     "      --deflate N        HDF5 deflate level of the artifact 0..9 (default 4)\n"
+    "      --no-stream        write every step's result to a file beside OUT; by default a\n"
+    "                         quantize step reads the step before it from memory while\n"
+    "                         that step runs (safetensors only); the artifact is the same\n"
     "  -f, --force            overwrite OUT\n"
     "  -j, --jobs N           worker threads (default: all cores); output is identical for any N\n"
     "  -q, --quiet            no summary line or progress on stderr\n"

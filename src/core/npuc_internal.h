@@ -113,6 +113,8 @@ typedef struct npuc_writer_backend {
     npuc_status (*finish)(npuc_writer *w);
     /* Releases backend state after a failure; the core removes the file. */
     void (*abort)(npuc_writer *w);
+    /* 1: no file is written (pipe.c), so the core neither renames nor removes one. */
+    int no_file;
 } npuc_writer_backend;
 
 struct npuc_writer {
@@ -136,6 +138,14 @@ struct npuc_writer {
 
 extern const npuc_writer_backend npuc__st_writer_backend;
 extern const npuc_writer_backend npuc__h5_writer_backend;
+
+/* The safetensors header st_writer.c writes for w's declared tensors and
+ * metadata: 8-byte length + padded JSON, malloc'd in *out. */
+npuc_status npuc__st_header(npuc_writer *w, char **out, size_t *len);
+/* A model from such a header alone (file_size = header + payload bytes),
+ * with the given backend loading payloads; on failure be_state is untouched. */
+npuc_status npuc__st_open_header(npuc_ctx *ctx, const char *path, const void *header, uint64_t file_size,
+                                 const npuc_backend *be, void *be_state, npuc_model **out);
 
 /* Serialises layouts that differ from the guess (NONE counts as unset) as the "npuc.layout" JSON
  * object {"name": "io", ...}; returns a malloc'd string or NULL when every

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "npuc_internal.h"
+#include "pipe.h"
 
 npuc_write_opts npuc_write_opts_defaults(void) {
     npuc_write_opts o = {.format = NPUC_FORMAT_AUTO, .overwrite = 0, .h5_deflate = 4,
@@ -32,8 +33,9 @@ npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_o
                          path);
     if (o.h5_deflate < 0 || o.h5_deflate > 9)
         return npuc_fail(ctx, NPUC_ERR_ARG, "deflate level %d is outside 0..9", o.h5_deflate);
+    npuc__pipe *pipe = npuc__pipe_find(path); /* npuc run: the next step reads it from memory */
     struct stat sb;
-    if (stat(path, &sb) == 0) {
+    if (!pipe && stat(path, &sb) == 0) {
         if (!o.overwrite)
             return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
         if (S_ISDIR(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
@@ -44,6 +46,14 @@ npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_o
     w->opts = o;
     w->format = f;
     w->be = f == NPUC_FORMAT_HDF5 ? &npuc__h5_writer_backend : &npuc__st_writer_backend;
+    if (pipe) {
+        if (f != NPUC_FORMAT_SAFETENSORS) {
+            free(w);
+            return npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: a stream carries safetensors only", path);
+        }
+        w->be = &npuc__pipe_writer_backend;
+        w->be_state = pipe;
+    }
     w->path = npuc__strdup(path);
     size_t n = strlen(path);
     w->tmp = malloc(n + 5);
@@ -152,7 +162,7 @@ static npuc_status begin(npuc_writer *w) {
         if (st != NPUC_OK) return st;
     }
     w->begun = 1;
-    unlink(w->tmp); /* a leftover from a killed run */
+    if (!w->be->no_file) unlink(w->tmp); /* a leftover from a killed run */
     return w->be->begin(w);
 }
 
@@ -185,7 +195,7 @@ static void free_writer(npuc_writer *w) {
 void npuc_writer_abort(npuc_writer *w) {
     if (!w) return;
     if (w->begun && w->be->abort) w->be->abort(w);
-    if (w->begun) unlink(w->tmp);
+    if (w->begun && !w->be->no_file) unlink(w->tmp);
     free_writer(w);
 }
 
@@ -209,6 +219,10 @@ npuc_status npuc_writer_finish(npuc_writer *w) {
         goto fail;
     }
     if ((st = w->be->finish(w)) != NPUC_OK) goto fail;
+    if (w->be->no_file) {
+        free_writer(w);
+        return NPUC_OK;
+    }
     if (!w->opts.overwrite) {
         /* Refuse to clobber a file that appeared while we were writing. */
         if (link(w->tmp, w->path) != 0) {

@@ -31,7 +31,9 @@
 
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 
+#include "core/pipe.h"
 #include "passes/recipe_internal.h"
 
 npuc_run_opts npuc_run_opts_defaults(void) {
@@ -324,9 +326,144 @@ typedef struct hook_user {
     size_t step;
 } hook_user;
 
+/* Steps of one streamed group call back from their own threads. */
+static pthread_mutex_t g_hook_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void on_tensor_hook(void *user, size_t index, size_t count, const npuc_tensor_record *rec) {
     hook_user *h = user;
+    pthread_mutex_lock(&g_hook_mu);
     h->o->on_tensor(h->o->user, h->step, index, count, rec);
+    pthread_mutex_unlock(&g_hook_mu);
+}
+
+/* ------------------------------------------------------------ streamed groups
+ *
+ * A step whose pass reads each input tensor once, in order, can take its
+ * input from the previous step while that step is still writing it: the two
+ * run at the same time, the previous step's writer feeding an in-memory
+ * pipe (src/core/pipe.h) instead of "<out>.s<k>.tmp".  A group is a run of
+ * steps joined this way; all but its last run in threads of their own, its
+ * last one in the calling thread writes a file.  Only safetensors streams
+ * (the pipe carries a safetensors header); an HDF5 output keeps its files. */
+
+#define NPUC_PIPE_CAP ((uint64_t)64 << 20) /* bytes queued before the producer waits */
+
+static int streams_input(npuc_step_kind k) { return k == NPUC_STEP_QUANTIZE; }
+
+typedef struct step_job {
+    const npuc_recipe *r;
+    size_t k;               /* step index */
+    npuc_ctx *c;
+    npuc_model *m;          /* input */
+    int own_m;              /* m is a pipe model this job closes */
+    const char *out;
+    npuc__pipe *pout;       /* the pipe it writes, or NULL for a file */
+    recipe_hooks h;
+    hook_user hu;
+    npuc_summary ss;
+    npuc_status st;
+    int ran;
+    pthread_t th;
+    int threaded;
+} step_job;
+
+static void job_run(step_job *j) {
+    const recipe_step *s = &j->r->steps[j->k];
+    j->st = npuc__recipe_step_def(s->kind)->run(j->c, s, j->m, j->out, &j->h, &j->ss);
+    j->ran = 1;
+    if (j->own_m) { /* wakes a producer waiting for room if this step stopped early */
+        npuc_model_close(j->m);
+        j->m = NULL;
+    }
+    if (j->pout) npuc__pipe_producer_exit(j->pout, j->st != NPUC_OK);
+}
+
+static void *job_thread(void *arg) {
+    job_run(arg);
+    return NULL;
+}
+
+/* Runs steps k..last (a streamed group) on m, step last writing the file
+ * paths[last]; merges their summaries into sum in step order. */
+static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run_opts *o,
+                             const npuc_write_opts *wo, size_t k, size_t last, npuc_model *m, char **paths,
+                             npuc_summary *sum, const char *in) {
+    const size_t g = last - k + 1;
+    npuc_status st = NPUC_OK;
+    step_job *jobs = calloc(g, sizeof *jobs);
+    if (!jobs) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t j = 0; j < g; j++) {
+        step_job *J = &jobs[j];
+        J->r = r;
+        J->k = k + j;
+        J->out = paths[k + j];
+        J->st = NPUC_OK;
+        if (npuc_ctx_new(&J->c) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); break; }
+        npuc_ctx_set_threads(J->c, npuc_ctx_threads(ctx));
+        const recipe_step *s = &r->steps[k + j];
+        if (o->on_step) o->on_step(o->user, k + j, r->nsteps, s->kind);
+        if (j == 0) {
+            J->m = m;
+        } else {
+            J->own_m = 1;
+            if ((J->st = npuc__pipe_open(J->c, jobs[j - 1].pout, &J->m)) != NPUC_OK) break;
+        }
+        if ((J->st = check_patterns(J->c, r, k + j, J->m)) != NPUC_OK) break;
+        J->hu.o = o;
+        J->hu.step = k + j;
+        J->h.write = *wo;
+        J->h.recipe = r->name;
+        J->h.write.overwrite = 1; /* our own temporary names: a leftover is stale */
+        if (k + j + 1 < r->nsteps && wo->format == NPUC_FORMAT_HDF5) J->h.write.h5_deflate = 0;
+        J->h.on_tensor = o->on_tensor ? on_tensor_hook : NULL;
+        J->h.user = &J->hu;
+        if (j + 1 < g) {
+            if ((J->st = npuc__pipe_new(J->c, paths[k + j], NPUC_PIPE_CAP, &J->pout)) != NPUC_OK) break;
+            if (pthread_create(&J->th, NULL, job_thread, J) != 0) {
+                J->st = npuc_fail(J->c, NPUC_ERR_NOMEM, "cannot start a thread");
+                npuc__pipe_producer_exit(J->pout, 1);
+                break;
+            }
+            J->threaded = 1;
+        } else {
+            job_run(J);
+        }
+    }
+    /* A job that did not run still has to let its producer go. */
+    for (size_t j = 0; j < g; j++) {
+        if (!jobs[j].ran && jobs[j].own_m && jobs[j].m) {
+            npuc_model_close(jobs[j].m);
+            jobs[j].m = NULL;
+        }
+        if (jobs[j].pout && j + 1 < g && !jobs[j + 1].ran) npuc__pipe_abandon(jobs[j].pout);
+    }
+    for (size_t j = 0; j < g; j++)
+        if (jobs[j].threaded) pthread_join(jobs[j].th, NULL);
+    /* The cause: the first failed step whose failure was not the other
+     * side of a pipe giving up. */
+    size_t root = g;
+    for (size_t j = 0; j < g && root == g && st == NPUC_OK; j++) {
+        if (jobs[j].st == NPUC_OK) continue;
+        int induced = (jobs[j].pout && npuc__pipe_induced(jobs[j].pout, 0)) ||
+                      (j > 0 && jobs[j - 1].pout && npuc__pipe_induced(jobs[j - 1].pout, 1));
+        if (!induced) root = j;
+    }
+    if (st == NPUC_OK && root == g)
+        for (size_t j = 0; j < g && root == g; j++)
+            if (jobs[j].st != NPUC_OK) root = j;
+    if (st == NPUC_OK && root < g) {
+        npuc_fail(ctx, jobs[root].st, "%s", npuc_ctx_errmsg(jobs[root].c));
+        st = step_fail(ctx, jobs[root].st, r, k + root, in, k + root ? paths[k + root - 1] : in);
+    }
+    for (size_t j = 0; j < g; j++) {
+        if (st == NPUC_OK && merge_step(sum, &jobs[j].ss, k + j, npuc__recipe_step_def(r->steps[k + j].kind)->name) != NPUC_OK)
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        npuc_summary_free(&jobs[j].ss);
+        npuc__pipe_free(jobs[j].pout);
+        npuc_ctx_free(jobs[j].c);
+    }
+    free(jobs);
+    return st;
 }
 
 npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in, const char *out,
@@ -367,33 +504,17 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     npuc_write_opts wo = o->write;
     if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_format_from_path(out);
     if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
-    for (size_t k = 0; k < r->nsteps; k++) {
-        const recipe_step *s = &r->steps[k];
-        const recipe_step_def *d = npuc__recipe_step_def(s->kind);
-        if (o->on_step) o->on_step(o->user, k, r->nsteps, s->kind);
-        if ((st = check_patterns(ctx, r, k, m)) != NPUC_OK) goto fail;
-        recipe_hooks h;
-        hook_user hu = {o, k};
-        h.write = wo;
-        h.recipe = r->name;
-        h.write.overwrite = 1; /* our own temporary names: a leftover is stale */
-        if (k + 1 < r->nsteps && wo.format == NPUC_FORMAT_HDF5) h.write.h5_deflate = 0;
-        h.on_tensor = o->on_tensor ? on_tensor_hook : NULL;
-        h.user = &hu;
-        npuc_summary ss;
-        memset(&ss, 0, sizeof ss);
-        st = d->run(ctx, s, m, paths[k], &h, &ss);
-        if (st != NPUC_OK) {
-            st = step_fail(ctx, st, r, k, in, k ? paths[k - 1] : in);
-            goto fail;
-        }
-        st = merge_step(sum, &ss, k, d->name);
-        npuc_summary_free(&ss);
-        if (st != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    const int stream = wo.format == NPUC_FORMAT_SAFETENSORS && !o->no_stream;
+    for (size_t k = 0; k < r->nsteps;) {
+        size_t last = k;
+        while (stream && last + 1 < r->nsteps && streams_input(r->steps[last + 1].kind)) last++;
+        st = run_group(ctx, r, o, &wo, k, last, m, paths, sum, in);
+        if (st != NPUC_OK) goto fail;
         npuc_model_close(m);
         m = NULL;
         if (k > 0) unlink(paths[k - 1]);
-        if ((st = npuc_model_open(ctx, paths[k], NULL, &m)) != NPUC_OK) goto fail;
+        if ((st = npuc_model_open(ctx, paths[last], NULL, &m)) != NPUC_OK) goto fail;
+        k = last + 1;
     }
     /* The provenance must have survived every pass. */
     const char *keys[3] = {NPUC_META_RECIPE, NPUC_META_RECIPE_SHA256, NPUC_META_INPUT_SHA256};

@@ -1,0 +1,51 @@
+/*
+ * pipe.h - an in-memory safetensors stream between two passes running at
+ * the same time (library-private; used by `npuc run`, recipe_run.c).
+ *
+ * A pipe is registered under a path.  A pass that opens a writer on that
+ * path (npuc_writer_open) feeds the pipe instead of creating a file: its
+ * declared tensors and metadata become a safetensors header (exactly the one
+ * st_writer.c would write), and each payload is queued in memory.  The next
+ * pass reads the model npuc__pipe_open returns: the header parsed by the
+ * safetensors reader (so it sees what it would see reading the file back),
+ * and each payload handed over as it arrives.  The consumer must read every
+ * tensor at most once (quantize does: in order, once); a second read is
+ * NPUC_ERR_INTERNAL.
+ *
+ * Flow control: the producer waits while more than `cap` bytes are queued,
+ * unless the consumer is waiting for a tensor not yet written (so reading
+ * out of order cannot deadlock; it only queues more).  Either side failing
+ * wakes the other: the consumer's reads fail once the producer has aborted,
+ * the producer's writes fail once the consumer has closed its model early.
+ * npuc__pipe_induced tells which failure was the consequence, so the caller
+ * reports the cause.
+ */
+#ifndef NPUC_PIPE_H
+#define NPUC_PIPE_H
+
+#include "npuc_internal.h"
+
+typedef struct npuc__pipe npuc__pipe;
+
+/* Creates a pipe and registers it under path (NPUC_ERR_ARG if one is). */
+npuc_status npuc__pipe_new(npuc_ctx *ctx, const char *path, uint64_t cap, npuc__pipe **out);
+/* The registered pipe for path, or NULL (writer.c). */
+npuc__pipe *npuc__pipe_find(const char *path);
+/* Waits for the producer's header and opens the consumer's model.  Fails if
+ * the producer ended without writing one. */
+npuc_status npuc__pipe_open(npuc_ctx *ctx, npuc__pipe *p, npuc_model **out);
+/* Called by whoever ran the producer once it has returned: a producer that
+ * failed before its writer began (or never opened one) must still wake the
+ * consumer. */
+void npuc__pipe_producer_exit(npuc__pipe *p, int failed);
+/* The consumer will never read (it failed before opening its model). */
+void npuc__pipe_abandon(npuc__pipe *p);
+/* 1 when the producer's failure came from the consumer closing early
+ * (side 0), or the consumer's from the producer aborting (side 1). */
+int npuc__pipe_induced(const npuc__pipe *p, int side);
+/* Unregisters and frees; both sides must be done (model closed, producer exited). */
+void npuc__pipe_free(npuc__pipe *p);
+
+extern const npuc_writer_backend npuc__pipe_writer_backend;
+
+#endif
