@@ -2,14 +2,13 @@
  * recipe_run.c - running a recipe on one model: the chain of passes, the
  * provenance metadata, the merged summary, and the final move into place.
  *
- * Each step is a whole pass that reads the previous step's file and writes
- * its own, "<out>.s<k>.tmp" beside the output.  This is not the one
- * streaming pass the recipe format allows for (fold-bn + quantize could be
- * done tensor by tensor); it reuses every pass driver unchanged and costs
- * one extra write and read of the model per step beyond the first
- * (docs/recipes.md#how-a-recipe-runs).  Every intermediate goes through the
- * writer's temp + fsync + rename, and is removed as soon as the next step
- * has read it.
+ * Each step is a whole pass, run unchanged through its model-level driver.
+ * A quantize step streams its input: it runs at the same time as the step
+ * before it, which writes into an in-memory pipe (src/core/pipe.h) instead
+ * of a file (run_group below; safetensors artifacts only).  Every other
+ * step reads "<out>.s<k>.tmp", written beside the output by the step before
+ * through the writer's temp + fsync + rename and removed as soon as it has
+ * been read (docs/recipes.md#how-a-recipe-runs).
  *
  * Provenance: the three "npuc.recipe*" / "npuc.input_sha256" entries are
  * added to the opened input's metadata before the first step; every pass
