@@ -8,11 +8,22 @@
  * custom floats.  We identify a stored float by exactly those fields, so a
  * file written by h5py, by Keras or by us maps back to the same dtype.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "h5_common.h"
+
+/* ------------------------------------------------------------ library */
+
+/* HDF5 1.10 closes whatever is still open from an atexit() handler, and
+ * crashes there (H5F__close_cb) on a file whose write failed, for example
+ * on a full disk or past a file-size limit: the failure npuc reported
+ * cleanly would end in a segfault.  npuc closes every object it opens, so
+ * the handler has nothing to do; it must be declined before the library's
+ * first call, hence a constructor. */
+__attribute__((constructor)) static void npuc_h5_no_atexit(void) { H5dont_atexit(); }
 
 /* ------------------------------------------------------------ quiet */
 
@@ -68,6 +79,17 @@ void npuc__h5_errtext(char *buf, size_t n) {
      * the most ("inflate() failed", "truncated file: eof = ..."). */
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, err_walk, &eb);
     if (!eb.done) snprintf(buf, n, "unknown HDF5 error");
+    /* The sec2 driver's I/O failures read "file write failed: time = ...,
+     * filename = ..., errno = 28, error message = 'No space left on
+     * device', buf = ..."; keep what failed and the system's reason. */
+    const char *em = strstr(buf, "error message = '");
+    const char *colon = strchr(buf, ':');
+    if (em && colon && colon < em) {
+        const char *a = em + strlen("error message = '"), *b = strchr(a, '\'');
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%.*s: %.*s", (int)(colon - buf), buf, (int)(b ? b - a : (ptrdiff_t)strlen(a)), a);
+        snprintf(buf, n, "%s", tmp);
+    }
     /* One line: HDF5 descriptions occasionally carry newlines. */
     for (char *p = buf; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';

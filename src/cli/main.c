@@ -6,6 +6,7 @@
  * A new command is a cmd_<name>.c defining a `const cli_command cli_cmd_<name>`
  * (declared in cli_common.h) plus one line in COMMANDS below.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +61,10 @@ static const cli_command *find_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* A file-size limit (ulimit -f) then fails the write with EFBIG, which
+     * is reported and cleaned up like a full disk, instead of killing us
+     * with a temporary file left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;
