@@ -56,12 +56,17 @@ npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const 
 }
 
 int npuc__rules_match(npuc_rules *r, const char *name) {
+    /* Every matching rule counts as used, the first one decides: a rule
+     * that loses to an earlier one on some tensors still matched them, and
+     * "matches no tensor" should mean exactly that (as the recipe check,
+     * which sees tensor names only, reads it). */
+    int first = -1;
     for (size_t i = 0; i < r->n; i++)
         if (regexec(&r->re[i], name, 0, NULL, 0) == 0) {
             r->hits[i]++;
-            return (int)i;
+            if (first < 0) first = (int)i;
         }
-    return -1;
+    return first;
 }
 
 npuc_status npuc__rules_check_hits(npuc_ctx *ctx, const npuc_rules *r, const char *flag,

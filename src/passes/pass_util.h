@@ -25,7 +25,7 @@ typedef struct npuc_rules {
  * flag names the option in messages ("--include").  Errors are NPUC_ERR_ARG. */
 npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const *src, size_t n,
                                 int with_value, const char *flag);
-/* Index of the first rule matching name (counting the hit), or -1. */
+/* Index of the first rule matching name, or -1; every matching rule counts a hit. */
 int npuc__rules_match(npuc_rules *r, const char *name);
 /* NPUC_ERR_ARG naming the first rule that matched nothing, else NPUC_OK. */
 npuc_status npuc__rules_check_hits(npuc_ctx *ctx, const npuc_rules *r, const char *flag,

@@ -73,6 +73,15 @@ assert t["features.3.weight"]["extra"]["bits"] == 5
 assert t["features.6.weight"]["action"] == "kept"
 assert t["features.0.weight"]["extra"]["bits"] == 8
 PY
+# The first matching rule decides; a later rule that matched only tensors an
+# earlier rule decided still matched them, so it is not "matches no tensor".
+expect_rc 0 "$NPUC_BIN" quantize --bits 4 --layer-bits 'weight=6' --layer-bits '^classifier\.weight$=3' --json "$cnn" -o "$T/s.safetensors" -f
+"$PY" - "$T/out" <<'PY' || fail "--layer-bits: first match wins"
+import json, sys
+t = {x["name"]: x for x in json.load(open(sys.argv[1]))["tensors"]}
+assert t["classifier.weight"]["extra"]["bits"] == 6, t["classifier.weight"]  # 'weight=6' came first
+assert t["features.3.weight"]["extra"]["bits"] == 6
+PY
 expect_rc 0 "$NPUC_BIN" quantize -q --include '^classifier\.weight$' --json "$cnn" -o "$T/s.safetensors" -f
 "$PY" -c "import json; d=json.load(open('$T/out')); assert d['totals']['counts']['quantized']==1" || fail "--include"
 # Keras HWIO kernels are quantized along their last axis: 8 scales for conv2d/kernel [3,3,3,8].
