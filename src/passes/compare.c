@@ -4,11 +4,13 @@
  *
  * Both files are seen through their logical views (decode_entry.h), so an
  * artifact tensor is compared after decoding and costs the bytes of all its
- * parts.  One tensor pair is in memory at a time, as float32, in scratch
- * buffers reused between tensors.  Quantized entries also get the two
- * figures only the scales can give, the uniform-noise prediction and the
- * count of clipped values, computed exactly as the quantizer defines them
- * (docs/quantization.md), so `npuc report` and `npuc quantize` agree.
+ * parts (those of nested entries too: a lowrank tensor whose factors were
+ * quantized is one tensor, "r=16+int8/ch").  One tensor pair is in memory
+ * at a time, as float32, in scratch buffers reused between tensors.
+ * Quantized entries also get the two figures only the scales can give, the
+ * uniform-noise prediction and the count of clipped values, computed exactly
+ * as the quantizer defines them (docs/quantization.md), so `npuc report` and
+ * `npuc quantize` agree.
  */
 #include <math.h>
 #include <stdio.h>
@@ -66,8 +68,59 @@ static npuc_quant_params entry_params(const json_t *e) {
     return p;
 }
 
+/* The entry describing part of t when it is nested, else NULL. */
+static const json_t *nested_entry(const json_t *art, const npuc__ltensor *t, const char *part) {
+    if (!part || strcmp(part, t->name) == 0) return NULL;
+    const json_t *e = json_object_get(json_object_get(art, "tensors"), part);
+    return json_is_string(json_object_get(e, "encoding")) ? e : NULL;
+}
+
+/* The scheme of a nested entry: "int8/ch" (quant), "int8/fake" (fake_quant),
+ * "int8/ch+2:4" or "2:4" (nm_sparse), else its encoding; its bit width in
+ * *bits (0 when not quantized). */
+static void nested_scheme(const json_t *e, char *buf, size_t n, int *bits) {
+    const char *enc = json_string_value(json_object_get(e, "encoding"));
+    const json_t *q = strcmp(enc, "nm_sparse") == 0 ? json_object_get(e, "quant") : e;
+    npuc_quant_params p = entry_params(json_is_object(q) ? q : e);
+    *bits = 0;
+    if (strcmp(enc, "quant") == 0 || (strcmp(enc, "nm_sparse") == 0 && json_is_object(q))) {
+        npuc_quant_scheme_name(&p, buf, n);
+        *bits = p.bits;
+    } else if (strcmp(enc, "fake_quant") == 0) {
+        snprintf(buf, n, "%s%d/fake", p.symmetric ? "int" : "uint", p.bits);
+        *bits = p.bits;
+    } else if (strcmp(enc, "nm_sparse") != 0) {
+        snprintf(buf, n, "%.20s", enc);
+        return;
+    }
+    if (strcmp(enc, "nm_sparse") == 0) {
+        const size_t l = *bits ? strlen(buf) : 0;
+        snprintf(buf + l, n - l, "%s%lld:%lld", *bits ? "+" : "", jint(e, "n", 0), jint(e, "m", 0));
+    }
+}
+
+/* A lowrank entry whose factors were encoded afterwards (nested entries)
+ * shows both: "r=16+int8/ch", or "r=16+int8/ch,int4/g32" when the factors
+ * differ, "-" for a factor stored as is; "bits" is the widest factor's. */
+static void describe_nested(npuc_tensor_record *r, const json_t *art, const npuc__ltensor *t) {
+    const json_t *parts = json_object_get(t->entry, "parts");
+    char s[2][24];
+    int bits = 0;
+    for (size_t p = 0; p < 2; p++) {
+        const json_t *e = nested_entry(art, t, json_string_value(json_array_get(parts, p)));
+        int b = 0;
+        snprintf(s[p], sizeof s[p], "-");
+        if (e) nested_scheme(e, s[p], sizeof s[p], &b);
+        if (b > bits) bits = b;
+    }
+    const size_t l = strlen(r->scheme);
+    if (strcmp(s[0], s[1]) == 0) snprintf(r->scheme + l, sizeof r->scheme - l, "+%s", s[0]);
+    else snprintf(r->scheme + l, sizeof r->scheme - l, "+%s,%s", s[0], s[1]);
+    if (bits) npuc_record_set(r, "bits", bits);
+}
+
 /* The scheme and extras a record shows for an encoded tensor. */
-static void describe_encoding(npuc_tensor_record *r, const npuc__ltensor *t) {
+static void describe_encoding(npuc_tensor_record *r, const json_t *art, const npuc__ltensor *t) {
     const char *enc = t->encoding;
     r->action = encoding_action(enc);
     if (strcmp(enc, "quant") == 0 || strcmp(enc, "fake_quant") == 0) {
@@ -86,6 +139,7 @@ static void describe_encoding(npuc_tensor_record *r, const npuc__ltensor *t) {
         if (rank >= 0) {
             snprintf(r->scheme, sizeof r->scheme, "r=%lld", rank);
             npuc_record_set(r, "rank", (double)rank);
+            if (t->nested) describe_nested(r, art, t);
         } else {
             snprintf(r->scheme, sizeof r->scheme, "lowrank");
         }
@@ -229,7 +283,7 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
     r->bytes_before = ta->bytes;
     r->bytes_after = tb->bytes;
     r->params_after = tb->info.numel;
-    if (tb->encoding) describe_encoding(r, tb);
+    if (tb->encoding) describe_encoding(r, c->b.art, tb);
     if (!same_shape(&ta->info, &tb->info)) {
         char s1[56], s2[56];
         fmt_shape(&ta->info, s1, sizeof s1);
@@ -254,10 +308,10 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
         if (same) return NPUC_OK; /* KEPT, as initialised */
     }
     if (!npuc__lview_readable(tb) && tb->encoding && !tb->fn) {
-        snprintf(r->note, sizeof r->note, "encoding '%.60s' cannot be decoded by npuc %s", tb->encoding,
-                 npuc_version());
+        const char *enc = tb->unknown ? tb->unknown : tb->encoding; /* a nested one, maybe */
+        snprintf(r->note, sizeof r->note, "encoding '%.60s' cannot be decoded by npuc %s", enc, npuc_version());
         return npuc_summary_warn(c->s, "tensor '%s': encoding '%s' is unknown to npuc %s: no error figures",
-                                 r->name, tb->encoding, npuc_version()) == NPUC_OK ? NPUC_OK
+                                 r->name, enc, npuc_version()) == NPUC_OK ? NPUC_OK
                : npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     if (!npuc__lview_readable(ta) || !npuc__lview_readable(tb)) {
@@ -362,7 +416,7 @@ static npuc_status add_created(cmp_state *c, size_t k, const unsigned char *in_o
         r->bytes_before = r->params_before = 0;
         r->bytes_after = t->bytes;
         if (t->encoding) {
-            describe_encoding(r, t);
+            describe_encoding(r, c->b.art, t);
             r->action = NPUC_ACTION_CREATED;
         }
         snprintf(r->note, sizeof r->note, "only in the compressed file");

@@ -10,6 +10,10 @@
  * original tensor's bytes in its own layout.  The factors may have been cast
  * to another float dtype since (npuc convert --dtype); any float dtype is
  * read as float32.
+ *
+ * Each factor is read through npuc__part_read_f32, so a factor that a later
+ * `npuc quantize` replaced by its own "quant" (or "fake_quant") entry is
+ * dequantized first, then multiplied (decoders.h, "Nested entries").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,24 +23,8 @@
 #include "passes/lowrank_internal.h"
 #include "passes/pass_util.h"
 
-static npuc_status check_part(npuc_ctx *ctx, const char *path, const char *name, const npuc_tensor_info *got,
-                              const npuc_tensor_info *want) {
-    int ok = npuc_dtype_is_float(got->dtype) && got->rank == want->rank;
-    for (int i = 0; ok && i < want->rank; i++) ok = got->shape[i] == want->shape[i];
-    if (ok) return NPUC_OK;
-    char gs[128], ws[128];
-    size_t a = 0, b = 0;
-    gs[0] = ws[0] = 0;
-    for (int i = 0; i < got->rank && a < sizeof gs - 24; i++)
-        a += (size_t)snprintf(gs + a, sizeof gs - a, "%s%lld", i ? "," : "", (long long)got->shape[i]);
-    for (int i = 0; i < want->rank && b < sizeof ws - 24; i++)
-        b += (size_t)snprintf(ws + b, sizeof ws - b, "%s%lld", i ? "," : "", (long long)want->shape[i]);
-    return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': factor '%s' is %s [%s], the entry implies a float [%s]",
-                     path, name, got->name, npuc_dtype_name(got->dtype), gs, ws);
-}
-
-npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const char *name, const json_t *e,
-                                 const npuc_tensor_info *orig, float *out) {
+npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                                 const json_t *e, const npuc_tensor_info *orig, float *out) {
     const char *path = npuc_model_path(m);
     npuc_status st;
     long long rank;
@@ -54,12 +42,9 @@ npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const char *name,
         snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: inconsistent lowrank entry: %s", path, msg);
     }
-    size_t ia, ib;
-    if ((st = npuc__part(ctx, m, name, json_string_value(json_array_get(parts, 0)), &ia)) != NPUC_OK ||
-        (st = npuc__part(ctx, m, name, json_string_value(json_array_get(parts, 1)), &ib)) != NPUC_OK)
-        return st;
-    if ((st = check_part(ctx, path, name, npuc_model_tensor(m, ia), &wa)) != NPUC_OK ||
-        (st = check_part(ctx, path, name, npuc_model_tensor(m, ib), &wb)) != NPUC_OK)
+    const char *pa = json_string_value(json_array_get(parts, 0)), *pb = json_string_value(json_array_get(parts, 1));
+    if ((st = npuc__part_read_f32(ctx, m, nest, name, pa, &wa, NULL)) != NPUC_OK ||
+        (st = npuc__part_read_f32(ctx, m, nest, name, pb, &wb, NULL)) != NPUC_OK)
         return st;
     if (!out) return NPUC_OK;
 
@@ -69,7 +54,8 @@ npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const char *name,
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
         goto done;
     }
-    if ((st = npuc_model_read_f32(ctx, m, ia, a)) != NPUC_OK || (st = npuc_model_read_f32(ctx, m, ib, b)) != NPUC_OK)
+    if ((st = npuc__part_read_f32(ctx, m, nest, name, pa, &wa, a)) != NPUC_OK ||
+        (st = npuc__part_read_f32(ctx, m, nest, name, pb, &wb, b)) != NPUC_OK)
         goto done;
     int blas = npuc__blas_enter();
     npuc__gemm_rows(g.out_first ? a : b, g.out_first ? b : a, out, g.m, g.n, (int64_t)rank, npuc__threads(ctx));

@@ -116,8 +116,9 @@ done:
     return st;
 }
 
-npuc_status npuc__decode_nm(npuc_ctx *ctx, npuc_model *m, const char *name, const json_t *e,
-                            const npuc_tensor_info *orig, float *out) {
+npuc_status npuc__decode_nm(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                            const json_t *e, const npuc_tensor_info *orig, float *out) {
+    (void)nest; /* values and positions are raw stored tensors */
     const char *path = npuc_model_path(m);
     npuc_status st;
     long long n, mm, in_axis, groups, meta_bits;

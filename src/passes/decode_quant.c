@@ -10,8 +10,9 @@
 #include "kernels/npuc_kernels.h"
 #include "passes/decoders.h"
 
-npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const char *name, const json_t *e,
-                               const npuc_tensor_info *orig, float *out) {
+npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                               const json_t *e, const npuc_tensor_info *orig, float *out) {
+    (void)nest; /* codes, scales and zero points are raw stored tensors */
     const char *path = npuc_model_path(m);
     npuc_status st;
     long long bits, axis, gs;

@@ -1,13 +1,15 @@
 /*
- * decompress.c - turning an npuc artifact back into dense float tensors.
+ * decompress.c - turning an npuc artifact back into dense float tensors, and
+ * the table of decoders every reader of artifacts shares.
  *
- * The "npuc" metadata entry maps each encoded original tensor to its
- * encoding, its original dtype/shape/layout and its "parts" (the stored
- * tensors that encode it).  The stored tensors are walked in file order: the
- * first part of an entry is replaced by the rebuilt original (cast to its
- * original dtype), its other parts are dropped, and every other tensor is
- * copied byte for byte.  Every entry is validated before anything is
- * written.  Decoders live in one file per encoding (decoders.h).
+ * The file is seen through its logical view (decode_entry.h), which has
+ * validated every entry, nested ones included, before anything is written.
+ * The stored tensors are then walked in file order: the first stored tensor
+ * of an encoded tensor is replaced by the rebuilt original (cast to its
+ * original dtype, in the Keras layer of that first tensor), its other stored
+ * tensors are dropped, and every other tensor is copied byte for byte.
+ * Decoders live in one file per encoding (decoders.h); nested parts are read
+ * through npuc__part_read_f32 below.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,12 @@ static const struct {
     {"nm_sparse", npuc__decode_nm},
 };
 
+npuc_decode_fn npuc__decoder_find(const char *encoding) {
+    for (size_t d = 0; d < sizeof DECODERS / sizeof DECODERS[0]; d++)
+        if (strcmp(encoding, DECODERS[d].encoding) == 0) return DECODERS[d].fn;
+    return NULL;
+}
+
 npuc_status npuc__part(npuc_ctx *ctx, npuc_model *m, const char *name, const char *part, size_t *idx) {
     if (npuc_model_find(m, part, idx) != 0)
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': its part '%s' is missing", npuc_model_path(m),
@@ -35,84 +43,116 @@ npuc_status npuc__part(npuc_ctx *ctx, npuc_model *m, const char *name, const cha
     return NPUC_OK;
 }
 
-typedef struct entry {
-    const char *name;
-    const json_t *e;
-    npuc_decode_fn fn;
-    npuc_tensor_info orig;
-} entry;
+const json_t *npuc__part_entry(const npuc__nest *nest, const char *name, const char *part) {
+    if (!nest || !nest->tensors || strcmp(name, part) == 0) return NULL;
+    return json_object_get(nest->tensors, part);
+}
+
+/* An entry for a tensor stored dense under its own name ("fake_quant"). */
+static int dense_entry(const json_t *e) {
+    const json_t *enc = json_object_get(e, "encoding");
+    return !json_object_get(e, "parts") && json_is_string(enc) && strcmp(json_string_value(enc), "fake_quant") == 0;
+}
+
+/* Why an entry without parts that is not dense cannot be decoded. */
+static npuc_status no_parts(npuc_ctx *ctx, const char *path, const char *name, const char *enc) {
+    if (!npuc__decoder_find(enc))
+        return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': unknown encoding '%s' (newer npuc?)", path,
+                         name, enc);
+    return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': artifact entry has no parts", path, name);
+}
+
+static void fmt_shape(const npuc_tensor_info *t, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < t->rank && k + 24 < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+}
+
+/* NPUC_ERR_FORMAT unless got is a float tensor of want's shape. */
+static npuc_status check_part(npuc_ctx *ctx, const char *path, const char *name, const char *what,
+                              const npuc_tensor_info *got, const npuc_tensor_info *want) {
+    int ok = npuc_dtype_is_float(got->dtype) && got->rank == want->rank;
+    for (int i = 0; ok && i < want->rank; i++) ok = got->shape[i] == want->shape[i];
+    if (ok) return NPUC_OK;
+    char gs[128], ws[128];
+    fmt_shape(got, gs, sizeof gs);
+    fmt_shape(want, ws, sizeof ws);
+    return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': part '%s' %s %s [%s], the entry implies a float [%s]",
+                     path, name, got->name, what, npuc_dtype_name(got->dtype), gs, ws);
+}
+
+npuc_status npuc__part_read_f32(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                                const char *part, const npuc_tensor_info *want, float *out) {
+    const char *path = npuc_model_path(m);
+    npuc_status st;
+    const json_t *e = npuc__part_entry(nest, name, part);
+    if (!e || dense_entry(e)) {
+        size_t idx;
+        if ((st = npuc__part(ctx, m, name, part, &idx)) != NPUC_OK ||
+            (st = check_part(ctx, path, name, "is", npuc_model_tensor(m, idx), want)) != NPUC_OK)
+            return st;
+        return out ? npuc_model_read_f32(ctx, m, idx, out) : NPUC_OK;
+    }
+    /* A nested entry: decode it one level deeper (a cycle stops here too). */
+    if (nest->depth + 1 > NPUC_NEST_MAX)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': part '%s' nests entries more than %d deep", path,
+                         name, part, NPUC_NEST_MAX);
+    const char *enc;
+    if ((st = npuc__art_str(ctx, path, part, e, "encoding", &enc)) != NPUC_OK) return st;
+    if (!json_object_get(e, "parts")) return no_parts(ctx, path, part, enc);
+    npuc_decode_fn fn = npuc__decoder_find(enc);
+    if (!fn)
+        return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': part '%s': unknown encoding '%s' (newer npuc?)",
+                         path, name, part, enc);
+    npuc_tensor_info info;
+    if ((st = npuc__art_orig(ctx, path, part, e, &info)) != NPUC_OK) return st;
+    info.name = part;
+    if ((st = check_part(ctx, path, name, "is described as", &info, want)) != NPUC_OK) return st;
+    const npuc__nest inner = {nest->tensors, nest->depth + 1};
+    if ((st = fn(ctx, m, &inner, part, e, &info, out)) != NPUC_OK || !out || info.dtype == NPUC_DTYPE_F32) return st;
+    /* The part reads as the tensor its entry describes: rounded to its dtype,
+     * exactly what decompressing that entry alone writes. */
+    void *tmp = malloc((size_t)(info.nbytes ? info.nbytes : 1));
+    if (!tmp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, part);
+    npuc_convert(tmp, info.dtype, out, NPUC_DTYPE_F32, (size_t)info.numel);
+    npuc_convert(out, NPUC_DTYPE_F32, tmp, info.dtype, (size_t)info.numel);
+    free(tmp);
+    return NPUC_OK;
+}
 
 npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                   const npuc_write_opts *wo) {
     const char *path = npuc_model_path(m);
-    const size_t n = npuc_model_count(m);
-    npuc_status st = NPUC_OK;
-    json_t *art = NULL;
+    npuc_status st;
     npuc_writer *w = NULL;
-    entry *ents = NULL;
+    npuc__lview v;
     npuc_scratch s_f = {0}, s_cast = {0};
-    /* For each stored tensor: -1 plain, else the entry it is a part of; and
-     * whether it is that entry's first part in file order. */
-    long *owner = calloc(n ? n : 1, sizeof *owner);
-    unsigned char *first = calloc(n ? n : 1, 1);
-    if (!owner || !first) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-    for (size_t i = 0; i < n; i++) owner[i] = -1;
-    if ((st = npuc__art_load(ctx, m, &art)) != NPUC_OK) goto done;
-    if (!art) {
+    if ((st = npuc__lview_open(ctx, m, &v)) != NPUC_OK) return st;
+    if (!v.art) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: not an npuc artifact (no 'npuc' metadata)", path);
         goto done;
     }
-    json_t *tens = json_object_get(art, "tensors");
-    size_t ne = json_object_size(tens), k = 0;
-    ents = calloc(ne ? ne : 1, sizeof *ents);
-    if (!ents) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-    const char *key;
-    json_t *e;
-    json_object_foreach(tens, key, e) {
-        const char *enc;
-        if ((st = npuc__art_str(ctx, path, key, e, "encoding", &enc)) != NPUC_OK) goto done;
-        if (strcmp(enc, "fake_quant") == 0) continue; /* dense already */
-        entry *en = &ents[k];
-        en->name = key;
-        en->e = e;
-        for (size_t d = 0; d < sizeof DECODERS / sizeof DECODERS[0]; d++)
-            if (strcmp(enc, DECODERS[d].encoding) == 0) en->fn = DECODERS[d].fn;
-        if (!en->fn) {
-            st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': unknown encoding '%s' (newer npuc?)",
-                           path, key, enc);
+    /* The view lists what it cannot decode; decompress refuses it, naming
+     * the encoding (the outer one, or the nested one the decoder meets). */
+    const npuc__nest nest = {json_object_get(v.art, "tensors"), 0};
+    for (size_t l = 0; l < v.n; l++) {
+        const npuc__ltensor *t = &v.t[l];
+        if (t->dense && t->encoding && !dense_entry(t->entry)) {
+            st = no_parts(ctx, path, t->name, t->encoding);
             goto done;
         }
-        if ((st = npuc__art_orig(ctx, path, key, e, &en->orig)) != NPUC_OK) goto done;
-        en->orig.name = key;
-        json_t *parts = json_object_get(e, "parts");
-        if (!json_is_array(parts) || json_array_size(parts) == 0) {
-            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': artifact entry has no parts", path, key);
+        if (t->dense || t->fn) continue;
+        npuc_decode_fn fn = npuc__decoder_find(t->encoding);
+        if (!fn) {
+            st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': unknown encoding '%s' (newer npuc?)", path,
+                           t->name, t->encoding);
             goto done;
         }
-        size_t lowest = n;
-        for (size_t p = 0; p < json_array_size(parts); p++) {
-            json_t *pn = json_array_get(parts, p);
-            size_t idx;
-            if (!json_is_string(pn)) {
-                st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': a part name is not a string", path, key);
-                goto done;
-            }
-            if ((st = npuc__part(ctx, m, key, json_string_value(pn), &idx)) != NPUC_OK) goto done;
-            if (owner[idx] != -1) {
-                st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': part '%s' belongs to two entries", path,
-                               key, json_string_value(pn));
-                goto done;
-            }
-            owner[idx] = (long)k;
-            if (idx < lowest) lowest = idx;
-        }
-        first[lowest] = 1;
-        /* The first part carries the Keras layer of the rebuilt tensor. */
-        en->orig.group = npuc_model_tensor(m, lowest)->group;
-        if ((st = en->fn(ctx, m, key, e, &en->orig, NULL)) != NPUC_OK) goto done;
-        k++;
+        if ((st = fn(ctx, m, &nest, t->name, t->entry, &t->info, NULL)) == NPUC_OK)
+            st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': cannot be decoded", path, t->name);
+        goto done;
     }
-    ne = k;
 
     if ((st = npuc_writer_open(ctx, out, wo, &w)) != NPUC_OK) goto done;
     for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
@@ -121,50 +161,39 @@ npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
         if (strcmp(mk, NPUC_ART_KEY) == 0 || strcmp(mk, "npuc.layout") == 0) continue;
         if ((st = npuc_writer_meta(w, mk, mv)) != NPUC_OK) goto done;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (owner[i] >= 0 && !first[i]) continue;
-        const npuc_tensor_info *t = owner[i] >= 0 ? &ents[owner[i]].orig : npuc_model_tensor(m, i);
-        if ((st = npuc_writer_declare(w, t)) != NPUC_OK) goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (owner[i] >= 0 && !first[i]) continue;
-        if (owner[i] < 0) {
+    /* v.t is in file order of each tensor's first stored tensor. */
+    for (size_t l = 0; l < v.n; l++)
+        if ((st = npuc_writer_declare(w, v.t[l].dense ? npuc_model_tensor(m, v.t[l].stored) : &v.t[l].info)) !=
+            NPUC_OK)
+            goto done;
+    for (size_t l = 0; l < v.n; l++) {
+        const npuc__ltensor *t = &v.t[l];
+        if (t->dense) {
             const void *p;
-            if ((st = npuc_model_data(ctx, m, i, &p)) != NPUC_OK) goto done;
-            st = npuc_writer_write(w, p, npuc_model_tensor(m, i)->nbytes);
-            npuc_model_release(m, i);
+            if ((st = npuc_model_data(ctx, m, t->stored, &p)) != NPUC_OK) goto done;
+            st = npuc_writer_write(w, p, npuc_model_tensor(m, t->stored)->nbytes);
+            npuc_model_release(m, t->stored);
             if (st != NPUC_OK) goto done;
             continue;
         }
-        const entry *en = &ents[owner[i]];
-        float *f = npuc__scratch(&s_f, en->orig.numel * sizeof(float));
-        if (!f) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, en->name); goto done; }
-        if ((st = en->fn(ctx, m, en->name, en->e, &en->orig, f)) != NPUC_OK) goto done;
+        float *f = npuc__scratch(&s_f, t->info.numel * sizeof(float));
+        if (!f) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name); goto done; }
+        if ((st = t->fn(ctx, m, &nest, t->name, t->entry, &t->info, f)) != NPUC_OK) goto done;
         const void *outp = f;
-        if (en->orig.dtype != NPUC_DTYPE_F32) {
-            void *cast = npuc__scratch(&s_cast, en->orig.nbytes);
+        if (t->info.dtype != NPUC_DTYPE_F32) {
+            void *cast = npuc__scratch(&s_cast, t->info.nbytes);
             if (!cast) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-            npuc_convert(cast, en->orig.dtype, f, NPUC_DTYPE_F32, (size_t)en->orig.numel);
+            npuc_convert(cast, t->info.dtype, f, NPUC_DTYPE_F32, (size_t)t->info.numel);
             outp = cast;
         }
-        if ((st = npuc_writer_write(w, outp, en->orig.nbytes)) != NPUC_OK) goto done;
+        if ((st = npuc_writer_write(w, outp, t->info.nbytes)) != NPUC_OK) goto done;
     }
     st = npuc_writer_finish(w);
     w = NULL;
 done:
     npuc_writer_abort(w);
-    json_decref(art);
-    free(ents);
-    free(owner);
-    free(first);
+    npuc__lview_free(&v);
     npuc__scratch_free(&s_f);
     npuc__scratch_free(&s_cast);
     return st;
-}
-
-/* The decoder for an encoding, for readers of single entries (decode_entry.c). */
-npuc_decode_fn npuc__decoder_find(const char *encoding) {
-    for (size_t d = 0; d < sizeof DECODERS / sizeof DECODERS[0]; d++)
-        if (strcmp(encoding, DECODERS[d].encoding) == 0) return DECODERS[d].fn;
-    return NULL;
 }

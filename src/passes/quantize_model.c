@@ -14,6 +14,15 @@
  *            source is aligned F32), quantize, write, release.  Scratch buffers
  *            grow to the largest tensor and are reused, so peak anonymous
  *            memory is about twice the largest tensor, whatever the model size.
+ *
+ * The input may be an artifact whose entries are "fake_quant" (dense already)
+ * or "lowrank" (npuc lowrank's output): the factors "<W>.lr_a"/"<W>.lr_b" are
+ * stored float tensors like any other and are quantized under their own
+ * names, so the output holds nested entries (docs/artifact.md): the
+ * "lowrank" entry for W, carried over unchanged, names parts that now have
+ * "quant" entries of their own.  Entries for tensors this run does not touch
+ * are carried over unchanged too; any other encoding is refused (decompress
+ * first).  For the first/last-layer rule the two factors of W are one layer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -44,8 +53,8 @@ typedef struct qplan {
     char *nmn[3];
 } qplan;
 
-static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
-                             npuc_tensor_record *rep) {
+static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, const size_t *layer,
+                             qplan *plan, npuc_tensor_record *rep) {
     const char *path = npuc_model_path(m);
     npuc_rules inc, exc, lb, lg;
     npuc_status st;
@@ -110,15 +119,15 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         }
         q->quantize = 1;
     }
-    /* Below 8 bits the first and last weight layers stay at 8 bits. */
+    /* Below 8 bits the first and last weight layers stay at 8 bits; a layer
+     * is a stored tensor, or the factors of one lowrank entry together. */
     if (!o->quantize_all) {
-        size_t first = n, last = n;
+        size_t first = SIZE_MAX, last = SIZE_MAX;
         for (size_t i = 0; i < n; i++)
-            if (plan[i].quantize) { if (first == n) first = i; last = i; }
-        size_t ends[2] = {first, last};
-        for (int e = 0; e < 2; e++) {
-            size_t i = ends[e];
-            if (i == n || explicit_bits[i] || plan[i].p.bits >= 8) continue;
+            if (plan[i].quantize) { if (first == SIZE_MAX) first = layer[i]; last = layer[i]; }
+        for (size_t i = 0; first != SIZE_MAX && i < n; i++) {
+            const int e = layer[i] == first ? 0 : layer[i] == last ? 1 : -1;
+            if (e < 0 || !plan[i].quantize || explicit_bits[i] || plan[i].p.bits >= 8) continue;
             plan[i].p.bits = 8;
             snprintf(rep[i].note, sizeof rep[i].note, "%s weight layer kept at 8 bits",
                      first == last ? "only" : e == 0 ? "first" : "last");
@@ -337,6 +346,55 @@ static npuc_status nm_stream(npuc_ctx *ctx, npuc_writer *w, npuc_model *m, size_
     return NPUC_OK;
 }
 
+/* ------------------------------------------------ an artifact as input
+ * Checks that every entry of the input's description is one quantize can
+ * build on, and gives every stored tensor its layer for the first/last rule:
+ * its own index, or for a part of a lowrank entry the entry's (n + entry
+ * number), so both factors of W count as the one layer W. */
+static npuc_status input_layers(npuc_ctx *ctx, npuc_model *m, const json_t *prev, size_t *layer) {
+    const size_t n = npuc_model_count(m);
+    for (size_t i = 0; i < n; i++) layer[i] = i;
+    if (!prev) return NPUC_OK;
+    const char *k;
+    json_t *v;
+    size_t ent = 0;
+    json_object_foreach(json_object_get(prev, "tensors"), k, v) {
+        json_t *enc = json_object_get(v, "encoding");
+        const char *es = json_is_string(enc) ? json_string_value(enc) : "";
+        if (strcmp(es, "lowrank") == 0) {
+            json_t *parts = json_object_get(v, "parts");
+            for (size_t p = 0; p < json_array_size(parts); p++) {
+                size_t idx;
+                const char *pn = json_string_value(json_array_get(parts, p));
+                if (pn && npuc_model_find(m, pn, &idx) == 0) layer[idx] = n + ent;
+            }
+        } else if (strcmp(es, "fake_quant") != 0) {
+            return npuc_fail(ctx, NPUC_ERR_ARG,
+                             "%s: already an npuc artifact (tensor '%s' is encoded); decompress it first",
+                             npuc_model_path(m), k);
+        }
+        ent++;
+    }
+    return NPUC_OK;
+}
+
+/* Copies the input's entries into the new description, except a
+ * "fake_quant" entry for a tensor this run quantizes again (its new entry
+ * replaces it).  A lowrank entry keeps its parts' names, which are now
+ * described by their own entries when quantized (nested entries). */
+static npuc_status carry_over(npuc_ctx *ctx, npuc_model *m, const json_t *prev, const qplan *plan, json_t *art) {
+    if (!prev) return NPUC_OK;
+    json_t *tens = json_object_get(art, "tensors");
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(prev, "tensors"), k, v) {
+        size_t idx;
+        if (npuc_model_find(m, k, &idx) == 0 && plan[idx].quantize) continue;
+        if (json_object_set(tens, k, v)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    return NPUC_OK;
+}
+
 npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                 const npuc_quantize_opts *o, npuc_summary *sum) {
     const char *path = npuc_model_path(m);
@@ -350,27 +408,16 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
+    size_t *layer = calloc(n ? n : 1, sizeof *layer);
     names = calloc(2 * (n ? n : 1), sizeof *names);
-    if (npuc_summary_init(sum, "quantize", n) != NPUC_OK || !plan || !names) {
+    if (npuc_summary_init(sum, "quantize", n) != NPUC_OK || !plan || !layer || !names) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
 
     if ((st = npuc__art_load(ctx, m, &prev)) != NPUC_OK) goto fail;
-    if (prev) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(json_object_get(prev, "tensors"), k, v) {
-            json_t *enc = json_object_get(v, "encoding");
-            if (!json_is_string(enc) || strcmp(json_string_value(enc), "fake_quant") != 0) {
-                st = npuc_fail(ctx, NPUC_ERR_ARG,
-                               "%s: already an npuc artifact (tensor '%s' is encoded); decompress it first",
-                               path, k);
-                goto fail;
-            }
-        }
-    }
-    if ((st = make_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
+    if ((st = input_layers(ctx, m, prev, layer)) != NPUC_OK) goto fail;
+    if ((st = make_plan(ctx, m, o, layer, plan, sum->records)) != NPUC_OK) goto fail;
     if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
 
     /* Records that do not depend on the data. */
@@ -405,6 +452,7 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     }
     art = npuc__art_new();
     if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if ((st = carry_over(ctx, m, prev, plan, art)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
         if ((st = plan[i].nm ? nm_declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
                              : declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
@@ -499,6 +547,7 @@ done:
         for (size_t i = 0; i < n; i++)
             for (int k = 0; k < 3; k++) free(plan[i].nmn[k]);
     free(plan);
+    free(layer);
     free(scales);
     free(zps);
     free(artjson);

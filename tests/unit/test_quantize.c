@@ -7,6 +7,10 @@
  * explicit index arithmetic (not the [outer, C, inner] machinery the library
  * uses), and quantizes with the documented formulas.  Codes, scales and zero
  * points must match exactly; error sums within 1e-5 relative.
+ *
+ * A lowrank artifact as input (nested entries): the factors are quantized
+ * under their own names, both factors of the first/last layer stay at 8 bits,
+ * and decompress multiplies the dequantized factors.
  */
 #include <float.h>
 #include <math.h>
@@ -353,6 +357,149 @@ static void test_thread_independence(void **state) {
     npuc_ctx_set_threads(ctx, 0);
 }
 
+/* ------------------------------------------------ lowrank, then quantize
+ * A small model: three linear weights and a bias; every weight is factored at
+ * rank 3, then the artifact is quantized (nested entries, docs/artifact.md). */
+static void write_lr_model(const char *path) {
+    npuc_writer *w;
+    static const struct { const char *name; int rank; int64_t shape[2]; } T[] = {
+        {"a.weight", 2, {24, 16}}, {"a.bias", 1, {24}}, {"b.weight", 2, {20, 24}}, {"c.weight", 2, {12, 20}},
+    };
+    enum { NT = sizeof T / sizeof T[0] };
+    uint64_t rs = 5;
+    assert_int_equal(npuc_writer_open(ctx, path, NULL, &w), NPUC_OK);
+    for (int i = 0; i < NT; i++) {
+        npuc_tensor_info t;
+        memset(&t, 0, sizeof t);
+        t.name = T[i].name;
+        t.dtype = NPUC_DTYPE_F32;
+        t.rank = T[i].rank;
+        memcpy(t.shape, T[i].shape, sizeof T[i].shape);
+        assert_int_equal(npuc_writer_declare(w, &t), NPUC_OK);
+    }
+    for (int i = 0; i < NT; i++) {
+        uint64_t n = (uint64_t)T[i].shape[0] * (uint64_t)(T[i].rank == 2 ? T[i].shape[1] : 1);
+        float *f = malloc(sizeof(float) * n);
+        for (uint64_t k = 0; k < n; k++) f[k] = npuc_test_randn(&rs);
+        assert_int_equal(npuc_writer_write(w, f, n * sizeof(float)), NPUC_OK);
+        free(f);
+    }
+    assert_int_equal(npuc_writer_finish(w), NPUC_OK);
+}
+
+static float *read_named(npuc_model *m, const char *name, const npuc_tensor_info **t) {
+    size_t i;
+    assert_int_equal(npuc_model_find(m, name, &i), 0);
+    *t = npuc_model_tensor(m, i);
+    float *f = malloc(sizeof(float) * (size_t)(*t)->numel);
+    assert_int_equal(npuc_model_read_f32(ctx, m, i, f), NPUC_OK);
+    return f;
+}
+
+static double record_bits(const npuc_summary *s, const char *name) {
+    for (size_t i = 0; i < s->nrecords; i++)
+        if (strcmp(s->records[i].name, name) == 0) return npuc_record_get(&s->records[i], "bits", -1);
+    fail_msg("no record for %s", name);
+    return -1;
+}
+
+/* The factors are quantized under their own names; the first and last layers
+ * (both factors of each) stay at 8 bits below 8 bits; decompress gives the
+ * product of the dequantized factors, which is exactly what decompressing the
+ * --fake-quant artifact gives. */
+static void test_lowrank_artifact(void **state) {
+    (void)state;
+    const char *src = npuc_test_path("nq_src.safetensors"), *lr = npuc_test_path("nq_lr.safetensors"),
+               *q = npuc_test_path("nq_q.safetensors"), *fq = npuc_test_path("nq_fq.safetensors"),
+               *dq = npuc_test_path("nq_dq.safetensors"), *dfq = npuc_test_path("nq_dfq.safetensors"),
+               *qq = npuc_test_path("nq_qq.safetensors");
+    write_lr_model(src);
+    npuc_model *m, *ml, *mq, *mfq, *md;
+    npuc_summary sum;
+    assert_int_equal(npuc_model_open(ctx, src, NULL, &m), NPUC_OK);
+    npuc_lowrank_opts lo = npuc_lowrank_opts_defaults();
+    lo.params.rule = NPUC_RANK_FIXED;
+    lo.params.rank = 3;
+    assert_int_equal(npuc_lowrank_model(ctx, m, lr, &lo, &sum), NPUC_OK);
+    assert_int_equal(sum.count[NPUC_ACTION_FACTORED], 3);
+    npuc_summary_free(&sum);
+
+    assert_int_equal(npuc_model_open(ctx, lr, NULL, &ml), NPUC_OK);
+    npuc_quantize_opts o = npuc_quantize_opts_defaults();
+    o.params.bits = 4;
+    o.params.gran = NPUC_GRAN_GROUP;
+    o.params.group_size = 8;
+    assert_int_equal(npuc_quantize_model(ctx, ml, q, &o, &sum), NPUC_OK);
+    assert_int_equal(sum.count[NPUC_ACTION_QUANTIZED], 6);
+    assert_int_equal(record_bits(&sum, "a.weight.lr_a"), 8);
+    assert_int_equal(record_bits(&sum, "a.weight.lr_b"), 8);
+    assert_int_equal(record_bits(&sum, "b.weight.lr_a"), 4);
+    assert_int_equal(record_bits(&sum, "b.weight.lr_b"), 4);
+    assert_int_equal(record_bits(&sum, "c.weight.lr_a"), 8);
+    assert_int_equal(record_bits(&sum, "c.weight.lr_b"), 8);
+    npuc_summary_free(&sum);
+    o.fake_quant = 1;
+    assert_int_equal(npuc_quantize_model(ctx, ml, fq, &o, &sum), NPUC_OK);
+    npuc_summary_free(&sum);
+
+    /* Both decompress to the same bytes. */
+    assert_int_equal(npuc_model_open(ctx, q, NULL, &mq), NPUC_OK);
+    assert_int_equal(npuc_model_open(ctx, fq, NULL, &mfq), NPUC_OK);
+    assert_int_equal(npuc_decompress_model(ctx, mq, dq, NULL), NPUC_OK);
+    assert_int_equal(npuc_decompress_model(ctx, mfq, dfq, NULL), NPUC_OK);
+    size_t n1, n2;
+    void *b1 = npuc_test_read_file(dq, &n1), *b2 = npuc_test_read_file(dfq, &n2);
+    assert_non_null(b1);
+    assert_non_null(b2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    free(b1);
+    free(b2);
+
+    /* The dense tensors are the products of the fake-quantized factors
+     * (formed here in double), under the original names and shapes only. */
+    assert_int_equal(npuc_model_open(ctx, dq, NULL, &md), NPUC_OK);
+    assert_int_equal(npuc_model_count(md), npuc_model_count(m));
+    static const char *W[] = {"a.weight", "b.weight", "c.weight"};
+    for (size_t k = 0; k < 3; k++) {
+        char na[32], nb[32];
+        snprintf(na, sizeof na, "%s.lr_a", W[k]);
+        snprintf(nb, sizeof nb, "%s.lr_b", W[k]);
+        const npuc_tensor_info *ta, *tb, *to, *td;
+        float *a = read_named(mfq, na, &ta), *b = read_named(mfq, nb, &tb);
+        float *orig = read_named(m, W[k], &to), *d = read_named(md, W[k], &td);
+        assert_int_equal(td->rank, 2);
+        assert_int_equal(td->shape[0], to->shape[0]);
+        assert_int_equal(td->shape[1], to->shape[1]);
+        assert_int_equal(td->dtype, NPUC_DTYPE_F32);
+        const int64_t M = to->shape[0], N = to->shape[1];
+        double maxd = 0, maxp = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0;
+                for (int r = 0; r < 3; r++) acc += (double)a[i * 3 + r] * b[r * N + j];
+                maxd = fmax(maxd, fabs(acc - d[i * N + j]));
+                maxp = fmax(maxp, fabs(acc));
+            }
+        assert_true(maxd <= 1e-5 * maxp);
+        free(a); free(b); free(orig); free(d);
+    }
+    size_t idx;
+    assert_int_not_equal(npuc_model_find(md, "b.weight.lr_a", &idx), 0);
+    assert_int_not_equal(npuc_model_find(md, "b.weight.lr_a.scale", &idx), 0);
+
+    /* Quantizing the quantized artifact again is refused, nothing written. */
+    o.fake_quant = 0;
+    assert_int_equal(npuc_quantize_model(ctx, mq, qq, &o, &sum), NPUC_ERR_ARG);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "decompress it first"));
+    assert_false(npuc_test_exists(qq));
+    npuc_model_close(md);
+    npuc_model_close(mq);
+    npuc_model_close(mfq);
+    npuc_model_close(ml);
+    npuc_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_worked),
@@ -360,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_edge_channels),
         cmocka_unit_test(test_bad_values_and_params),
         cmocka_unit_test(test_thread_independence),
+        cmocka_unit_test(test_lowrank_artifact),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
