@@ -93,6 +93,33 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
         }
         rows[j].rec[k] = i + 1;
     }
+    /* A tensor a step creates from another ("w.lr_a" from "w") goes right
+     * under it rather than at the end: rows created later whose name is a
+     * row's name plus "." follow that row. */
+    row *ordered = calloc(nr ? nr : 1, sizeof *ordered);
+    unsigned char *done = calloc(nr ? nr : 1, 1);
+    if (!ordered || !done) {
+        free(ordered);
+        free(done);
+        free(rows);
+        free(cells);
+        return -1;
+    }
+    size_t no = 0;
+    for (size_t j = 0; j < nr; j++) {
+        if (done[j]) continue;
+        done[j] = 1;
+        ordered[no++] = rows[j];
+        size_t l = strlen(rows[j].name);
+        for (size_t m = j + 1; m < nr; m++)
+            if (!done[m] && strncmp(rows[m].name, rows[j].name, l) == 0 && rows[m].name[l] == '.') {
+                done[m] = 1;
+                ordered[no++] = rows[m];
+            }
+    }
+    memcpy(rows, ordered, nr * sizeof *rows);
+    free(ordered);
+    free(done);
     size_t namew = 4, shapew = 5, *colw = calloc(ns, sizeof *colw);
     if (!colw) {
         free(rows);

@@ -49,6 +49,13 @@ steps:
       quantize_all: true
 EOF
 both three "$T/three.yaml" "$cnn" safetensors
+# lowrank that really factors: quantize streams the factors (nested artifact).
+printf 'version: 1\nsteps:\n  - lowrank:\n      rank: 4\n  - quantize:\n      bits: 8\n' >"$T/lq.yaml"
+both lowrank_q "$T/lq.yaml" "$mlp" safetensors
+"$NPUC_BIN" run "$T/lq.yaml" "$mlp" -o "$T/lq_table.safetensors" >"$T/table.txt"
+# The run's table puts each factor under the tensor it came from.
+grep -A2 '^mlp\.fc1\.weight ' "$T/table.txt" | sed -n 2,3p | grep -c '^mlp\.fc1\.weight\.lr_[ab] ' | grep -qx 2 ||
+    fail "factor rows not under their tensor: $(cat "$T/table.txt")"
 if have_h5py; then
     both keras "$R/fold_int8.yaml" "$keras" h5
 fi
