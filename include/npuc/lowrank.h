@@ -17,7 +17,9 @@
  * Ranks come from one rule: a fixed rank, a fraction of min(m, n), the
  * smallest rank keeping a fraction E of the energy sum s_i^2, or the smallest
  * rank whose relative Frobenius error sqrt(sum_{i>r} s_i^2) / |W|_F is at
- * most X; optionally rounded up to a multiple of M.
+ * most X; optionally rounded up to a multiple of M.  Per-tensor "REGEX=R"
+ * rules (npuc_lowrank_opts.layer_rank) give chosen tensors a fixed rank
+ * instead.
  *
  * Two solvers: the exact thin SVD (LAPACK sgesdd, sgesvd when sgesdd does
  * not converge) and the randomized SVD of Halko, Martinsson & Tropp (2011):
@@ -176,6 +178,11 @@ typedef struct npuc_lowrank_opts {
     size_t ninclude;
     const char *const *exclude;    /* regexes: never factor matching tensors */
     size_t nexclude;
+    const char *const *layer_rank; /* "REGEX=R" (R >= 1): a selected tensor matching REGEX is
+                                      factored at the fixed rank R instead of params' rule, as if
+                                      the run had --rank R (round_to still rounds it up); the
+                                      first matching rule wins.  Rules do not select tensors. */
+    size_t nlayer_rank;
     npuc_write_opts write;         /* output options (format, overwrite, deflate) */
     /* Called after each tensor is factored or passed over (calling thread). */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
@@ -189,7 +196,10 @@ npuc_lowrank_opts npuc_lowrank_opts_defaults(void);
  * except depthwise kernels; one whose fixed rank exceeds min(m, n), or that
  * would not shrink, stays dense with a note.  With --include, a matching
  * tensor that cannot be factored or whose fixed rank exceeds min(m, n) is an
- * error.  Factored tensors become "<name>.lr_a" and "<name>.lr_b", recorded
+ * error.  A selected tensor matched by a layer_rank rule whose R exceeds its
+ * min(m, n) is always an error (NPUC_ERR_ARG naming the tensor and the rule);
+ * so are a layer_rank rule that is not "REGEX=R" with an integer R >= 1 and
+ * one that matches no tensor of m.  Factored tensors become "<name>.lr_a" and "<name>.lr_b", recorded
  * in the "npuc" metadata entry with encoding "lowrank" (docs/artifact.md);
  * `npuc decompress` multiplies them back.
  *

@@ -194,6 +194,15 @@ typedef struct npuc_prune_opts {
     size_t ninclude;
     const char *const *exclude;      /* regexes: never prune matching tensors */
     size_t nexclude;
+    const char *const *layer_sparsity; /* "REGEX=S", S in [0, 1): a selected tensor matching
+                                        REGEX is pruned at S instead of `sparsity` (first
+                                        matching rule wins; rules do not select tensors).
+                                        Unstructured, layer scope: floor(S * n) zeros in it;
+                                        global scope: it is pruned on its own at S and left out
+                                        of the global pool; structured: the fraction of its
+                                        channels removed (the producer's weight in filter mode,
+                                        the consumer's in channel mode). */
+    size_t nlayer_sparsity;
     const char *const *next;         /* "PRODUCER=CONSUMER[,CONSUMER...]": who consumes a
                                         layer's output channels (tensor or layer names) */
     size_t nnext;
@@ -213,8 +222,11 @@ npuc_prune_opts npuc_prune_opts_defaults(void);
  * extras "sparsity_target", "sparsity" (achieved: zeros / n, or channels
  * removed / channels), "zeros", "channels", "channels_removed", and the error
  * of the pruned weights against the originals; companions (biases,
- * BatchNorms, consumers) are PRUNED with a note naming their chain.  Fails
- * with NPUC_ERR_ARG for a sparsity outside [0, 1), a rule matching nothing,
+ * BatchNorms, consumers) are PRUNED with a note naming their chain.
+ * "sparsity_target" is the tensor's own target (its layer_sparsity rule's S,
+ * else `sparsity`); with global scope, tensors with a rule of their own get
+ * scheme "mag/layer".  Fails with NPUC_ERR_ARG for a sparsity outside
+ * [0, 1) (also in a layer_sparsity rule), a rule matching nothing,
  * a --next naming a missing tensor or one whose channels do not match;
  * NPUC_ERR_VALUE for NaN/Inf weights.  On failure nothing is written and
  * *sum is empty. */

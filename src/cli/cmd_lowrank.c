@@ -27,6 +27,7 @@ enum {
     OPT_SEED,
     OPT_INCLUDE,
     OPT_EXCLUDE,
+    OPT_LAYER_RANK,
     OPT_REPORT,
     OPT_DEFLATE
 };
@@ -43,6 +44,7 @@ static const cli_option OPTIONS[] = {
     {"seed", 0, 1, OPT_SEED},
     {"include", 0, 1, OPT_INCLUDE},
     {"exclude", 0, 1, OPT_EXCLUDE},
+    {"layer-rank", 0, 1, OPT_LAYER_RANK},
     {"report", 0, 1, OPT_REPORT},
     {"deflate", 0, 1, OPT_DEFLATE},
     {NULL, 0, 0, 0},
@@ -50,8 +52,8 @@ static const cli_option OPTIONS[] = {
 
 typedef struct lrargs {
     npuc_lowrank_opts o;
-    const char **inc, **exc;
-    size_t ninc, nexc;
+    const char **inc, **exc, **lr;
+    size_t ninc, nexc, nlr;
     const char *report;
     const char *rule_flag; /* the rank rule given, for "only one" errors */
 } lrargs;
@@ -139,6 +141,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     }
     case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_RANK: if (push(&q->lr, &q->nlr, arg)) return CLI_EXIT_FAIL; break;
     case OPT_REPORT: q->report = arg; break;
     case OPT_DEFLATE:
         if (cli_parse_long(arg, 0, 9, &v) != 0)
@@ -182,17 +185,18 @@ static void on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *
 static char *params_json(const lrargs *q) {
     const npuc_lowrank_params *p = &q->o.params;
     static const char *const RULES[] = {"none", "rank", "rank_ratio", "energy", "max_error"};
-    json_t *inc = json_array(), *exc = json_array();
+    json_t *inc = json_array(), *exc = json_array(), *lr = json_array();
     for (size_t i = 0; i < q->ninc; i++) json_array_append_new(inc, cli_json_str(q->inc[i]));
     for (size_t i = 0; i < q->nexc; i++) json_array_append_new(exc, cli_json_str(q->exc[i]));
+    for (size_t i = 0; i < q->nlr; i++) json_array_append_new(lr, cli_json_str(q->lr[i]));
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->svd.seed);
     json_t *value = p->rule == NPUC_RANK_FIXED ? json_integer((json_int_t)p->rank) : json_real(p->value);
-    json_t *j = json_pack("{s:{s:s, s:o, s:I, s:s, s:i, s:i, s:s, s:o, s:o}}", "lowrank", "rule",
+    json_t *j = json_pack("{s:{s:s, s:o, s:I, s:s, s:i, s:i, s:s, s:o, s:o, s:o}}", "lowrank", "rule",
                           RULES[(unsigned)p->rule < 5 ? p->rule : 0], "value", value, "round_to",
                           (json_int_t)p->round_to, "solver", npuc_svd_solver_name(p->svd.solver), "oversample",
                           p->svd.oversample, "power_iters", p->svd.power_iters, "seed", seed, "include", inc,
-                          "exclude", exc);
+                          "exclude", exc, "layer_rank", lr);
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     return s;
@@ -233,6 +237,8 @@ static int run(int argc, char **argv) {
     q.o.ninclude = q.ninc;
     q.o.exclude = q.exc;
     q.o.nexclude = q.nexc;
+    q.o.layer_rank = q.lr;
+    q.o.nlayer_rank = q.nlr;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
     const char *out = a.output;
@@ -291,6 +297,7 @@ done:
     free(cmdline);
     free(q.inc);
     free(q.exc);
+    free(q.lr);
     cli_args_free(&a);
     return cli_finish_stdout(rc);
 }
@@ -298,7 +305,8 @@ done:
 const cli_command cli_cmd_lowrank = {
     "lowrank",
     "factor weights into two low-rank matrices by truncated SVD",
-    "Usage: npuc lowrank IN [-o OUT] (--rank R | --rank-ratio F | --energy E | --max-error X) [options]\n"
+    "Usage: npuc lowrank IN [-o OUT] (--rank R | --rank-ratio F | --energy E | --max-error X)\n"
+    "                    [--layer-rank REGEX=R]... [options]\n"
     "\n"
     "Replaces each selected weight W [m x n] (split at its layout's output axis:\n"
     "[out, in*kh*kw] for OIHW, [kh*kw*in, out] for HWIO) by two factors of rank r,\n"
@@ -313,6 +321,10 @@ const cli_command cli_cmd_lowrank = {
     "      --energy E         smallest rank keeping fraction E of sum s_i^2, E in (0, 1]\n"
     "      --max-error X      smallest rank with |W - W_r|_F / |W|_F <= X, X in (0, 1)\n"
     "      --round-to M       round ranks up to a multiple of M (default 1)\n"
+    "      --layer-rank REGEX=R  rank R (>= 1) for selected tensors matching REGEX instead\n"
+    "                         of the rule above, as if given --rank R (--round-to applies);\n"
+    "                         the first matching rule wins (repeatable); an R above a\n"
+    "                         matched tensor's min(m, n) is an error\n"
     "\n"
     "Solver:\n"
     "      --solver S         exact (LAPACK sgesdd, sgesvd fallback), randomized\n"
@@ -343,7 +355,9 @@ const cli_command cli_cmd_lowrank = {
     "\n"
     "Errors (exit 2, nothing written): no or two rank rules, a value out of range, an\n"
     "--include match that cannot be factored (1-D, integer, depthwise layout) or whose\n"
-    "--rank exceeds min(m, n), NaN or Inf in a tensor to factor, an existing OUT without -f.\n",
+    "--rank exceeds min(m, n), a --layer-rank R above a matched tensor's min(m, n), a\n"
+    "pattern that matches no tensor, NaN or Inf in a tensor to factor, an existing OUT\n"
+    "without -f.\n",
     "IN",
     run,
 };

@@ -23,6 +23,7 @@ enum {
     OPT_ROUND,
     OPT_INCLUDE,
     OPT_EXCLUDE,
+    OPT_LAYER_SPARSITY,
     OPT_NEXT,
     OPT_GRAPH,
     OPT_NO_GUESS,
@@ -38,6 +39,7 @@ static const cli_option OPTIONS[] = {
     {"round-to", 0, 1, OPT_ROUND},
     {"include", 0, 1, OPT_INCLUDE},
     {"exclude", 0, 1, OPT_EXCLUDE},
+    {"layer-sparsity", 0, 1, OPT_LAYER_SPARSITY},
     {"next", 0, 1, OPT_NEXT},
     {"graph", 0, 1, OPT_GRAPH},
     {"no-guess", 0, 0, OPT_NO_GUESS},
@@ -48,8 +50,8 @@ static const cli_option OPTIONS[] = {
 
 typedef struct pargs {
     npuc_prune_opts o;
-    const char **inc, **exc, **next;
-    size_t ninc, nexc, nnext;
+    const char **inc, **exc, **next, **ls;
+    size_t ninc, nexc, nnext, nls;
     const char *report;
     int sparsity_set, scope_set, criterion_set, round_set;
 } pargs;
@@ -103,6 +105,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_NEXT: if (push(&q->next, &q->nnext, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_SPARSITY: if (push(&q->ls, &q->nls, arg)) return CLI_EXIT_FAIL; break;
     case OPT_GRAPH: q->o.graph_file = arg; break;
     case OPT_NO_GUESS: q->o.no_guess = 1; break;
     case OPT_REPORT: q->report = arg; break;
@@ -136,16 +139,18 @@ static void on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *
 }
 
 static char *params_json(const pargs *q) {
-    json_t *inc = json_array(), *exc = json_array(), *next = json_array();
+    json_t *inc = json_array(), *exc = json_array(), *next = json_array(), *ls = json_array();
     for (size_t i = 0; i < q->ninc; i++) json_array_append_new(inc, cli_json_str(q->inc[i]));
     for (size_t i = 0; i < q->nexc; i++) json_array_append_new(exc, cli_json_str(q->exc[i]));
     for (size_t i = 0; i < q->nnext; i++) json_array_append_new(next, cli_json_str(q->next[i]));
+    for (size_t i = 0; i < q->nls; i++) json_array_append_new(ls, cli_json_str(q->ls[i]));
     const char *structure = q->o.structure == NPUC_PRUNE_FILTER ? "filter" :
                             q->o.structure == NPUC_PRUNE_CHANNEL ? "channel" : "unstructured";
-    json_t *p = json_pack("{s:{s:f, s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:b}}", "prune", "sparsity",
+    json_t *p = json_pack("{s:{s:f, s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:b}}", "prune", "sparsity",
                           q->o.sparsity, "scope", q->o.scope == NPUC_PRUNE_GLOBAL ? "global" : "layer",
                           "structured", structure, "criterion", q->o.criterion == NPUC_PRUNE_L2 ? "l2" : "l1",
-                          "round_to", (int)q->o.round_to, "include", inc, "exclude", exc, "next", next,
+                          "round_to", (int)q->o.round_to, "include", inc, "exclude", exc, "layer_sparsity", ls,
+                          "next", next,
                           "graph", cli_json_str(q->o.graph_file), "no_guess", q->o.no_guess);
     char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(p);
@@ -191,6 +196,7 @@ static int run(int argc, char **argv) {
     q.o.include = q.inc; q.o.ninclude = q.ninc;
     q.o.exclude = q.exc; q.o.nexclude = q.nexc;
     q.o.next = q.next; q.o.nnext = q.nnext;
+    q.o.layer_sparsity = q.ls; q.o.nlayer_sparsity = q.nls;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
     const char *out = a.output;
@@ -251,6 +257,7 @@ done:
     free(q.inc);
     free(q.exc);
     free(q.next);
+    free(q.ls);
     cli_args_free(&a);
     return cli_finish_stdout(rc);
 }
@@ -258,7 +265,7 @@ done:
 const cli_command cli_cmd_prune = {
     "prune",
     "zero the smallest weights, or remove whole filters / channels",
-    "Usage: npuc prune IN [-o OUT] --sparsity S [options]\n"
+    "Usage: npuc prune IN [-o OUT] --sparsity S [--layer-sparsity REGEX=S]... [options]\n"
     "\n"
     "Magnitude pruning (default): in every selected tensor exactly floor(S * n) weights\n"
     "become zero, the smallest |w| first and, among equal magnitudes, the lowest index\n"
@@ -273,6 +280,11 @@ const cli_command cli_cmd_prune = {
     "  -s, --sparsity S       fraction to remove, 0 <= S < 1 (required)\n"
     "      --scope layer|global  floor(S*n) zeros per tensor (default) or over all\n"
     "                         selected tensors together (unstructured only)\n"
+    "      --layer-sparsity REGEX=S  sparsity S in [0, 1) for selected tensors matching\n"
+    "                         REGEX (repeatable; the first matching rule wins); with\n"
+    "                         --scope global they are pruned on their own, outside the\n"
+    "                         global pool; structured: the matched layer's channel\n"
+    "                         fraction (the producer for filter, the consumer for channel)\n"
     "      --structured filter|channel  remove output filters, or input channels\n"
     "                         ranked on the consuming layers' weights\n"
     "      --criterion l1|l2  norm that ranks filters / channels (default l1)\n"
@@ -302,8 +314,9 @@ const cli_command cli_cmd_prune = {
     "  -q, --quiet            no warnings or progress on stderr\n"
     "  -h, --help             this help\n"
     "\n"
-    "Errors (exit 2, nothing written): a sparsity outside [0, 1), a --next naming a missing\n"
-    "tensor or one whose channels do not match, NaN or Inf weights, an existing OUT without -f.\n",
+    "Errors (exit 2, nothing written): a sparsity outside [0, 1) (also in --layer-sparsity),\n"
+    "a pattern that matches no tensor, a --next naming a missing tensor or one whose\n"
+    "channels do not match, NaN or Inf weights, an existing OUT without -f.\n",
     "IN",
     run,
 };

@@ -43,6 +43,7 @@ typedef struct lrplan {
     int select;              /* try to factor it */
     int explicit_sel;        /* matched --include */
     int factored;
+    int64_t layer_rank;      /* fixed rank from a --layer-rank rule, 0 when none matched */
     int64_t rank;
     npuc_svd_solver solver;
     npuc_lowrank_geom g;
@@ -86,22 +87,54 @@ static npuc_status with_path(npuc_ctx *ctx, npuc_status st, const char *path) {
     return npuc_fail(ctx, st, "%s: %s", path, msg);
 }
 
+/* The rank of each --layer-rank rule: "REGEX=R" with an integer R >= 1. */
+static npuc_status layer_ranks(npuc_ctx *ctx, const npuc_lowrank_opts *o, const npuc_rules *lr, int64_t *ranks) {
+    for (size_t k = 0; k < lr->n; k++) {
+        const char *v = lr->value[k];
+        char *end;
+        errno = 0;
+        long long r = strtoll(v, &end, 10);
+        if (end == v || *end || errno == ERANGE || r < 1 || r > 2147483647LL)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "--layer-rank '%s': the rank after '=' must be an integer >= 1",
+                             o->layer_rank[k]);
+        ranks[k] = (int64_t)r;
+    }
+    return NPUC_OK;
+}
+
+/* Selection and rank rules per tensor.  A --layer-rank rule counts as used
+ * when it matches any tensor name, even one an earlier rule decides (what a
+ * recipe checks before the step runs); it applies only to tensors the
+ * selection takes, and there a rank above min(m, n) is an error even without
+ * --include: the rule names the tensor. */
 static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_opts *o, lrplan *plan,
                              npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
-    npuc_rules inc, exc;
+    npuc_rules inc, exc, lr;
+    int64_t *ranks = NULL;
     npuc_status st;
     memset(&inc, 0, sizeof inc);
     memset(&exc, 0, sizeof exc);
+    memset(&lr, 0, sizeof lr);
     if ((st = npuc__rules_compile(ctx, &inc, o->include, o->ninclude, 0, "--include")) != NPUC_OK ||
-        (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK)
+        (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &lr, o->layer_rank, o->nlayer_rank, 1, "--layer-rank")) != NPUC_OK)
         goto done;
+    ranks = calloc(lr.n ? lr.n : 1, sizeof *ranks);
+    if (!ranks) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    if ((st = layer_ranks(ctx, o, &lr, ranks)) != NPUC_OK) goto done;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
         lrplan *q = &plan[i];
         const char *why;
+        int rule = -1; /* the first matching rule; every matching one counts as used */
+        for (size_t k = 0; k < lr.n; k++)
+            if (regexec(&lr.re[k], t->name, 0, NULL, 0) == 0) {
+                lr.hits[k]++;
+                if (rule < 0) rule = (int)k;
+            }
         int el = eligible(t, &why);
         int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : el;
         int ex = npuc__rules_match(&exc, t->name) >= 0;
@@ -122,7 +155,17 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_op
             goto done;
         }
         int64_t mn = q->g.m < q->g.n ? q->g.m : q->g.n;
-        if (o->params.rule == NPUC_RANK_FIXED && o->params.rank > mn) {
+        if (rule >= 0) {
+            q->layer_rank = ranks[rule];
+            if (q->layer_rank > mn) {
+                st = npuc_fail(ctx, NPUC_ERR_ARG,
+                               "%s: tensor '%s': --layer-rank '%s' asks for rank %lld, above min(m, n) = %lld of "
+                               "its %lldx%lld matrix",
+                               path, t->name, o->layer_rank[rule], (long long)q->layer_rank, (long long)mn,
+                               (long long)q->g.m, (long long)q->g.n);
+                goto done;
+            }
+        } else if (o->params.rule == NPUC_RANK_FIXED && o->params.rank > mn) {
             if (q->explicit_sel) {
                 st = npuc_fail(ctx, NPUC_ERR_ARG,
                                "%s: tensor '%s': --rank %lld exceeds min(m, n) = %lld of its %lldx%lld matrix", path,
@@ -148,11 +191,14 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_op
         }
     }
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
-        (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK)
+        (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &lr, "--layer-rank", path)) != NPUC_OK)
         goto done;
 done:
     npuc__rules_free(&inc);
     npuc__rules_free(&exc);
+    npuc__rules_free(&lr);
+    free(ranks);
     return st;
 }
 
@@ -295,8 +341,13 @@ static npuc_status factor_all(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_o
         }
         const float *w = NULL;
         npuc_lowrank_result res;
+        npuc_lowrank_params p = o->params;
+        if (q->layer_rank > 0) {
+            p.rule = NPUC_RANK_FIXED;
+            p.rank = q->layer_rank;
+        }
         if ((st = load_f32(ctx, m, i, &s_in, &w)) != NPUC_OK) break;
-        st = npuc_lowrank_tensor(ctx, t, w, &o->params, &res);
+        st = npuc_lowrank_tensor(ctx, t, w, &p, &res);
         npuc_model_release(m, i);
         if (st != NPUC_OK) { st = with_path(ctx, st, path); break; }
         q->factored = res.factored;

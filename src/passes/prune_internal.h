@@ -81,6 +81,13 @@ npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
  * entries (the writer records layouts itself). */
 npuc_status npuc__copy_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w);
 
+/* Each tensor's target sparsity: sp[i] = S of the first --layer-sparsity
+ * rule ("REGEX=S", S in [0, 1)) matching tensor i's name, else o->sparsity;
+ * own[i] = 1 when a rule matched (own may be NULL).  A malformed rule, a
+ * value outside [0, 1) and a rule matching no tensor of m are NPUC_ERR_ARG. */
+npuc_status npuc__layer_sparsity(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, double *sp,
+                                 unsigned char *own);
+
 /* Fails with NPUC_ERR_ARG when m is an npuc artifact with encoded tensors. */
 npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what);
 

@@ -7,12 +7,16 @@
  * selected tensors together, the smallest magnitudes anywhere, ties going to
  * the tensor earlier in storage order and then to the lower index; the
  * threshold is found by radix selection streaming the tensors (three
- * counting passes), then each tensor is written with its share.
+ * counting passes), then each tensor is written with its share.  A tensor
+ * matched by a --layer-sparsity rule "REGEX=S" gets floor(S * n) zeros of its
+ * own in either scope, and is left out of the global pool: a per-layer
+ * target and a share of a global budget cannot both hold.
  *
  * The output has the same tensors, names, dtypes, shapes and metadata;
  * pruned tensors hold zeros where weights were removed.  Structured pruning
  * (filters / channels) lives in prune_struct.c.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -135,6 +139,47 @@ npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what
 
 /* ------------------------------------------------------------ selection */
 
+npuc_status npuc__layer_sparsity(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, double *sp,
+                                 unsigned char *own) {
+    npuc_rules ls;
+    npuc_status st = npuc__rules_compile(ctx, &ls, o->layer_sparsity, o->nlayer_sparsity, 1, "--layer-sparsity");
+    if (st != NPUC_OK) return st;
+    double *val = calloc(ls.n ? ls.n : 1, sizeof *val);
+    if (!val) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < ls.n; k++) {
+        const char *v = ls.value[k];
+        char *end;
+        errno = 0;
+        val[k] = strtod(v, &end);
+        if (end == v || *end || errno == ERANGE || !(val[k] >= 0.0 && val[k] < 1.0)) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-sparsity '%s': the sparsity after '=' must be a number in [0, 1)",
+                           o->layer_sparsity[k]);
+            goto done;
+        }
+    }
+    /* The first matching rule decides; every rule that matches a name counts
+     * as used, so one shadowed by an earlier rule is not "matching nothing". */
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        const char *name = npuc_model_tensor(m, i)->name;
+        int r = -1;
+        for (size_t k = 0; k < ls.n; k++)
+            if (regexec(&ls.re[k], name, 0, NULL, 0) == 0) {
+                ls.hits[k]++;
+                if (r < 0) r = (int)k;
+            }
+        sp[i] = r >= 0 ? val[r] : o->sparsity;
+        if (own) own[i] = r >= 0;
+    }
+    st = npuc__rules_check_hits(ctx, &ls, "--layer-sparsity", npuc_model_path(m));
+done:
+    free(val);
+    npuc__rules_free(&ls);
+    return st;
+}
+
 /* Marks the tensors to prune: --include (default rank >= 2), minus
  * --exclude, float and non-empty only.  Rules must each match something. */
 static npuc_status select_tensors(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, unsigned char *sel,
@@ -203,7 +248,8 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
     npuc_writer *w = NULL;
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0};
     size_t *idx = NULL;
-    unsigned char *sel = NULL;
+    unsigned char *sel = NULL, *own = NULL;
+    double *target = NULL;
     memset(sum, 0, sizeof *sum);
     if (!(o->sparsity >= 0.0 && o->sparsity < 1.0))
         return npuc_fail(ctx, NPUC_ERR_ARG, "--sparsity %g: must be in [0, 1)", o->sparsity);
@@ -212,8 +258,10 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         return npuc_fail(ctx, NPUC_ERR_ARG, "unknown pruning scope %d", (int)o->scope);
     if ((st = npuc__reject_artifact(ctx, m, "pruning")) != NPUC_OK) return st;
     sel = calloc(n ? n : 1, 1);
+    own = calloc(n ? n : 1, 1);
     idx = calloc(n ? n : 1, sizeof *idx);
-    if (npuc_summary_init(sum, "prune", n) != NPUC_OK || !sel || !idx) {
+    target = calloc(n ? n : 1, sizeof *target);
+    if (npuc_summary_init(sum, "prune", n) != NPUC_OK || !sel || !own || !idx || !target) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -223,12 +271,14 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
             goto fail;
         }
     if ((st = select_tensors(ctx, m, o, sel, sum->records)) != NPUC_OK) goto fail;
+    if ((st = npuc__layer_sparsity(ctx, m, o, target, own)) != NPUC_OK) goto fail;
 
-    /* Global scope: one threshold over every selected tensor. */
+    /* Global scope: one threshold over every selected tensor without a
+     * --layer-sparsity rule of its own (those are pruned alone at their S). */
     size_t nsel = 0;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
-        if (sel[i]) {
+        if (sel[i] && !own[i]) {
             idx[nsel++] = i;
             total += npuc_model_tensor(m, i)->numel;
         }
@@ -280,8 +330,9 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         npuc_prune_stats ps;
         memset(&ps, 0, sizeof ps);
         uint64_t k;
-        if (o->scope == NPUC_PRUNE_LAYER) {
-            k = (uint64_t)floor(o->sparsity * (double)t->numel);
+        const int alone = o->scope == NPUC_PRUNE_LAYER || own[i];
+        if (alone) {
+            k = (uint64_t)floor(target[i] * (double)t->numel);
             if ((st = npuc_prune_magnitude(ctx, x, t->numel, k, y, &ps)) != NPUC_OK) {
                 char msg[NPUC_MSG_MAX];
                 snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
@@ -309,8 +360,8 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         r->action = NPUC_ACTION_PRUNED;
         r->has_error = 1;
         r->err = ps.err;
-        snprintf(r->scheme, sizeof r->scheme, "%s", o->scope == NPUC_PRUNE_LAYER ? "mag/layer" : "mag/global");
-        npuc_record_set(r, "sparsity_target", o->sparsity);
+        snprintf(r->scheme, sizeof r->scheme, "%s", alone ? "mag/layer" : "mag/global");
+        npuc_record_set(r, "sparsity_target", target[i]);
         npuc_record_set(r, "sparsity", (double)ps.zeros / (double)t->numel);
         npuc_record_set(r, "zeros", (double)ps.zeros);
         npuc_record_set(r, "pruned", (double)k);
@@ -327,6 +378,8 @@ fail:
     npuc_summary_free(sum);
 done:
     free(sel);
+    free(own);
+    free(target);
     free(idx);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_out);

@@ -36,6 +36,7 @@ typedef struct top {
     uint8_t *zero_out, *zero_in;  /* 1 = channel zeroed (fallback), or NULL */
     long chain;                /* chain index for notes, -1 */
     int role;                  /* what the tensor is in its chain */
+    double target;             /* the sparsity its channels were pruned at (producer / fallback) */
 } top;
 
 enum { R_NONE, R_PRODUCER, R_BIAS, R_BN, R_DW, R_DWBIAS, R_CONSUMER };
@@ -47,6 +48,7 @@ typedef struct plan {
     npuc__chain *chains;
     size_t nchains;
     const npuc_prune_opts *o;
+    const double *target;      /* per tensor: its --layer-sparsity S, else the global one */
     size_t nguess, nfallback, nprotected;
 } plan;
 
@@ -266,6 +268,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             for (size_t k = 0; k < P->nchains; k++)
                 if (P->chains[k].producer == i) ci = (long)k;
         npuc__chain *c = ci >= 0 ? &P->chains[ci] : NULL;
+        const double S = P->target[i]; /* the selected tensor's rule decides, producer or consumer */
         const char *why = NULL, *conflict = NULL;
         char whybuf[256];
         if (c && c->ok && P->ops[c->producer].chain == ci && (P->ops[c->producer].keep_out)) continue; /* done */
@@ -285,15 +288,16 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
                         if ((st = scores_of(ctx, P, c->cons[k], npuc__in_axis(tc), l2, score, scr)) != NPUC_OK) goto done;
                     }
             }
-            const uint64_t kc = kept_count(c->channels, o->sparsity, o->round_to);
+            const uint64_t kc = kept_count(c->channels, S, o->round_to);
             if (kc == c->channels) {
                 npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
-                          (unsigned long long)c->channels, o->sparsity, o->round_to);
+                          (unsigned long long)c->channels, S, o->round_to);
                 continue;
             }
             if ((st = keep_mask(ctx, score, c->channels, kc, keep)) != NPUC_OK) goto done;
             int nomem = 0;
             if (claim_chain(P, (size_t)ci, keep, &conflict, &nomem) == 0) {
+                P->ops[c->producer].target = S;
                 if (c->guess) P->nguess++;
                 continue;
             }
@@ -324,13 +328,13 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         score = calloc((size_t)chn, sizeof *score);
         keep = calloc((size_t)chn, 1);
         if (!score || !keep) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-        if (kept_count(chn, o->sparsity, o->round_to) == chn) {
+        if (kept_count(chn, S, o->round_to) == chn) {
             npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
-                      (unsigned long long)chn, o->sparsity, o->round_to);
+                      (unsigned long long)chn, S, o->round_to);
             continue;
         }
         if ((st = scores_of(ctx, P, i, axis, l2, score, scr)) != NPUC_OK) goto done;
-        if ((st = keep_mask(ctx, score, chn, kept_count(chn, o->sparsity, o->round_to), keep)) != NPUC_OK) goto done;
+        if ((st = keep_mask(ctx, score, chn, kept_count(chn, S, o->round_to), keep)) != NPUC_OK) goto done;
         for (uint64_t k = 0; k < chn; k++) keep[k] = !keep[k]; /* zero mask */
         top *op = &P->ops[i];
         uint8_t *z = dupmask(keep, chn);
@@ -347,6 +351,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             op->n_out = chn;
         }
         op->role = channel_mode ? R_CONSUMER : R_PRODUCER;
+        op->target = S;
         P->nfallback++;
         npuc__fmt(r->note, sizeof r->note, "zeroed, not removed: %s", why);
     }
@@ -464,7 +469,7 @@ static void fill_record(plan *P, size_t i, npuc_tensor_record *r, const npuc_ten
         const uint64_t z = o->zero_out ? count1(o->zero_out, C) : count1(o->zero_in, C);
         npuc_record_set(r, "channels", (double)C);
         npuc_record_set(r, "channels_removed", (double)z);
-        npuc_record_set(r, "sparsity_target", opt->sparsity);
+        npuc_record_set(r, "sparsity_target", o->target);
         npuc_record_set(r, "sparsity", C ? (double)z / (double)C : 0);
         return; /* the note was written at planning */
     }
@@ -473,7 +478,7 @@ static void fill_record(plan *P, size_t i, npuc_tensor_record *r, const npuc_ten
     if (o->role == R_PRODUCER) {
         npuc_record_set(r, "channels", (double)C);
         npuc_record_set(r, "channels_removed", (double)rem);
-        npuc_record_set(r, "sparsity_target", opt->sparsity);
+        npuc_record_set(r, "sparsity_target", o->target);
         npuc_record_set(r, "sparsity", C ? (double)rem / (double)C : 0);
         char cons[80] = "";
         if (c && c->ncons) npuc__fmt(cons, sizeof cons, "%s%s", npuc_model_tensor(P->m, c->cons[0])->name, c->ncons > 1 ? ",..." : "");
@@ -506,6 +511,8 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
     npuc_scratch s1 = {0}, s2 = {0}, sa = {0}, sb = {0};
     unsigned char *sel = calloc(n ? n : 1, 1), *named = calloc(n ? n : 1, 1);
     npuc_tensor_info *newt = calloc(n ? n : 1, sizeof *newt);
+    double *target = calloc(n ? n : 1, sizeof *target);
+    P.target = target;
     npuc_rules inc, exc;
     memset(&inc, 0, sizeof inc);
     memset(&exc, 0, sizeof exc);
@@ -514,7 +521,7 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
         st = npuc_fail(ctx, NPUC_ERR_ARG, "unknown criterion %d", (int)o->criterion);
         goto fail;
     }
-    if (!sel || !named || !newt || !P.ops || npuc_summary_init(sum, "prune", n) != NPUC_OK) {
+    if (!sel || !named || !newt || !target || !P.ops || npuc_summary_init(sum, "prune", n) != NPUC_OK) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -538,6 +545,7 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
         (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK)
         goto fail;
+    if ((st = npuc__layer_sparsity(ctx, m, o, target, NULL)) != NPUC_OK) goto fail;
     if ((st = npuc__graph_build(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
     if ((st = plan_chains(ctx, &P, sel, named, sum->records, &sa)) != NPUC_OK) goto fail;
 
@@ -627,6 +635,7 @@ done:
     free(sel);
     free(named);
     free(newt);
+    free(target);
     npuc__scratch_free(&s1);
     npuc__scratch_free(&s2);
     npuc__scratch_free(&sa);

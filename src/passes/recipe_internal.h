@@ -98,7 +98,6 @@ typedef struct recipe_step_def {
     const char *name;
     const recipe_key *keys;             /* terminated by name NULL */
     const char *const *override_keys;   /* override keys honoured (besides "match") */
-    const char *override_missing;       /* why the other override keys are not, or NULL */
     /* Cross-key checks after every value is typed; message with the mark. */
     npuc_status (*validate)(npuc_ctx *ctx, const char *file, const recipe_step *s);
     npuc_status (*run)(npuc_ctx *ctx, const recipe_step *s, npuc_model *in, const char *out,

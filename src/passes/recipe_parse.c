@@ -337,11 +337,11 @@ static const char *key_list(const recipe_key *keys, const char *extra, char *buf
 
 /* Parses a mapping of options against keys.  allowed (may be NULL) limits
  * the keys actually honoured; a key in keys but not in allowed is refused
- * with why_not.  A key "overrides" is handed to ov_fn. */
+ * with the list of those that are.  A key "overrides" is handed to ov_fn. */
 typedef npuc_status (*ov_fn)(pstate *ps, recipe_step *st, struct fy_node *v, recipe_mark km);
 
 static npuc_status parse_optset(pstate *ps, const char *ctxname, const recipe_key *keys,
-                                const char *const *allowed, const char *why_not, struct fy_node *map,
+                                const char *const *allowed, struct fy_node *map,
                                 recipe_mark mark, recipe_optset *out, recipe_step *step, ov_fn ovf) {
     out->mark = mark;
     if (is_null(map)) return NPUC_OK;
@@ -384,9 +384,6 @@ static npuc_status parse_optset(pstate *ps, const char *ctxname, const recipe_ke
             int ok = 0;
             for (const char *const *a = allowed; *a; a++)
                 if (strcmp(*a, name) == 0) ok = 1;
-            if (!ok && why_not && strstr(why_not, name) == why_not)
-                return perr(ps, km, "%sthe override key '%s' is not supported in this build: %s", ctxname, name,
-                            why_not + strlen(name) + 1);
             if (!ok) {
                 char known[256];
                 size_t k2 = 0;
@@ -427,11 +424,18 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
         if (!fy_node_is_mapping(c))
             return perr(ps, cm, "%seach override must be a mapping with 'match', got %s", cn, node_kind(c));
         recipe_optset *o = &st->ov[st->nov++];
-        npuc_status s = parse_optset(ps, cn, npuc__recipe_override_keys, allowed, d->override_missing, c, cm, o,
+        npuc_status s = parse_optset(ps, cn, npuc__recipe_override_keys, allowed, c, cm, o,
                                      NULL, NULL);
         if (s != NPUC_OK) return s;
-        if (!npuc__ropt(o, "match")) return perr(ps, cm, "%san override needs 'match: REGEX'", cn);
-        if (o->n < 2) return perr(ps, cm, "%sthe override for '%s' sets nothing", cn, npuc__ropt(o, "match")->s);
+        const recipe_opt *match = npuc__ropt(o, "match"), *skip = npuc__ropt(o, "skip");
+        if (!match) return perr(ps, cm, "%san override needs 'match: REGEX'", cn);
+        if (o->n < 2) return perr(ps, cm, "%sthe override for '%s' sets nothing", cn, match->s);
+        /* skip leaves the tensors alone, so a value beside it would be silently
+         * ignored (the pass's exclude list wins over its per-tensor rules). */
+        for (size_t i = 0; skip && skip->b && i < o->n; i++)
+            if (&o->v[i] != match && &o->v[i] != skip)
+                return perr(ps, o->v[i].mark, "%sthe override for '%s' sets 'skip: true' and '%s': a skipped tensor "
+                            "gets no %s", cn, match->s, o->v[i].key->name, o->v[i].key->name);
     }
     return NPUC_OK;
 }
@@ -457,7 +461,7 @@ static npuc_status parse_step(pstate *ps, struct fy_node *item, recipe_mark fall
     const recipe_step_def *d = npuc__recipe_step_def(st->kind);
     char cn[64];
     snprintf(cn, sizeof cn, "step '%s': ", d->name);
-    npuc_status s = parse_optset(ps, cn, d->keys, NULL, NULL, vn, m, &st->opts, st, parse_overrides);
+    npuc_status s = parse_optset(ps, cn, d->keys, NULL, vn, m, &st->opts, st, parse_overrides);
     if (s != NPUC_OK) return s;
     return d->validate ? d->validate(ps->ctx, ps->file, st) : NPUC_OK;
 }

@@ -7,10 +7,10 @@
  * Overrides become the pass's own per-tensor rules, placed before the rules
  * the step's options give, so that "the first matching rule wins" lets the
  * more specific recipe entry decide:  bits -> quantize's layer_bits
- * "REGEX=N", group_size -> quantize's layer_group_size "REGEX=G", skip ->
- * the pass's exclude list.  Keys a pass's options cannot express per tensor
- * (lowrank's rank, prune's sparsity) are refused at parse time with the
- * reason, rather than approximated.
+ * "REGEX=N", group_size -> quantize's layer_group_size "REGEX=G", rank ->
+ * lowrank's layer_rank "REGEX=R", sparsity -> prune's layer_sparsity
+ * "REGEX=S", skip -> the pass's exclude list.  An override key a step does
+ * not honour is refused at parse time with the keys it does take.
  *
  * A step whose pass is not part of this build has run == NULL: a recipe
  * naming it parses, and running it fails with "not available".
@@ -78,6 +78,24 @@ static void strv_free(strv *s) {
 static int strv_add_list(strv *s, const recipe_opt *o) {
     for (size_t i = 0; o && i < o->nlist; i++)
         if (strv_push(s, o->list[i])) return -1;
+    return 0;
+}
+
+/* rules += "MATCH=VALUE" for every override that sets key (an integer, or a
+ * number printed with %.17g so the pass parses back the recipe's double). */
+static int build_rules(const recipe_step *s, const char *key, strv *rules) {
+    for (size_t k = 0; k < s->nov; k++) {
+        const recipe_opt *v = npuc__ropt(&s->ov[k], key);
+        if (!v) continue;
+        const char *re = npuc__ropt(&s->ov[k], "match")->s;
+        size_t n = strlen(re) + 32;
+        char *rule = malloc(n);
+        if (rule) {
+            if (v->key->type == RT_INT) snprintf(rule, n, "%s=%lld", re, (long long)v->i);
+            else snprintf(rule, n, "%s=%.17g", re, v->d);
+        }
+        if (strv_push_own(rules, rule)) return -1;
+    }
     return 0;
 }
 
@@ -183,21 +201,8 @@ static npuc_status run_quantize(npuc_ctx *ctx, const recipe_step *s, npuc_model 
         return st;
     o.quantize_all = get_bool(s, "quantize_all", 0);
     o.fake_quant = get_bool(s, "fake_quant", 0);
-    for (size_t k = 0; k < s->nov; k++) {
-        const char *re = npuc__ropt(&s->ov[k], "match")->s;
-        const recipe_opt *b = npuc__ropt(&s->ov[k], "bits"), *g = npuc__ropt(&s->ov[k], "group_size");
-        if (b) {
-            char *rule = malloc(strlen(re) + 8);
-            if (rule) sprintf(rule, "%s=%d", re, (int)b->i);
-            if (strv_push_own(&lb, rule)) goto nomem;
-        }
-        if (g) {
-            char *rule = malloc(strlen(re) + 16);
-            if (rule) sprintf(rule, "%s=%lld", re, (long long)g->i);
-            if (strv_push_own(&lg, rule)) goto nomem;
-        }
-    }
-    if (strv_add_list(&lb, npuc__ropt(&s->opts, "layer_bits")) ||
+    if (build_rules(s, "bits", &lb) || build_rules(s, "group_size", &lg) ||
+        strv_add_list(&lb, npuc__ropt(&s->opts, "layer_bits")) ||
         strv_add_list(&inc, npuc__ropt(&s->opts, "include")) || build_exclude(s, &exc))
         goto nomem;
     o.include = inc.v;
@@ -306,6 +311,7 @@ static const recipe_key LOWRANK_KEYS[] = {
     {NULL, RT_BOOL, 0, 0, 0, NULL},
 };
 static const char *const SKIP_OV[] = {"skip", NULL};
+static const char *const LOWRANK_OV[] = {"rank", "skip", NULL};
 
 static npuc_status validate_lowrank(npuc_ctx *ctx, const char *file, const recipe_step *s) {
     static const char *const rules[] = {"rank", "rank_ratio", "energy", "max_error"};
@@ -340,14 +346,17 @@ static npuc_status run_lowrank(npuc_ctx *ctx, const recipe_step *s, npuc_model *
     if ((v = npuc__ropt(&s->opts, "seed"))) o.params.svd.seed = (uint64_t)v->i;
     npuc_status st = npuc_lowrank_params_check(ctx, &o.params);
     if (st != NPUC_OK) return st;
-    strv inc = {0}, exc = {0};
-    if (strv_add_list(&inc, npuc__ropt(&s->opts, "include")) || build_exclude(s, &exc)) {
+    strv inc = {0}, exc = {0}, lr = {0};
+    if (strv_add_list(&inc, npuc__ropt(&s->opts, "include")) || build_exclude(s, &exc) ||
+        build_rules(s, "rank", &lr)) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
         o.include = inc.v;
         o.ninclude = inc.n;
         o.exclude = exc.v;
         o.nexclude = exc.n;
+        o.layer_rank = lr.v;
+        o.nlayer_rank = lr.n;
         o.write = h->write;
         o.on_tensor = h->on_tensor;
         o.user = h->user;
@@ -355,6 +364,7 @@ static npuc_status run_lowrank(npuc_ctx *ctx, const recipe_step *s, npuc_model *
     }
     strv_free(&inc);
     strv_free(&exc);
+    strv_free(&lr);
     return st;
 }
 #define RUN_LOWRANK run_lowrank
@@ -466,16 +476,18 @@ static npuc_status run_prune(npuc_ctx *ctx, const recipe_step *s, npuc_model *m,
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     o.graph_file = gf;
     o.no_guess = get_bool(s, "no_guess", 0);
-    strv inc = {0}, exc = {0}, nx = {0};
+    strv inc = {0}, exc = {0}, nx = {0}, ls = {0};
     npuc_status st;
     if (strv_add_list(&inc, npuc__ropt(&s->opts, "include")) || build_exclude(s, &exc) ||
-        strv_add_list(&nx, npuc__ropt(&s->opts, "next"))) {
+        strv_add_list(&nx, npuc__ropt(&s->opts, "next")) || build_rules(s, "sparsity", &ls)) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
         o.include = inc.v;
         o.ninclude = inc.n;
         o.exclude = exc.v;
         o.nexclude = exc.n;
+        o.layer_sparsity = ls.v;
+        o.nlayer_sparsity = ls.n;
         o.next = nx.v;
         o.nnext = nx.n;
         o.write = h->write;
@@ -486,6 +498,7 @@ static npuc_status run_prune(npuc_ctx *ctx, const recipe_step *s, npuc_model *m,
     strv_free(&inc);
     strv_free(&exc);
     strv_free(&nx);
+    strv_free(&ls);
     free(gf);
     return st;
 }
@@ -524,22 +537,16 @@ static npuc_status run_sparsify(npuc_ctx *ctx, const recipe_step *s, npuc_model 
 #define RUN_PRUNE NULL
 #define RUN_SPARSIFY NULL
 #endif
-static const char *const PRUNE_OV[] = {"skip", NULL};
+static const char *const PRUNE_OV[] = {"sparsity", "skip", NULL};
 
 /* ------------------------------------------------------------ the table */
 
 static const recipe_step_def DEFS[NPUC_STEP_COUNT] = {
-    [NPUC_STEP_FOLD_BN] = {"fold-bn", FOLD_KEYS, NO_OV, NULL, NULL, RUN_FOLD},
-    [NPUC_STEP_PRUNE] = {"prune", PRUNE_KEYS, PRUNE_OV,
-                         "sparsity:npuc_prune_opts has no per-tensor sparsity (use 'skip', or the step's "
-                         "include/exclude)",
-                         validate_prune, RUN_PRUNE},
-    [NPUC_STEP_SPARSIFY] = {"sparsify", SPARSIFY_KEYS, SKIP_OV, NULL, NULL, RUN_SPARSIFY},
-    [NPUC_STEP_LOWRANK] = {"lowrank", LOWRANK_KEYS, SKIP_OV,
-                           "rank:npuc_lowrank_opts has no per-tensor rank rule (use 'skip', or the step's "
-                           "include/exclude with one rank rule)",
-                           validate_lowrank, RUN_LOWRANK},
-    [NPUC_STEP_QUANTIZE] = {"quantize", QUANTIZE_KEYS, QUANTIZE_OV, NULL, validate_quantize, run_quantize},
+    [NPUC_STEP_FOLD_BN] = {"fold-bn", FOLD_KEYS, NO_OV, NULL, RUN_FOLD},
+    [NPUC_STEP_PRUNE] = {"prune", PRUNE_KEYS, PRUNE_OV, validate_prune, RUN_PRUNE},
+    [NPUC_STEP_SPARSIFY] = {"sparsify", SPARSIFY_KEYS, SKIP_OV, NULL, RUN_SPARSIFY},
+    [NPUC_STEP_LOWRANK] = {"lowrank", LOWRANK_KEYS, LOWRANK_OV, validate_lowrank, RUN_LOWRANK},
+    [NPUC_STEP_QUANTIZE] = {"quantize", QUANTIZE_KEYS, QUANTIZE_OV, validate_quantize, run_quantize},
 };
 
 const recipe_step_def *npuc__recipe_step_def(npuc_step_kind k) {

@@ -9,9 +9,12 @@
 #  - on ppocrv4_rec (Paddle [in, out] Linear layers) the exact solver's error
 #    equals numpy's optimum, and --energy/--max-error ranks match numpy's SVD;
 #  - artifacts are byte-identical for -j 1 and -j 2 (both solvers);
+#  - --layer-rank: matched tensors get their rank (first rule wins), the
+#    others the global rule, read back from the factor shapes; --round-to
+#    still applies; "no saving" leaves the tensor dense;
 #  - bad input: rank 0, rank above min(m, n), energy outside (0, 1], a 1-D
-#    tensor selected explicitly, NaN weights, ...: exit 2, one error line,
-#    nothing written.
+#    tensor selected explicitly, NaN weights, bad --layer-rank rules, ...:
+#    exit 2, one error line, nothing written.
 source "$(dirname "$0")/lib/cli_test.bash"
 
 cnn="$SAMPLES/cnn_bn.safetensors"
@@ -96,6 +99,97 @@ expect_rc 0 "$NPUC_BIN" lowrank --rank-ratio 0.5 --include 'q_proj\.weight' "$ml
 must_match "$T/out" 'attn\.q_proj\.weight .*\(no saving at rank 32: r\(m\+n\) >= mn for 64x64\)'
 must_match "$T/out" '^total: 15 tensors; '
 echo "round trips ok"
+
+# --- --layer-rank: matched tensors get their own rank, the others the global rule.
+# check_ranks ART REPORT NAME=R...: every listed tensor is factored at rank R (R 0:
+# left dense) according to the factor shapes read from ART, the artifact's
+# description and the report; every other factored tensor has the global rank
+# (GLOBAL, or any when empty).
+check_ranks() {
+    "$PY" - "$TESTLIB" "$@" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from npuc_test import read_any
+meta, ts = read_any(sys.argv[2])
+shapes = {n: s for n, d, s, b in ts}
+desc = json.loads(meta.get("npuc", '{"tensors": {}}'))["tensors"]
+rep = {t["name"]: t for t in json.load(open(sys.argv[3]))["tensors"]}
+glob = sys.argv[4]
+want = dict((kv.rsplit("=", 1)[0], int(kv.rsplit("=", 1)[1])) for kv in sys.argv[5:])
+def rank_of(name):
+    a, b = shapes.get(name + ".lr_a"), shapes.get(name + ".lr_b")
+    if a is None:
+        assert b is None and name in shapes, name
+        return 0
+    s = desc[name]["shape"]
+    if desc[name]["layout"] in ("oi", "oihw"):
+        r = b[0]
+        assert a == [s[0], r] + [1] * (len(s) - 2) and b == [r] + s[1:], (name, a, b)
+    else:
+        r = b[-1]
+        assert b == s[:-1] + [r] and a == [1] * (len(s) - 2) + [r, s[-1]], (name, a, b)
+    assert desc[name]["rank"] == r, (name, desc[name]["rank"], r)
+    return r
+for name, r in want.items():
+    got = rank_of(name)
+    assert got == r, f"{name}: rank {got}, wanted {r}"
+    if r:
+        assert rep[name]["action"] == "factored" and rep[name]["extra"]["rank"] == r, rep[name]
+for name in desc:
+    if name not in want and glob:
+        assert rank_of(name) == int(glob), (name, rank_of(name), glob)
+print(f"ranks ok: {want}, others {glob or 'by the rule'}")
+PY
+}
+expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --layer-rank '^features\.3\.weight$=5' --layer-rank 'classifier=3' \
+    --layer-rank 'weight$=4' --json "$cnn" -o "$T/lr.safetensors" -f
+cp "$T/out" "$T/lr.json"
+# first match wins: classifier.weight takes 3, not the later 'weight$=4'; features.0 takes 4
+check_ranks "$T/lr.safetensors" "$T/lr.json" "" features.3.weight=5 classifier.weight=3 features.0.weight=4 \
+    || fail "--layer-rank ranks (cnn)"
+expect_rc 0 "$NPUC_BIN" decompress -q "$T/lr.safetensors" -o "$T/lrd.safetensors" -f
+check_artifact "$cnn" "$T/lr.safetensors" "$T/lrd.safetensors" || fail "--layer-rank round trip"
+# the global rule elsewhere: --energy on mlp, fixed ranks on two projections
+expect_rc 0 "$NPUC_BIN" lowrank --energy 0.6 --layer-rank 'q_proj\.weight$=7' --layer-rank '^mlp\.fc1\.weight$=9' \
+    --json "$mlp" -o "$T/lr2.safetensors" -f
+cp "$T/out" "$T/lr2.json"
+check_ranks "$T/lr2.safetensors" "$T/lr2.json" "" attn.q_proj.weight=7 mlp.fc1.weight=9 || fail "--layer-rank ranks (mlp)"
+"$PY" - "$TESTLIB" "$mlp" "$T/lr2.json" <<'PY' || fail "--energy ranks beside --layer-rank"
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from npuc_test import read_any
+src = {n: np.frombuffer(b, np.float16).reshape(s) for n, d, s, b in read_any(sys.argv[2])[1] if d == "F16"}
+t = {x["name"]: x for x in json.load(open(sys.argv[3]))["tensors"]}
+for n in ("attn.k_proj.weight", "attn.v_proj.weight", "attn.o_proj.weight", "mlp.fc2.weight"):
+    s = np.linalg.svd(src[n].astype(np.float64), compute_uv=False)
+    e = np.cumsum(s ** 2) / np.sum(s ** 2)
+    want = int(np.argmax(e >= 0.6 - 1e-12)) + 1
+    assert t[n]["extra"]["rank"] == want, (n, t[n]["extra"]["rank"], want)
+print("the --energy rule ranks the unmatched tensors as numpy does")
+PY
+# --rank with --rank 2 everywhere else, checked explicitly (global "2")
+expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --layer-rank '^features\.3\.weight$=6' --json "$cnn" -o "$T/lr3.safetensors" -f
+cp "$T/out" "$T/lr3.json"
+check_ranks "$T/lr3.safetensors" "$T/lr3.json" 2 features.3.weight=6 || fail "--layer-rank beside --rank 2"
+# --round-to still rounds a layer rank up, as it rounds --rank
+expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --round-to 4 --layer-rank '^features\.3\.weight$=5' --json "$cnn" \
+    -o "$T/lr4.safetensors" -f
+cp "$T/out" "$T/lr4.json"
+check_ranks "$T/lr4.safetensors" "$T/lr4.json" 4 features.3.weight=8 || fail "--layer-rank with --round-to"
+# no saving at the chosen rank: dense, and the note says so
+expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --layer-rank '^classifier\.weight$=7' --json "$cnn" -o "$T/lr5.safetensors" -f
+cp "$T/out" "$T/lr5.json"
+check_ranks "$T/lr5.safetensors" "$T/lr5.json" 2 classifier.weight=0 || fail "--layer-rank no saving"
+"$PY" -c "import json,sys; t={x['name']:x for x in json.load(open('$T/lr5.json'))['tensors']}['classifier.weight']; assert t['action']=='kept' and t['extra']['rank']==7 and 'no saving at rank 7' in t['note'], t" \
+    || fail "--layer-rank no-saving record"
+if have_h5py; then   # out-last layouts (HWIO, IO)
+    expect_rc 0 "$NPUC_BIN" lowrank --max-error 0.6 --layer-rank '^conv2d_1/kernel$=3' --layer-rank '^dense/kernel$=2' \
+        --json "$keras" -o "$T/lrk.h5" -f
+    cp "$T/out" "$T/lrk.json"
+    check_ranks "$T/lrk.h5" "$T/lrk.json" "" conv2d_1/kernel=3 dense/kernel=2 || fail "--layer-rank ranks (keras)"
+fi
+echo "--layer-rank ok"
 
 # --- loading the factors the documented way (PyTorch)
 if "$PY" -c 'import torch' 2>/dev/null; then
@@ -225,6 +319,17 @@ bad "choose a rank rule" "$cnn"
 bad "--rank and --energy: give one rank rule" --rank 2 --energy 0.5 "$cnn"
 bad "--solver 'svd': must be exact, randomized or auto" --rank 2 --solver svd "$cnn"
 bad "--include 'nothing' matches no tensor" --rank 2 --include nothing "$cnn"
+bad "--layer-rank 'features.3.weight=0': the rank after '=' must be an integer >= 1" \
+    --rank 2 --layer-rank 'features.3.weight=0' "$cnn"
+bad "--layer-rank 'features.3.weight=2.5': the rank after '=' must be an integer >= 1" \
+    --rank 2 --layer-rank 'features.3.weight=2.5' "$cnn"
+bad "--layer-rank 'features.3.weight=': expected REGEX=VALUE" --rank 2 --layer-rank 'features.3.weight=' "$cnn"
+bad "--layer-rank 'features.3.weight': expected REGEX=VALUE" --rank 2 --layer-rank 'features.3.weight' "$cnn"
+bad "--layer-rank '\(fc=3': invalid regular expression" --rank 2 --layer-rank '(fc=3' "$cnn"
+bad "cnn_bn.safetensors: --layer-rank 'nothing=3' matches no tensor" --rank 2 --layer-rank 'nothing=3' "$cnn"
+bad "tensor 'classifier.weight': --layer-rank 'classifier=11' asks for rank 11, above min\(m, n\) = 10 of its 10x16 matrix" \
+    --energy 0.9 --layer-rank 'classifier=11' "$cnn"
+bad "choose a rank rule" --layer-rank 'classifier=3' "$cnn"
 # NaN weights (found while factoring, after other tensors were done).
 "$PY" - "$cnn" "$T/nan.safetensors" <<'PY'
 import json, struct, sys

@@ -9,8 +9,12 @@
 #    loads into a smaller torch network and runs; the Keras sample, nsfwjs (model_config)
 #    and ppocr (--graph catalog + --next) stay consistent layer by layer;
 #  - fallback to zeroing (and a note) where no consumer is found;
-#  - bad input: sparsity outside [0, 1), --next naming a missing tensor or mismatched
-#    shapes, bad --graph: exit 2, one error line, nothing written.
+#  - --layer-sparsity: matched tensors at their own S, bit for bit against NumPy, in
+#    layer and global scope (global: matched tensors outside the pool), and the
+#    matched layer's filter fraction in structured pruning;
+#  - bad input: sparsity outside [0, 1) (also per layer), a rule matching nothing,
+#    --next naming a missing tensor or mismatched shapes, bad --graph: exit 2, one
+#    error line, nothing written.
 source "$(dirname "$0")/lib/cli_test.bash"
 
 "$PY" -c 'import numpy' 2>/dev/null || skip "numpy is not installed for $PY"
@@ -62,6 +66,117 @@ for s in 0.2 0.5 0.77; do
     done
 done
 echo "ties and zeros ok"
+
+# --- --layer-sparsity: matched tensors at their own S, the rest at --sparsity (layer
+# scope) or sharing one global budget without them (global scope).  Reference: a NumPy
+# lexsort over (|w|, [tensor,] index) of the input, compared bit for bit; zeros counted.
+layer_ref() { # layer_ref IN OUT REPORT S SCOPE RULE...
+    "$PY" - "$TESTLIB" "$@" <<'PY'
+import json, math, re, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from npuc_test import read_any
+NP = {"F32": np.float32, "F16": np.float16}
+UI = {"F32": np.uint32, "F16": np.uint16}
+def load(p):
+    return {n: (d, np.frombuffer(b, NP[d]).reshape(s) if d in NP else None) for n, d, s, b in read_any(p)[1]}
+src, out = load(sys.argv[2]), load(sys.argv[3])
+rep = {t["name"]: t for t in json.load(open(sys.argv[4]))["tensors"]}
+S, scope = float(sys.argv[5]), sys.argv[6]
+rules = [(r.rsplit("=", 1)[0], float(r.rsplit("=", 1)[1])) for r in sys.argv[7:]]
+def rule_of(name):
+    for pat, v in rules:
+        if re.search(pat, name):
+            return v
+    return None
+sel = [n for n, (d, x) in src.items() if x is not None and x.ndim >= 2 and x.size]
+def prune(xs, k):  # xs: list of float arrays, pruned together (file order, then index)
+    mag = np.concatenate([np.abs(x.astype(np.float32)).ravel() for x in xs])
+    pos = np.arange(mag.size)
+    order = np.lexsort((pos, mag))
+    z = np.zeros(mag.size, bool)
+    z[order[:k]] = True
+    res, off = [], 0
+    for x in xs:
+        e = x.copy().ravel()
+        e[z[off:off + x.size]] = 0
+        res.append(e.reshape(x.shape))
+        off += x.size
+    return res
+own = [n for n in sel if rule_of(n) is not None]
+pool = [n for n in sel if n not in own]
+want = {}
+for n in sel:
+    if scope == "layer" or n in own:
+        t = rule_of(n) if n in own else S
+        want[n] = (prune([src[n][1]], math.floor(t * src[n][1].size))[0], t, math.floor(t * src[n][1].size))
+if scope == "global" and pool:
+    res = prune([src[n][1] for n in pool], math.floor(S * sum(src[n][1].size for n in pool)))
+    for n, r in zip(pool, res):
+        want[n] = (r, S, None)
+for n, (d, x) in src.items():
+    got = out[n][1]
+    if n not in want:
+        assert got is None or np.array_equal(got.view(UI[d]), x.view(UI[d])), f"{n}: changed"
+        assert rep[n]["action"] == "kept", rep[n]
+        continue
+    ref, t, k = want[n]
+    assert np.array_equal(got.view(UI[d]), ref.view(UI[d])), f"{n}: differs from NumPy"
+    zeros = int(np.count_nonzero(got == 0))
+    if k is not None:
+        assert zeros == max(k, int(np.count_nonzero(x == 0))), (n, zeros, k)
+    x_ = rep[n]["extra"]
+    assert rep[n]["action"] == "pruned" and abs(x_["sparsity_target"] - t) < 1e-12, (n, x_)
+    assert x_["zeros"] == zeros, (n, x_["zeros"], zeros)
+    assert rep[n]["scheme"] == ("mag/global" if scope == "global" and n in pool else "mag/layer"), rep[n]["scheme"]
+print(f"{sys.argv[2].split('/')[-1]} {scope}: {len(own)} tensors at their own sparsity, {len(want) - len(own)} at {S}")
+PY
+}
+for scope in layer global; do
+    expect_rc 0 "$NPUC_BIN" prune -q --sparsity 0.6 --scope $scope --layer-sparsity '^features\.3\.weight$=0.25' \
+        --layer-sparsity 'classifier=0.9' --layer-sparsity 'classifier\.weight=0.1' --json "$cnn" -o "$T/ls.safetensors" -f
+    cp "$T/out" "$T/ls.json"
+    layer_ref "$cnn" "$T/ls.safetensors" "$T/ls.json" 0.6 $scope '^features\.3\.weight$=0.25' 'classifier=0.9' 'classifier\.weight=0.1' \
+        || fail "--layer-sparsity cnn $scope"
+    expect_rc 0 "$NPUC_BIN" prune -q --sparsity 0.3 --scope $scope --layer-sparsity '^attn\.[qk]_proj=0.8' \
+        --layer-sparsity '^mlp\.fc2\.weight$=0' --json "$mlp" -o "$T/ls.safetensors" -f
+    cp "$T/out" "$T/ls.json"
+    layer_ref "$mlp" "$T/ls.safetensors" "$T/ls.json" 0.3 $scope '^attn\.[qk]_proj=0.8' '^mlp\.fc2\.weight$=0' \
+        || fail "--layer-sparsity mlp $scope"
+    expect_rc 0 "$NPUC_BIN" prune -q --sparsity 0.5 --scope $scope --layer-sparsity '^b\.weight$=0.9' --json \
+        "$T/ties.safetensors" -o "$T/ls.safetensors" -f
+    cp "$T/out" "$T/ls.json"
+    layer_ref "$T/ties.safetensors" "$T/ls.safetensors" "$T/ls.json" 0.5 $scope '^b\.weight$=0.9' \
+        || fail "--layer-sparsity ties $scope"
+done
+# Structured: features.3's filters at 0.75 (the 4 of largest L1 norm kept), features.0 at 0.5.
+expect_rc 0 "$NPUC_BIN" prune -q --sparsity 0.5 --structured filter --layer-sparsity '^features\.3\.weight$=0.75' \
+    --json "$cnn" -o "$T/lss.safetensors" -f
+cp "$T/out" "$T/lss.json"
+chk shapes "$T/lss.safetensors" features.0.weight=4,3,3,3 features.1.running_mean=4 features.3.weight=4,4,3,3 \
+    features.3.bias=4 features.4.weight=4 features.6.weight=4,1,3,3 features.7.bias=4 classifier.weight=10,4 \
+    || fail "--layer-sparsity structured shapes"
+"$PY" - "$TESTLIB" "$cnn" "$T/lss.safetensors" "$T/lss.json" <<'PY' || fail "--layer-sparsity structured values"
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from npuc_test import read_any
+load = lambda p: {n: np.frombuffer(b, np.float32).reshape(s) for n, d, s, b in read_any(p)[1] if d == "F32"}
+src, out = load(sys.argv[2]), load(sys.argv[3])
+def keep(w, n):  # the n filters of largest L1 norm; ties: the lower index goes first
+    l1 = np.abs(w.astype(np.float64)).reshape(w.shape[0], -1).sum(1)
+    return np.sort(np.lexsort((np.arange(w.shape[0]), l1))[w.shape[0] - n:])
+k0, k3 = keep(src["features.0.weight"], 4), keep(src["features.3.weight"], 4)
+assert np.array_equal(out["features.0.weight"], src["features.0.weight"][k0])
+assert np.array_equal(out["features.3.weight"], src["features.3.weight"][k3][:, k0])
+assert np.array_equal(out["classifier.weight"], src["classifier.weight"][:, k3])
+t = {x["name"]: x for x in json.load(open(sys.argv[4]))["tensors"]}
+e3, e0 = t["features.3.weight"]["extra"], t["features.0.weight"]["extra"]
+assert e3["sparsity_target"] == 0.75 and e3["channels_removed"] == 12 and e3["sparsity"] == 0.75, e3
+assert e0["sparsity_target"] == 0.5 and e0["channels_removed"] == 4, e0
+print("structured --layer-sparsity: kept filters match NumPy's L1 ranking")
+PY
+echo "--layer-sparsity ok"
 
 # --- determinism
 for args in "--sparsity 0.6" "--sparsity 0.6 --scope global" "--sparsity 0.5 --structured filter"; do
@@ -222,6 +337,18 @@ bad "not a name or list" --sparsity 0.5 --structured filter --graph "$T/badgraph
 echo '{"next": ' >"$T/badgraph.json"
 bad "badgraph.json" --sparsity 0.5 --structured filter --graph "$T/badgraph.json" "$cnn"
 bad "matches no tensor" --sparsity 0.5 --include nothing_like_this "$cnn"
+bad "--layer-sparsity 'classifier=1': the sparsity after '=' must be a number in \[0, 1\)" \
+    --sparsity 0.5 --layer-sparsity 'classifier=1' "$cnn"
+bad "--layer-sparsity 'classifier=-0.2': the sparsity after '=' must be a number in \[0, 1\)" \
+    --sparsity 0.5 --scope global --layer-sparsity 'classifier=-0.2' "$cnn"
+bad "--layer-sparsity 'classifier=half': the sparsity after '=' must be a number in \[0, 1\)" \
+    --sparsity 0.5 --structured filter --layer-sparsity 'classifier=half' "$cnn"
+bad "--layer-sparsity 'classifier=nan': the sparsity" --sparsity 0.5 --layer-sparsity 'classifier=nan' "$cnn"
+bad "--layer-sparsity 'classifier': expected REGEX=VALUE" --sparsity 0.5 --layer-sparsity classifier "$cnn"
+bad "cnn_bn.safetensors: --layer-sparsity 'nothing_like_this=0.5' matches no tensor" \
+    --sparsity 0.5 --layer-sparsity 'nothing_like_this=0.5' "$cnn"
+bad "cnn_bn.safetensors: --layer-sparsity 'nothing_like_this=0.5' matches no tensor" \
+    --sparsity 0.5 --structured channel --layer-sparsity 'nothing_like_this=0.5' "$cnn"
 "$PY" - "$T/nan.safetensors" <<'PY'
 import json, struct, sys
 data = struct.pack("<6f", 0.5, float("nan"), -1.0, float("inf"), 2.0, 3.0)

@@ -5,6 +5,7 @@
 #    three provenance entries the run adds (npuc.recipe, npuc.recipe_sha256,
 #    npuc.input_sha256), which shift the header, so the files are
 #    tensor-identical, not byte-identical;
+#  - rank / sparsity overrides equal --layer-rank / --layer-sparsity;
 #  - artifacts are byte-identical across runs and -j values;
 #  - provenance: the recipe hash is the SHA-256 of npuc.recipe, the input hash
 #    the SHA-256 of the input file;
@@ -95,6 +96,79 @@ else
     echo "SKIP: lowrank is not available in this build"
 fi
 
+# --- per-layer overrides: rank (lowrank) and sparsity (prune) equal --layer-rank and
+# --layer-sparsity, overrides first (the first matching rule wins)
+if have_step prune "sparsity: 0.5"; then
+    for scope in layer global; do
+        cat >"$T/ovp.yaml" <<EOF
+steps:
+  - prune:
+      sparsity: 0.6
+      scope: $scope
+      overrides:
+        - match: '^features\.3\.weight\$'
+          sparsity: 0.3
+        - {match: classifier, sparsity: 0.85}
+        - {match: '^features\.0\.', skip: true}
+EOF
+        expect_rc 0 "$NPUC_BIN" run -q "$T/ovp.yaml" "$cnn" -o "$T/ovp.safetensors" -f
+        expect_rc 0 "$NPUC_BIN" prune -q --sparsity 0.6 --scope $scope --layer-sparsity '^features\.3\.weight$=0.3' \
+            --layer-sparsity 'classifier=0.85' --exclude '^features\.0\.' "$cnn" -o "$T/ovp1.safetensors" -f
+        same_but_provenance "$T/ovp.safetensors" "$T/ovp1.safetensors"
+    done
+    cat >"$T/ovs.yaml" <<'EOF'
+steps:
+  - prune:
+      sparsity: 0.5
+      structured: filter
+      overrides: [{match: '^features\.3\.weight$', sparsity: 0.75}]
+EOF
+    expect_rc 0 "$NPUC_BIN" run -q "$T/ovs.yaml" "$cnn" -o "$T/ovs.safetensors" -f
+    expect_rc 0 "$NPUC_BIN" prune -q --sparsity 0.5 --structured filter --layer-sparsity '^features\.3\.weight$=0.75' \
+        "$cnn" -o "$T/ovs1.safetensors" -f
+    same_but_provenance "$T/ovs.safetensors" "$T/ovs1.safetensors"
+    echo "prune overrides == npuc prune --layer-sparsity"
+else
+    echo "SKIP: prune is not available in this build"
+fi
+if have_step lowrank "rank: 2"; then
+    cat >"$T/ovl.yaml" <<'EOF'
+steps:
+  - lowrank:
+      energy: 0.6
+      overrides:
+        - {match: 'q_proj\.weight$', rank: 7}
+        - match: '^mlp\.'
+          rank: 9
+        - {match: '^embed', skip: true}
+EOF
+    expect_rc 0 "$NPUC_BIN" run -q "$T/ovl.yaml" "$mlp" -o "$T/ovl.safetensors" -f
+    expect_rc 0 "$NPUC_BIN" lowrank -q --energy 0.6 --layer-rank 'q_proj\.weight$=7' --layer-rank '^mlp\.=9' \
+        --exclude '^embed' "$mlp" -o "$T/ovl1.safetensors" -f
+    same_but_provenance "$T/ovl.safetensors" "$T/ovl1.safetensors"
+    npuc_py meta "$T/ovl.safetensors" >"$T/ovl.json"
+    "$PY" - "$T/ovl.json" <<'PY' || fail "lowrank overrides: ranks in the artifact"
+import json, sys
+d = json.loads(json.load(open(sys.argv[1]))["npuc"])["tensors"]
+assert d["attn.q_proj.weight"]["rank"] == 7 and d["mlp.fc1.weight"]["rank"] == 9 and d["mlp.fc2.weight"]["rank"] == 9, d
+assert "embed.weight" not in d
+PY
+    cat >"$T/ovl2.yaml" <<'EOF'
+steps:
+  - lowrank:
+      rank: 2
+      round_to: 2
+      overrides: [{match: '^features\.3\.weight$', rank: 5}]
+EOF
+    expect_rc 0 "$NPUC_BIN" run -q "$T/ovl2.yaml" "$cnn" -o "$T/ovl2.safetensors" -f
+    expect_rc 0 "$NPUC_BIN" lowrank -q --rank 2 --round-to 2 --layer-rank '^features\.3\.weight$=5' "$cnn" \
+        -o "$T/ovl3.safetensors" -f
+    same_but_provenance "$T/ovl2.safetensors" "$T/ovl3.safetensors"
+    echo "lowrank overrides == npuc lowrank --layer-rank"
+else
+    echo "SKIP: lowrank is not available in this build"
+fi
+
 # --- determinism: reruns and -j
 for src in "$cnn" "$keras"; do
     ext="${src##*.}"
@@ -151,6 +225,15 @@ must_match "$T/err" "^npuc: error: $T/bad.yaml:3:7: step 'quantize': unknown key
 printf 'steps:\n  - quantize:\n      overrides:\n        - match: nothing_here\n          bits: 4\n' >"$T/nomatch.yaml"
 expect_rc 2 "$NPUC_BIN" run "$T/nomatch.yaml" "$cnn" -o "$T/e.safetensors"
 must_match "$T/err" "nomatch.yaml:4:18: step 'quantize': override 'nothing_here' matches no tensor of the input"
+printf 'steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n        - {match: nothing_here, sparsity: 0.2}\n' >"$T/nomatch.yaml"
+expect_rc 2 "$NPUC_BIN" run "$T/nomatch.yaml" "$cnn" -o "$T/e.safetensors"
+must_match "$T/err" "nomatch.yaml:5:19: step 'prune': override 'nothing_here' matches no tensor of the input"
+printf 'steps:\n  - lowrank:\n      rank: 2\n      overrides:\n        - {match: fc, rank: 0}\n' >"$T/badrank.yaml"
+expect_rc 2 "$NPUC_BIN" run "$T/badrank.yaml" "$cnn" -o "$T/e.safetensors"
+must_match "$T/err" "^npuc: error: $T/badrank.yaml:5:29: step 'lowrank': 'rank' must be an integer from 1 to 2147483647, got 0"
+printf 'steps:\n  - lowrank:\n      rank: 2\n      overrides:\n        - {match: classifier, rank: 11}\n' >"$T/bigrank.yaml"
+expect_rc 2 "$NPUC_BIN" run "$T/bigrank.yaml" "$cnn" -o "$T/e.safetensors"
+must_match "$T/err" "tensor 'classifier.weight': --layer-rank 'classifier=11' asks for rank 11, above min\(m, n\) = 10"
 [ ! -e "$T/e.safetensors" ] || fail "a failed run wrote its output"
 expect_rc 2 "$NPUC_BIN" run "$R/int8_per_channel.yaml" "$cnn" -o "$T/p.safetensors"
 must_match "$T/err" "output exists \(use -f to overwrite\)"

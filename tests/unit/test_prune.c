@@ -423,6 +423,169 @@ static void test_model_scopes(void **state) {
     npuc_model_close(m);
 }
 
+static const char *sample(const char *name);
+
+/* Finds tensor name's record in sum. */
+static const npuc_tensor_record *rec_of(const npuc_summary *sum, const char *name) {
+    for (size_t r = 0; r < sum->nrecords; r++)
+        if (strcmp(sum->records[r].name, name) == 0) return &sum->records[r];
+    print_error("no record for '%s'\n", name);
+    fail();
+    return NULL;
+}
+
+/* --layer-sparsity: the first matching rule gives a tensor its own S (layer
+ * scope); with global scope the matched tensors are pruned alone and the
+ * others share floor(S * N) over their own total; bad rules fail early. */
+static void test_layer_sparsity(void **state) {
+    (void)state;
+    static const tspec TS[] = {
+        {"a.weight", NPUC_DTYPE_F32, 2, {50, 40}},
+        {"b.weight", NPUC_DTYPE_F16, 2, {30, 21}},
+        {"b.bias", NPUC_DTYPE_F32, 1, {30}},
+        {"c.weight", NPUC_DTYPE_F32, 3, {7, 3, 5}},
+    };
+    const char *in = npuc_test_path("layers.safetensors");
+    write_model(in, TS, 4, 23);
+    npuc_model *m, *pm;
+    assert_int_equal(npuc_model_open(ctx, in, NULL, &m), NPUC_OK);
+    const char *names[3] = {"a.weight", "b.weight", "c.weight"};
+    float *orig[3], *got[3];
+    size_t ns[3];
+    for (int t = 0; t < 3; t++) {
+        npuc_tensor_info ti;
+        orig[t] = read_tensor(m, names[t], &ti);
+        ns[t] = ti.numel;
+    }
+    const char *out = npuc_test_path("layers.out.safetensors");
+    npuc_summary sum;
+
+    /* Layer scope: b.weight takes the first rule (0.2), not the second (0.7). */
+    const char *rules[2] = {"^b\\.=0.2", "weight$=0.7"};
+    const double want[3] = {0.7, 0.2, 0.7};
+    npuc_prune_opts o = npuc_prune_opts_defaults();
+    o.sparsity = 0.43;
+    o.layer_sparsity = rules;
+    o.nlayer_sparsity = 2;
+    o.write.overwrite = 1;
+    if (npuc_prune_model(ctx, m, out, &o, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+    assert_int_equal(npuc_model_open(ctx, out, NULL, &pm), NPUC_OK);
+    for (int t = 0; t < 3; t++) {
+        got[t] = read_tensor(pm, names[t], NULL);
+        float *ref = malloc(ns[t] * sizeof *ref);
+        double e2;
+        const size_t k = (size_t)floor(want[t] * (double)ns[t]);
+        ref_prune(orig[t], ns[t], k, ref, &e2);
+        assert_memory_equal(got[t], ref, ns[t] * sizeof *ref);
+        const npuc_tensor_record *r = rec_of(&sum, names[t]);
+        assert_string_equal(r->scheme, "mag/layer");
+        assert_close(npuc_record_get(r, "sparsity_target", -1), want[t], 0, 0);
+        assert_close(npuc_record_get(r, "pruned", -1), (double)k, 0, 0);
+        free(ref);
+        free(got[t]);
+    }
+    assert_int_equal(rec_of(&sum, "b.bias")->action, NPUC_ACTION_KEPT); /* rules do not select */
+    npuc_summary_free(&sum);
+    npuc_model_close(pm);
+
+    /* Global scope: a.weight alone at 0.1; b and c share floor(0.43 (Nb + Nc)). */
+    const char *grule[1] = {"^a\\.weight$=0.1"};
+    o.scope = NPUC_PRUNE_GLOBAL;
+    o.layer_sparsity = grule;
+    o.nlayer_sparsity = 1;
+    if (npuc_prune_model(ctx, m, out, &o, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+    assert_int_equal(npuc_model_open(ctx, out, NULL, &pm), NPUC_OK);
+    for (int t = 0; t < 3; t++) got[t] = read_tensor(pm, names[t], NULL);
+    float *ref = malloc(ns[0] * sizeof *ref);
+    double e2;
+    ref_prune(orig[0], ns[0], (size_t)floor(0.1 * (double)ns[0]), ref, &e2);
+    assert_memory_equal(got[0], ref, ns[0] * sizeof *ref);
+    free(ref);
+    const size_t pool = ns[1] + ns[2];
+    float *cat = malloc(pool * sizeof *cat);
+    ref = malloc(pool * sizeof *ref);
+    memcpy(cat, orig[1], ns[1] * sizeof *cat);
+    memcpy(cat + ns[1], orig[2], ns[2] * sizeof *cat);
+    ref_prune(cat, pool, (size_t)floor(0.43 * (double)pool), ref, &e2);
+    assert_memory_equal(got[1], ref, ns[1] * sizeof *ref);
+    assert_memory_equal(got[2], ref + ns[1], ns[2] * sizeof *ref);
+    free(cat);
+    free(ref);
+    assert_string_equal(rec_of(&sum, "a.weight")->scheme, "mag/layer");
+    assert_close(npuc_record_get(rec_of(&sum, "a.weight"), "sparsity_target", -1), 0.1, 0, 0);
+    assert_string_equal(rec_of(&sum, "c.weight")->scheme, "mag/global");
+    assert_close(npuc_record_get(rec_of(&sum, "c.weight"), "sparsity_target", -1), 0.43, 0, 0);
+    for (int t = 0; t < 3; t++) free(got[t]);
+    npuc_summary_free(&sum);
+    npuc_model_close(pm);
+
+    /* Bad rules, in both scopes and structured: NPUC_ERR_ARG, one line, nothing written. */
+    const char *bad = npuc_test_path("layers.bad.safetensors");
+    const char *b1[1] = {"a=1"}, *b2[1] = {"a=abc"}, *b3[1] = {"^nothing$=0.3"}, *b4[1] = {"a"},
+               *b5[1] = {"a=-0.5"}, *b6[1] = {"(a=0.5"};
+    const char *const *brules[6] = {b1, b2, b3, b4, b5, b6};
+    const char *bwant[6] = {"--layer-sparsity 'a=1': the sparsity after '=' must be a number in [0, 1)",
+                            "--layer-sparsity 'a=abc': the sparsity after '=' must be a number in [0, 1)",
+                            "layers.safetensors: --layer-sparsity '^nothing$=0.3' matches no tensor",
+                            "--layer-sparsity 'a': expected REGEX=VALUE",
+                            "--layer-sparsity 'a=-0.5': the sparsity after '=' must be a number in [0, 1)",
+                            "--layer-sparsity '(a=0.5': invalid regular expression"};
+    for (int k = 0; k < 6; k++)
+        for (int mode = 0; mode < 3; mode++) {
+            o = npuc_prune_opts_defaults();
+            o.scope = mode == 1 ? NPUC_PRUNE_GLOBAL : NPUC_PRUNE_LAYER;
+            o.structure = mode == 2 ? NPUC_PRUNE_FILTER : NPUC_PRUNE_UNSTRUCTURED;
+            o.layer_sparsity = brules[k];
+            o.nlayer_sparsity = 1;
+            assert_int_equal(npuc_prune_model(ctx, m, bad, &o, &sum), NPUC_ERR_ARG);
+            if (!strstr(npuc_ctx_errmsg(ctx), bwant[k]))
+                fail_msg("rule %d mode %d: '%s', expected '%s'", k, mode, npuc_ctx_errmsg(ctx), bwant[k]);
+            assert_null(strchr(npuc_ctx_errmsg(ctx), '\n'));
+            assert_false(npuc_test_exists(bad));
+        }
+    for (int t = 0; t < 3; t++) free(orig[t]);
+    npuc_model_close(m);
+
+    /* Structured: features.3's filters at 0.75 (12 of 16 removed), the
+     * other producers at 0.5; channel mode: the rule names the consumer. */
+    assert_int_equal(npuc_model_open(ctx, sample("cnn_bn.safetensors"), NULL, &m), NPUC_OK);
+    const char *srule[1] = {"^features\\.3\\.weight$=0.75"};
+    o = npuc_prune_opts_defaults();
+    o.sparsity = 0.5;
+    o.structure = NPUC_PRUNE_FILTER;
+    o.layer_sparsity = srule;
+    o.nlayer_sparsity = 1;
+    o.write.overwrite = 1;
+    if (npuc_prune_model(ctx, m, out, &o, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+    assert_int_equal(npuc_model_open(ctx, out, NULL, &pm), NPUC_OK);
+    npuc_tensor_info t0, t3;
+    float *p0 = read_tensor(pm, "features.0.weight", &t0), *p3 = read_tensor(pm, "features.3.weight", &t3);
+    assert_int_equal(t0.shape[0], 4);
+    assert_int_equal(t3.shape[0], 4);
+    assert_int_equal(t3.shape[1], 4);
+    const npuc_tensor_record *r3 = rec_of(&sum, "features.3.weight");
+    assert_close(npuc_record_get(r3, "sparsity_target", -1), 0.75, 0, 0);
+    assert_close(npuc_record_get(r3, "channels_removed", -1), 12, 0, 0);
+    assert_close(npuc_record_get(rec_of(&sum, "features.0.weight"), "sparsity_target", -1), 0.5, 0, 0);
+    free(p0);
+    free(p3);
+    npuc_summary_free(&sum);
+    npuc_model_close(pm);
+    o.structure = NPUC_PRUNE_CHANNEL;
+    if (npuc_prune_model(ctx, m, out, &o, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+    assert_int_equal(npuc_model_open(ctx, out, NULL, &pm), NPUC_OK);
+    p3 = read_tensor(pm, "features.3.weight", &t3);
+    assert_int_equal(t3.shape[1], 2); /* 8 input channels at 0.75: 6 removed */
+    p0 = read_tensor(pm, "features.0.weight", &t0);
+    assert_int_equal(t0.shape[0], 2);
+    assert_close(npuc_record_get(rec_of(&sum, "features.0.weight"), "sparsity_target", -1), 0.75, 0, 0);
+    free(p0);
+    free(p3);
+    npuc_summary_free(&sum);
+    npuc_model_close(pm);
+    npuc_model_close(m);
+}
+
 /* ------------------------------------------------------------ reference forward */
 
 typedef struct act {
@@ -933,6 +1096,7 @@ int main(void) {
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_model_scopes),
+        cmocka_unit_test(test_layer_sparsity),
         cmocka_unit_test(test_structured_samples),
         cmocka_unit_test(test_structured_shared),
         cmocka_unit_test(test_structured_modes),

@@ -89,6 +89,48 @@ static void test_canonical(void **state) {
     npuc_recipe_free(c);
 }
 
+/* rank (lowrank) and sparsity (prune) overrides parse, and the canonical
+ * form records them in file order with their types. */
+static void test_layer_overrides_parse(void **state) {
+    (void)state;
+    npuc_recipe *a = NULL, *b = NULL;
+    must_parse("steps:\n"
+               "  - prune:\n"
+               "      sparsity: 0.5\n"
+               "      scope: global\n"
+               "      overrides:\n"
+               "        - match: '^features\\.0\\.'\n"
+               "          sparsity: 0.25\n"
+               "        - {match: classifier, sparsity: 0}\n"
+               "        - {match: bias, skip: true}\n"
+               "  - lowrank:\n"
+               "      energy: 0.9\n"
+               "      round_to: 2\n"
+               "      overrides:\n"
+               "        - {match: '^features\\.3\\.weight$', rank: 3}\n"
+               "        - {rank: 5, match: classifier}\n"
+               "  - quantize: {bits: 8}\n",
+               &a);
+    assert_int_equal(npuc_recipe_step_count(a), 3);
+    assert_string_equal(npuc_recipe_json(a),
+                        "{\"version\":1,\"steps\":["
+                        "{\"prune\":{\"sparsity\":0.5,\"scope\":\"global\",\"overrides\":["
+                        "{\"match\":\"^features\\\\.0\\\\.\",\"sparsity\":0.25},"
+                        "{\"match\":\"classifier\",\"sparsity\":0.0},"
+                        "{\"match\":\"bias\",\"skip\":true}]}},"
+                        "{\"lowrank\":{\"energy\":0.90000000000000002,\"round_to\":2,\"overrides\":["
+                        "{\"match\":\"^features\\\\.3\\\\.weight$\",\"rank\":3},"
+                        "{\"match\":\"classifier\",\"rank\":5}]}},"
+                        "{\"quantize\":{\"bits\":8}}]}");
+    /* Structured pruning takes the sparsity override too. */
+    must_parse("steps:\n  - prune:\n      sparsity: 0.5\n      structured: filter\n      overrides:\n"
+               "        - {match: 'features\\.3', sparsity: 0.75}\n",
+               &b);
+    assert_non_null(strstr(npuc_recipe_json(b), "\"overrides\":[{\"match\":\"features\\\\.3\",\"sparsity\":0.75}]"));
+    npuc_recipe_free(a);
+    npuc_recipe_free(b);
+}
+
 /* ------------------------------------------------------------ invalid */
 
 typedef struct bad {
@@ -112,8 +154,31 @@ static const bad BAD[] = {
     {"steps:\n  - quantize:\n      overrides:\n        - bits: 8\n", "r.yaml:4:11: step 'quantize': an override needs 'match: REGEX'"},
     {"steps:\n  - quantize:\n      overrides:\n        - match: fc\n          rank: 8\n",
      "r.yaml:5:11: step 'quantize': the override key 'rank' does not apply to this step (it takes: match, bits, group_size, skip)"},
-    {"steps:\n  - lowrank:\n      rank: 8\n      overrides:\n        - match: fc\n          rank: 4\n",
-     "r.yaml:6:11: step 'lowrank': the override key 'rank' is not supported in this build"},
+    /* Per-layer rank (lowrank) and sparsity (prune) overrides: type, range, step, skip. */
+    {"steps:\n  - lowrank:\n      rank: 8\n      overrides:\n        - match: fc\n          rank: 0\n",
+     "r.yaml:6:17: step 'lowrank': 'rank' must be an integer from 1 to 2147483647, got 0"},
+    {"steps:\n  - lowrank:\n      energy: 0.9\n      overrides:\n        - {match: fc, rank: 2.5}\n",
+     "r.yaml:5:29: step 'lowrank': 'rank' must be an integer from 1 to 2147483647, got '2.5'"},
+    {"steps:\n  - lowrank:\n      rank: 8\n      overrides:\n        - match: fc\n          rank: \"4\"\n",
+     "r.yaml:6:17: step 'lowrank': 'rank' must be an integer from 1 to 2147483647, got the string '4'"},
+    {"steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n        - match: fc\n          sparsity: 1.0\n",
+     "r.yaml:6:21: step 'prune': 'sparsity' must be a number in [0, 1), got 1.0"},
+    {"steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n        - match: fc\n          sparsity: -0.1\n",
+     "r.yaml:6:21: step 'prune': 'sparsity' must be a number in [0, 1), got -0.1"},
+    {"steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n        - match: fc\n          sparsity: high\n",
+     "r.yaml:6:21: step 'prune': 'sparsity' must be a number in [0, 1), got 'high'"},
+    {"steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n        - match: fc\n          rank: 4\n",
+     "r.yaml:6:11: step 'prune': the override key 'rank' does not apply to this step (it takes: match, sparsity, skip)"},
+    {"steps:\n  - lowrank:\n      rank: 8\n      overrides:\n        - {match: fc, sparsity: 0.5}\n",
+     "r.yaml:5:23: step 'lowrank': the override key 'sparsity' does not apply to this step (it takes: match, rank, skip)"},
+    {"steps:\n  - sparsify:\n      overrides:\n        - {match: fc, sparsity: 0.5}\n",
+     "r.yaml:4:23: step 'sparsify': the override key 'sparsity' does not apply to this step (it takes: match, skip)"},
+    {"steps:\n  - lowrank:\n      rank: 8\n      overrides:\n        - match: fc\n          skip: true\n          rank: 4\n",
+     "r.yaml:7:17: step 'lowrank': the override for 'fc' sets 'skip: true' and 'rank': a skipped tensor gets no rank"},
+    {"steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n        - {match: fc, sparsity: 0.2, skip: true}\n",
+     "r.yaml:5:33: step 'prune': the override for 'fc' sets 'skip: true' and 'sparsity': a skipped tensor gets no sparsity"},
+    {"steps:\n  - lowrank:\n      overrides:\n        - {match: fc, rank: 4}\n",
+     "r.yaml:2:5: step 'lowrank': needs a rank rule"},
     {"steps:\n  - quantize:\n  - prune: {sparsity: 0.5}\n", "r.yaml:3:5: step 'prune' comes after 'quantize' (line 2)"},
     {"steps:\n  - lowrank:\n      round_to: 8\n", "r.yaml:2:5: step 'lowrank': needs a rank rule"},
     {"steps:\n  - lowrank: {rank: 8, energy: 0.9}\n", "r.yaml:2:32: step 'lowrank': choose one rank rule"},
@@ -220,6 +285,81 @@ static void test_run_patterns(void **state) {
     assert_string_equal(npuc_step_kind_name((npuc_step_kind)42), "?");
 }
 
+/* The record of tensor name made by step k (1-based) of a run. */
+static const npuc_tensor_record *step_rec(const npuc_summary *sum, int k, const char *name) {
+    for (size_t i = 0; i < sum->nrecords; i++)
+        if (npuc_record_get(&sum->records[i], "step", 0) == k && strcmp(sum->records[i].name, name) == 0)
+            return &sum->records[i];
+    fail_msg("no record of '%s' in step %d", name, k);
+    return NULL;
+}
+
+/* rank and sparsity overrides reach the passes: the matched tensors get the
+ * override's rank / sparsity, the others the step's rule; an override that
+ * matches nothing fails at run time with its line and column. */
+static void test_run_layer_overrides(void **state) {
+    (void)state;
+    char in[1024];
+    snprintf(in, sizeof in, "%s/samples/cnn_bn.safetensors", src_dir());
+    const char *out = npuc_test_path("ov.safetensors");
+    npuc_run_opts ro = npuc_run_opts_defaults();
+    ro.write.overwrite = 1;
+    npuc_recipe *r = NULL;
+    npuc_summary sum;
+    if (npuc_step_available(NPUC_STEP_PRUNE)) {
+        must_parse("steps:\n  - prune:\n      sparsity: 0.5\n      overrides:\n"
+                   "        - {match: '^features\\.3\\.weight$', sparsity: 0.25}\n"
+                   "        - {match: 'weight$', sparsity: 0.75}\n",
+                   &r);
+        if (npuc_recipe_run(ctx, r, in, out, &ro, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+        const npuc_tensor_record *a = step_rec(&sum, 1, "features.3.weight"), *b = step_rec(&sum, 1, "classifier.weight");
+        assert_close(npuc_record_get(a, "sparsity_target", -1), 0.25, 0, 0);
+        assert_close(npuc_record_get(a, "pruned", -1), 288, 0, 0); /* floor(0.25 * 1152) */
+        assert_close(npuc_record_get(b, "sparsity_target", -1), 0.75, 0, 0);
+        assert_close(npuc_record_get(b, "pruned", -1), 120, 0, 0); /* floor(0.75 * 160) */
+        npuc_summary_free(&sum);
+        npuc_recipe_free(r);
+    }
+    if (npuc_step_available(NPUC_STEP_LOWRANK)) {
+        must_parse("steps:\n  - lowrank:\n      rank: 2\n      overrides:\n"
+                   "        - {match: '^features\\.3\\.', rank: 5}\n",
+                   &r);
+        if (npuc_recipe_run(ctx, r, in, out, &ro, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+        const npuc_tensor_record *a = step_rec(&sum, 1, "features.3.weight"), *b = step_rec(&sum, 1, "classifier.weight");
+        assert_int_equal(a->action, NPUC_ACTION_FACTORED);
+        assert_close(npuc_record_get(a, "rank", -1), 5, 0, 0);
+        assert_string_equal(a->scheme, "r=5");
+        assert_close(npuc_record_get(b, "rank", -1), 2, 0, 0);
+        npuc_summary_free(&sum);
+        npuc_recipe_free(r);
+        /* Rank above min(m, n) of a matched tensor: the tensor and the rule. */
+        must_parse("steps:\n  - lowrank:\n      energy: 0.9\n      overrides:\n"
+                   "        - {match: '^classifier\\.weight$', rank: 11}\n",
+                   &r);
+        assert_int_equal(npuc_recipe_run(ctx, r, in, out, &ro, &sum), NPUC_ERR_ARG);
+        assert_non_null(strstr(npuc_ctx_errmsg(ctx), "tensor 'classifier.weight': --layer-rank '^classifier\\.weight$=11' "
+                                                     "asks for rank 11, above min(m, n) = 10 of its 10x16 matrix"));
+        npuc_recipe_free(r);
+    }
+    /* Checked before the step runs, at the override's pattern. */
+    must_parse("steps:\n  - lowrank:\n      rank: 2\n      overrides:\n        - match: '^fc$'\n          rank: 4\n", &r);
+    remove(out);
+    assert_int_equal(npuc_recipe_run(ctx, r, in, out, NULL, &sum), NPUC_ERR_ARG);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "r.yaml:5:18: step 'lowrank': override '^fc$' matches no tensor of the input"));
+    assert_false(npuc_test_exists(out));
+    npuc_recipe_free(r);
+    must_parse("steps:\n  - fold-bn:\n  - prune:\n      sparsity: 0.5\n      overrides:\n"
+               "        - {sparsity: 0.1, match: 'running_mean'}\n",
+               &r);
+    if (npuc_step_available(NPUC_STEP_FOLD_BN)) {
+        assert_int_equal(npuc_recipe_run(ctx, r, in, out, NULL, &sum), NPUC_ERR_ARG);
+        assert_non_null(strstr(npuc_ctx_errmsg(ctx), "r.yaml:6:34: step 'prune': override 'running_mean' matches no "
+                                                     "tensor of the output of step fold-bn"));
+        assert_false(npuc_test_exists(out));
+    }
+    npuc_recipe_free(r);
+}
+
 static void test_sweep(void **state) {
     (void)state;
     const char *names[] = {"m.safetensors.tmp", "m.safetensors.s1.tmp", "m.safetensors.s12.tmp.tmp",
@@ -304,9 +444,11 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_samples_parse),
         cmocka_unit_test(test_canonical),
+        cmocka_unit_test(test_layer_overrides_parse),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_run_patterns),
+        cmocka_unit_test(test_run_layer_overrides),
         cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_batch_lists),
     };
