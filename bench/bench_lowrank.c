@@ -11,9 +11,10 @@
  *     without --quick, alpha = 0.5 (flat: the hard case for sketching);
  *   - the nine Linear weights of ../shared/data/ppocrv4_rec.safetensors
  *     (Paddle [in, out], factored as stored).
- * For each, at r = min(m, n) / 8, with p = 10 oversampling columns and q = 2
- * power iterations (the issue's setting) and, for the random matrices, also
- * q = 3 (the fewest iterations that reach 1.01x the optimum at alpha = 1):
+ * For each, at r = min(m, n) / 8, with p = 10 oversampling columns and q = 3
+ * power iterations (npuc's default, the fewest that reach 1.01x the optimum
+ * on the 4096 x 4096 matrices) and, for the random matrices, also q = 2 (the
+ * issue's setting):
  *   sgesdd    the full thin SVD (jobz 'S') by OpenBLAS's LAPACK with 1 and 2
  *             threads (the reference cost of "just do the SVD");
  *   exact     npuc_lowrank_tensor with the exact solver (sgesdd on one thread,
@@ -29,7 +30,10 @@
  *             cores: OpenBLAS (which torch's matmuls and QRs use) on that
  *             many threads and ATen on 1 or that many, the faster; its error
  *             over the same optimum.
- * Times are the best of several runs (one run for the 4096 x 4096 sgesdd).
+ * Times are the best of several runs (one run for the 4096 x 4096 sgesdd),
+ * taken in three rounds that each time npuc and torch in turn, so that a
+ * burst of load from another process hits both sides alike; each row ends
+ * with the 1-minute load average when it was printed.
  * Benchmarks print, they do not judge; the goals of the issue are shown next
  * to the measured ratios.
  */
@@ -275,17 +279,28 @@ static void bench_matrix(npuc_ctx *ctx, const char *label, const float *w, int m
         }
     }
     double opt = optimum(s, k, r);
-    run ex = time_npuc(ctx, w, m, n, r, NPUC_SVD_EXACT, 2, big > 1e10 ? 1 : reps, 10, 2);
+    const npuc_svd_opts def = npuc_svd_opts_defaults();
+    run ex = time_npuc(ctx, w, m, n, r, NPUC_SVD_EXACT, 2, big > 1e10 ? 1 : reps, def.oversample, def.power_iters);
     if (fabs(ex.rel_fro / opt - 1) > 1e-3)
         printf("  ! exact solver error %.6f differs from the optimum %.6f\n", ex.rel_fro, opt);
     for (int c = 0; c < npq; c++) {
         int ov = pq[2 * c], pi = pq[2 * c + 1];
-        run r1 = time_npuc(ctx, w, m, n, r, NPUC_SVD_RANDOMIZED, 1, reps, ov, pi);
-        run r2 = time_npuc(ctx, w, m, n, r, NPUC_SVD_RANDOMIZED, 2, reps, ov, pi);
-        double sv1 = time_svd(ctx, w, m, n, r, 1, reps, ov, pi);
-        double sv2 = time_svd(ctx, w, m, n, r, 2, reps, ov, pi);
-        run t1 = time_torch(w, m, n, r, 1, reps, ov, pi);
-        run t2 = time_torch(w, m, n, r, 2, reps, ov, pi);
+        /* Rounds of npuc and torch in turn; the best time of each. */
+        const int rounds = 3, per = (reps + rounds - 1) / rounds;
+        run r1 = {INFINITY, NAN}, r2 = r1, t1 = {NAN, NAN}, t2 = t1;
+        double sv1 = INFINITY, sv2 = INFINITY;
+        for (int round = 0; round < rounds; round++) {
+            run x = time_npuc(ctx, w, m, n, r, NPUC_SVD_RANDOMIZED, 1, per, ov, pi);
+            if (x.time_s < r1.time_s) r1 = x;
+            x = time_npuc(ctx, w, m, n, r, NPUC_SVD_RANDOMIZED, 2, per, ov, pi);
+            if (x.time_s < r2.time_s) r2 = x;
+            sv1 = fmin(sv1, time_svd(ctx, w, m, n, r, 1, per, ov, pi));
+            sv2 = fmin(sv2, time_svd(ctx, w, m, n, r, 2, per, ov, pi));
+            x = time_torch(w, m, n, r, 1, per, ov, pi);
+            if (isnan(t1.time_s) || x.time_s < t1.time_s) t1 = x;
+            x = time_torch(w, m, n, r, 2, per, ov, pi);
+            if (isnan(t2.time_s) || x.time_s < t2.time_s) t2 = x;
+        }
         char a[8][24], c2[2][24], lab[64];
         fmt_t(sd1, a[0], 24);
         fmt_t(sd2, a[1], 24);
@@ -298,9 +313,12 @@ static void bench_matrix(npuc_ctx *ctx, const char *label, const float *w, int m
         fmt_t(sv2, a[6], 24);
         fmt_t(sv1, a[7], 24);
         snprintf(lab, sizeof lab, "%s p%d q%d", label, ov, pi);
-        printf("%-34s %5dx%-5d %4d | %9s %9s | %9s | %9s %9s %9s %9s %6s | %8.5f %7.4f | %9s %9s %7.4f | %5.2fx %5.2fx\n",
+        char la[128];
+        loadavg(la, sizeof la);
+        la[strcspn(la, " ")] = 0;
+        printf("%-34s %5dx%-5d %4d | %9s %9s | %9s | %9s %9s %9s %9s %6s | %8.5f %7.4f | %9s %9s %7.4f | %5.2fx %5.2fx | %s\n",
                lab, m, n, r, c ? "" : a[0], c ? "" : a[1], c ? "" : a[2], a[3], a[4], a[7], a[6], a[5], opt,
-               r2.rel_fro / opt, c2[0], c2[1], t2.rel_fro / opt, t1.time_s / sv1, t2.time_s / sv2);
+               r2.rel_fro / opt, c2[0], c2[1], t2.rel_fro / opt, t1.time_s / sv1, t2.time_s / sv2, la);
         if (r1.rel_fro != r2.rel_fro)
             printf("  ! randomized results differ between 1 and 2 threads (%.9g vs %.9g)\n", r1.rel_fro, r2.rel_fro);
         fflush(stdout);
@@ -344,9 +362,9 @@ int main(int argc, char **argv) {
     printf("speedup = sgesdd(2 thr) / rand(-j 2); err/opt = measured error / optimal error; "
            "t/n 1, t/n 2 = torch time / npuc svd time with 1, 2 threads (> 1: npuc faster)\n");
     printf("torch N: OPENBLAS_NUM_THREADS=N, ATen (torch.set_num_threads) on 1 or N threads, the faster\n\n");
-    printf("%-34s %11s %4s | %9s %9s | %9s | %9s %9s %9s %9s %6s | %8s %7s | %9s %9s %7s | %6s %6s\n", "matrix",
+    printf("%-34s %11s %4s | %9s %9s | %9s | %9s %9s %9s %9s %6s | %8s %7s | %9s %9s %7s | %6s %6s | %s\n", "matrix",
            "m x n", "r", "sgesdd 1", "sgesdd 2", "exact", "rand j1", "rand j2", "svd j1", "svd j2", "speedup",
-           "opt err", "err/opt", "torch 1", "torch 2", "err/opt", "t/n 1", "t/n 2");
+           "opt err", "err/opt", "torch 1", "torch 2", "err/opt", "t/n 1", "t/n 2", "load");
 
     /* ppocrv4_rec Linear layers, as stored ([in, out]). */
     char path[1200];
@@ -362,7 +380,8 @@ int main(int argc, char **argv) {
             npuc_model_read_f32(ctx, m, i, w);
             char label[64];
             snprintf(label, sizeof label, "ppocrv4 %s", t->name);
-            static const int def[2] = {10, 2};
+            const npuc_svd_opts d = npuc_svd_opts_defaults();
+            const int def[2] = {d.oversample, d.power_iters};
             bench_matrix(ctx, label, w, (int)t->shape[0], (int)t->shape[1], quick, def, 1);
             free(w);
         }
@@ -378,9 +397,8 @@ int main(int argc, char **argv) {
         float *w = spectrum_matrix(R[i].m, R[i].n, R[i].alpha, 42 + i);
         char label[64];
         snprintf(label, sizeof label, "random (1+i)^-%.1f", R[i].alpha);
-        /* The issue's setting (p 10, q 2), and q 3, the fewest power iterations
-         * that reach 1.01x the optimum on the alpha = 1 spectrum. */
-        static const int both[4] = {10, 2, 10, 3};
+        /* npuc's default (p 10, q 3), and the issue's setting (p 10, q 2). */
+        static const int both[4] = {10, 3, 10, 2};
         bench_matrix(ctx, label, w, R[i].m, R[i].n, quick, both, 2);
         free(w);
     }

@@ -23,8 +23,9 @@
  *
  * Two solvers: the exact thin SVD (LAPACK sgesdd, sgesvd when sgesdd does
  * not converge) and the randomized SVD of Halko, Martinsson & Tropp (2011):
- * a seeded Gaussian sketch with oversampling p, q power iterations with QR
- * re-orthonormalisation, and a small exact SVD.  Both are deterministic: the
+ * a seeded Gaussian sketch with oversampling p, q power iterations
+ * (LU-normalised between products, QR after the last, as in fbpca), and a
+ * small exact SVD.  Both are deterministic: the
  * same input, options and seed give bit-identical factors for any thread
  * count (OpenBLAS runs on one thread inside npuc; npuc splits the large
  * products into fixed blocks that its own threads share).
@@ -68,7 +69,7 @@ int npuc_svd_solver_parse(const char *s, npuc_svd_solver *out);
 typedef struct npuc_svd_opts {
     npuc_svd_solver solver;   /* default AUTO */
     int oversample;           /* p: extra sketch columns, 0..1000, default 10 */
-    int power_iters;          /* q: power iterations, 0..100, default 2 */
+    int power_iters;          /* q: power iterations, 0..100, default 3 */
     uint64_t seed;            /* Gaussian sketch seed, default 0 */
 } npuc_svd_opts;
 

@@ -331,7 +331,7 @@ const cli_command cli_cmd_lowrank = {
     "                         (Halko-Martinsson-Tropp), or auto (default: randomized\n"
     "                         when the rank is small against min(m, n))\n"
     "      --oversample P     randomized: extra sketch columns (default 10)\n"
-    "      --power-iters Q    randomized: power iterations (default 2)\n"
+    "      --power-iters Q    randomized: power iterations (default 3)\n"
     "      --seed S           randomized: Gaussian sketch seed (default 0)\n"
     "\n"
     "Selection:\n"

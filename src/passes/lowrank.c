@@ -52,7 +52,7 @@ npuc_svd_opts npuc_svd_opts_defaults(void) {
     memset(&o, 0, sizeof o);
     o.solver = NPUC_SVD_AUTO;
     o.oversample = 10;
-    o.power_iters = 2;
+    o.power_iters = 3;
     o.seed = 0;
     return o;
 }

@@ -62,10 +62,12 @@ npuc_status npuc__svd_exact(npuc_ctx *ctx, const char *what, const float *w, int
                             int method, npuc__svd *out);
 
 /* The randomized SVD of w with a sketch of l columns (1 <= l <= min(m, n)):
- * Gaussian test matrix from `seed`, power_iters subspace iterations with QR
- * re-orthonormalisation after every product (Halko, Martinsson & Tropp 2011,
- * algorithm 4.4), then the exact SVD of the l x n projection.  k = l; the
- * right vectors come later from npuc__svd_vt.  nthreads >= 1. */
+ * Gaussian test matrix from `seed`, power_iters subspace iterations
+ * (Halko, Martinsson & Tropp 2011, algorithm 4.4) normalised by LU after
+ * every product but the last and by QR after the last (as fbpca does), then
+ * the exact SVD of the l x n projection.  k = l; the right vectors come
+ * later from npuc__svd_vt.  nthreads >= 1; the result is bit-identical for
+ * any nthreads. */
 npuc_status npuc__svd_randomized(npuc_ctx *ctx, const char *what, const float *w, int64_t m,
                                  int64_t n, int64_t l, int power_iters, uint64_t seed,
                                  int nthreads, npuc__svd *out);

@@ -24,6 +24,8 @@
 #define LR_PRODUCT_RTOL 1e-5
 /* Randomized error (p = 10, q = 2) over the optimum on a 1/(1+i) spectrum. */
 #define LR_RAND_MAX_RATIO 1.01
+/* The same at the default q = 3 (LU bases between the products). */
+#define LR_RAND_Q3_MAX_RATIO 1.005
 /* Singular values of float LAPACK against double LAPACK, relative to s_1. */
 #define LR_SVAL_TOL 2e-6
 
@@ -527,6 +529,7 @@ static void test_randomized_near_optimal(void **state) {
     npuc_tensor_info t = tinfo("w", NPUC_LAYOUT_OI, NPUC_DTYPE_F32, 2, shape);
     for (int r = 10; r <= 60; r += 25) {
         npuc_lowrank_params p = rule(NPUC_RANK_FIXED, r, NPUC_SVD_RANDOMIZED);
+        p.svd.power_iters = 2;
         npuc_lowrank_result res;
         assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
         assert_int_equal(res.solver, NPUC_SVD_RANDOMIZED);
@@ -537,6 +540,87 @@ static void test_randomized_near_optimal(void **state) {
         assert_true(got >= opt * (1 - 1e-4));
         npuc_lowrank_result_free(&res);
     }
+    free(w);
+}
+
+/* max |a_i - (i == j)| over the Gram matrix of k column-major vectors of
+ * length len (stride ld between vectors, unit stride within: cols = 1) or of
+ * k row vectors stored as columns of a row-major len x k matrix (cols = 0). */
+static double orthonormality_defect(const float *v, int64_t len, int64_t k, int64_t ld, int cols) {
+    double worst = 0;
+    for (int64_t a = 0; a < k; a++)
+        for (int64_t b = a; b < k; b++) {
+            double dot = 0;
+            for (int64_t i = 0; i < len; i++)
+                dot += cols ? (double)v[a * ld + i] * v[b * ld + i] : (double)v[i * ld + a] * v[i * ld + b];
+            worst = fmax(worst, fabs(dot - (a == b)));
+        }
+    return worst;
+}
+
+/* The default randomized path (q = 3: LU bases between the products, a QR
+ * after the last): within LR_RAND_Q3_MAX_RATIO of the optimum on a known
+ * spectrum, the same bits for 1, 2 and 3 threads, orthonormal vectors, and
+ * sound when the LU meets exact zero pivots (rank-deficient and zero input). */
+static void test_randomized_lu_iterations(void **state) {
+    (void)state;
+    const int m = 520, n = 380;
+    double s[380];
+    for (int i = 0; i < n; i++) s[i] = 1.0 / (1 + i);
+    float *w = with_spectrum(m, n, s, 41);
+    int64_t shape[2] = {m, n};
+    npuc_tensor_info t = tinfo("w", NPUC_LAYOUT_OI, NPUC_DTYPE_F32, 2, shape);
+    assert_int_equal(npuc_svd_opts_defaults().power_iters, 3);
+    for (int r = 20; r <= 80; r += 60) {
+        npuc_lowrank_params p = rule(NPUC_RANK_FIXED, r, NPUC_SVD_RANDOMIZED);
+        npuc_lowrank_result res;
+        assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
+        double opt = tail_ratio(s, n, r), got = product_error(w, &res);
+        printf("  randomized q=3 r=%d: error %.6f, optimum %.6f, ratio %.5f\n", r, got, opt, got / opt);
+        assert_true(got <= LR_RAND_Q3_MAX_RATIO * opt);
+        assert_true(got >= opt * (1 - 1e-4));
+        npuc_lowrank_result_free(&res);
+    }
+
+    /* The internal factors, bit for bit: l = 150 gives three LU and five QR
+     * panels of 32 columns and several column blocks per reflector. */
+    const int64_t l = 150;
+    npuc__svd ref;
+    assert_int_equal(npuc__svd_randomized(ctx, "t", w, m, n, l, 3, 9, 1, &ref), NPUC_OK);
+    assert_true(orthonormality_defect(ref.u, m, l, ref.ldu, 0) < 1e-5);  /* u: m x l row-major */
+    assert_true(orthonormality_defect(ref.q, n, l, n, 1) < 1e-5);        /* q: n x l column-major */
+    for (int i = 0; i < 30; i++) assert_close(ref.s[i], s[i], 1e-4, 0);
+    for (int th = 2; th <= 3; th++) {
+        npuc__svd got;
+        assert_int_equal(npuc__svd_randomized(ctx, "t", w, m, n, l, 3, 9, th, &got), NPUC_OK);
+        assert_memory_equal(got.s, ref.s, sizeof(float) * (size_t)l);
+        assert_memory_equal(got.u, ref.u, sizeof(float) * (size_t)m * (size_t)l);
+        assert_memory_equal(got.q, ref.q, sizeof(float) * (size_t)n * (size_t)l);
+        assert_memory_equal(got.ub, ref.ub, sizeof(float) * (size_t)l * (size_t)l);
+        npuc__svd_free(&got);
+    }
+    npuc__svd_free(&ref);
+
+    /* Only three nonzero columns: every product has at most three nonzero
+     * rows on one side, so sgetrf meets exact zero pivots.  Rank 3 < r, so
+     * the factors are exact up to rounding. */
+    memset(w, 0, sizeof(float) * (size_t)m * (size_t)n);
+    uint64_t rng = 5;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < 3; j++) w[i * n + j] = npuc_test_randn(&rng);
+    npuc_lowrank_params p = rule(NPUC_RANK_FIXED, 10, NPUC_SVD_RANDOMIZED);
+    npuc_lowrank_result res;
+    assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
+    assert_true(isfinite(res.rel_fro_measured) && res.rel_fro_measured < 1e-5);
+    assert_true(product_error(w, &res) < 1e-5);
+    npuc_lowrank_result_free(&res);
+    /* All zeros: zero factors, zero error. */
+    memset(w, 0, sizeof(float) * (size_t)m * (size_t)n);
+    assert_int_equal(npuc_lowrank_tensor(ctx, &t, w, &p, &res), NPUC_OK);
+    assert_true(res.rel_fro_measured == 0);
+    for (uint64_t i = 0; i < res.a_info.numel; i++) assert_true(res.a[i] == 0);
+    for (uint64_t i = 0; i < res.b_info.numel; i++) assert_true(res.b[i] == 0);
+    npuc_lowrank_result_free(&res);
     free(w);
 }
 
@@ -785,6 +869,7 @@ int main(void) {
         cmocka_unit_test(test_conv_factor_shapes),
         cmocka_unit_test(test_decompress_reproduces_product),
         cmocka_unit_test(test_randomized_near_optimal),
+        cmocka_unit_test(test_randomized_lu_iterations),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_artifact_determinism),
         cmocka_unit_test(test_gesvd_fallback),
