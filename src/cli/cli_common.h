@@ -189,6 +189,19 @@ int cli_json_print(json_t *doc);
  * command name, as run functions receive it. */
 char *cli_join_command(int argc, char **argv);
 
+/* How a pass command reports its finished run (cli_emit_result). */
+#define CLI_RESULT_WARNINGS 1u    /* print the summary's warnings on stderr */
+#define CLI_RESULT_NO_SQNR_WARN 2u /* the report's low-SQNR warning does not apply (pruning) */
+
+/* The end of every pass command: the npuc.report/1 JSON on stdout with
+ * --json, else the totals line; the summary's warnings (flags); then the
+ * --report file (report may be NULL), with a timestamp.  input/output/
+ * cmdline/params_json describe the run in the report.  Returns the exit code
+ * (CLI_EXIT_OK, or cli_fail's). */
+int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, const char *input,
+                    const char *output, const char *cmdline, const char *params_json, const char *report,
+                    unsigned flags);
+
 /* 1 when progress lines should be drawn: stderr is a terminal and no -q. */
 int cli_progress_enabled(const cli_args *a);
 

@@ -221,31 +221,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     pj = params_json(&q);
-    npuc_report_info info = npuc_report_info_defaults();
-    const char *inputs[1] = {a.pos[0]};
-    info.command_line = cmdline;
-    info.inputs = inputs;
-    info.ninputs = 1;
-    info.output = out;
-    info.params_json = pj;
-    info.threads = npuc_ctx_threads(ctx);
-    info.warn_sqnr_db = NAN; /* pruning's SQNR says little on its own */
-    if (a.json) {
-        if ((st = npuc_report_write(ctx, stdout, NPUC_REPORT_JSON, &sum, &info)) != NPUC_OK) {
-            rc = cli_fail(ctx, st);
-            goto done;
-        }
-    } else {
-        char line[1024];
-        npuc_report_totals_line(&sum, line, sizeof line);
-        printf("%s\n", line);
-    }
-    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
-    if (q.report) {
-        info.timestamp = 1;
-        st = npuc_report_write_file(ctx, q.report, npuc_report_format_from_path(q.report), &sum, &info);
-        if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
-    }
+    if ((rc = cli_emit_result(ctx, &a, &sum, a.pos[0], out, cmdline, pj, q.report, CLI_RESULT_WARNINGS | CLI_RESULT_NO_SQNR_WARN)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_OK;
 done:
     npuc_summary_free(&sum);
