@@ -582,3 +582,32 @@ int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, c
     }
     return CLI_EXIT_OK;
 }
+
+void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, const char *verb) {
+    memset(p, 0, sizeof *p);
+    p->namew = 8;
+    p->text = !a->json;
+    p->progress = cli_progress_enabled(a) && a->json;
+    p->verb = verb;
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
+        if (w > p->namew) p->namew = w;
+    }
+    if (p->namew > 48) p->namew = 48;
+}
+
+void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
+    cli_printer *p = user;
+    if (p->text) {
+        char line[1024];
+        npuc_report_line(r, i, n, p->namew, line, sizeof line);
+        fputs(line, stdout);
+        if (p->extra) p->extra(r);
+        putchar('\n');
+    }
+    if (p->progress) {
+        fprintf(stderr, "\r[%zu/%zu] %s...", i + 1, n, p->verb);
+        if (i + 1 == n) fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+}
