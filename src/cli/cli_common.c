@@ -11,6 +11,7 @@
 #include "cli_common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -550,4 +551,63 @@ char *cli_join_command(int argc, char **argv) {
         *p = 0;
     }
     return s;
+}
+
+int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, const char *input,
+                    const char *output, const char *cmdline, const char *params_json, const char *report,
+                    unsigned flags) {
+    npuc_report_info info = npuc_report_info_defaults();
+    const char *inputs[1] = {input};
+    info.command_line = cmdline;
+    info.inputs = inputs;
+    info.ninputs = 1;
+    info.output = output;
+    info.params_json = params_json;
+    info.threads = npuc_ctx_threads(ctx);
+    if (flags & CLI_RESULT_NO_SQNR_WARN) info.warn_sqnr_db = NAN;
+    npuc_status st;
+    if (a->json) {
+        if ((st = npuc_report_write(ctx, stdout, NPUC_REPORT_JSON, sum, &info)) != NPUC_OK) return cli_fail(ctx, st);
+    } else {
+        char line[1024];
+        npuc_report_totals_line(sum, line, sizeof line);
+        printf("%s\n", line);
+    }
+    if (flags & CLI_RESULT_WARNINGS)
+        for (size_t i = 0; i < sum->nwarnings; i++) cli_warn(a, "%s", sum->warnings[i]);
+    if (report) {
+        info.timestamp = 1;
+        st = npuc_report_write_file(ctx, report, npuc_report_format_from_path(report), sum, &info);
+        if (st != NPUC_OK) return cli_fail(ctx, st);
+    }
+    return CLI_EXIT_OK;
+}
+
+void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, const char *verb) {
+    memset(p, 0, sizeof *p);
+    p->namew = 8;
+    p->text = !a->json;
+    p->progress = cli_progress_enabled(a) && a->json;
+    p->verb = verb;
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
+        if (w > p->namew) p->namew = w;
+    }
+    if (p->namew > 48) p->namew = 48;
+}
+
+void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
+    cli_printer *p = user;
+    if (p->text) {
+        char line[1024];
+        npuc_report_line(r, i, n, p->namew, line, sizeof line);
+        fputs(line, stdout);
+        if (p->extra) p->extra(r);
+        putchar('\n');
+    }
+    if (p->progress) {
+        fprintf(stderr, "\r[%zu/%zu] %s...", i + 1, n, p->verb);
+        if (i + 1 == n) fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
 }

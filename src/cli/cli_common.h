@@ -189,6 +189,35 @@ int cli_json_print(json_t *doc);
  * command name, as run functions receive it. */
 char *cli_join_command(int argc, char **argv);
 
+/* Per-tensor output of a pass command: a line per tensor on stdout (not
+ * with --json), a progress line on stderr (a terminal, and --json). */
+typedef struct cli_printer {
+    int namew;
+    int text;                 /* per-tensor lines on stdout */
+    int progress;             /* a progress line on stderr */
+    const char *verb;         /* "quantizing", for the progress line */
+    /* Appends to a tensor's line (before its newline), or NULL. */
+    void (*extra)(const npuc_tensor_record *r);
+} cli_printer;
+
+/* Sets p up for m's tensors (name column width) and the command's flags. */
+void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, const char *verb);
+/* The passes' on_tensor callback; user is a cli_printer. */
+void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r);
+
+/* How a pass command reports its finished run (cli_emit_result). */
+#define CLI_RESULT_WARNINGS 1u    /* print the summary's warnings on stderr */
+#define CLI_RESULT_NO_SQNR_WARN 2u /* the report's low-SQNR warning does not apply (pruning) */
+
+/* The end of every pass command: the npuc.report/1 JSON on stdout with
+ * --json, else the totals line; the summary's warnings (flags); then the
+ * --report file (report may be NULL), with a timestamp.  input/output/
+ * cmdline/params_json describe the run in the report.  Returns the exit code
+ * (CLI_EXIT_OK, or cli_fail's). */
+int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, const char *input,
+                    const char *output, const char *cmdline, const char *params_json, const char *report,
+                    unsigned flags);
+
 /* 1 when progress lines should be drawn: stderr is a terminal and no -q. */
 int cli_progress_enabled(const cli_args *a);
 

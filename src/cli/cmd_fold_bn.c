@@ -85,26 +85,6 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
 
 /* ------------------------------------------------------------- printing */
 
-typedef struct printer {
-    int namew;
-    int text;     /* per-tensor lines on stdout */
-    int progress; /* a progress line on stderr */
-} printer;
-
-static void on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
-    printer *p = user;
-    if (p->text) {
-        char line[1024];
-        npuc_report_line(r, i, n, p->namew, line, sizeof line);
-        printf("%s\n", line);
-    }
-    if (p->progress) {
-        fprintf(stderr, "\r[%zu/%zu] folding...", i + 1, n);
-        if (i + 1 == n) fputs("\r\033[K", stderr);
-        fflush(stderr);
-    }
-}
-
 static const char *fmt_g(double v, char *buf, size_t n) {
     if (isnan(v)) snprintf(buf, n, "-");
     else if (isinf(v)) snprintf(buf, n, "inf");
@@ -277,13 +257,11 @@ static int run(int argc, char **argv) {
         rc = cli_fail(ctx, st);
         goto done;
     }
-    printer pr = {8, !a.json && !f.dry_run, cli_progress_enabled(&a) && (a.json || f.dry_run)};
-    for (size_t i = 0; i < npuc_model_count(m); i++) {
-        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
-        if (w > pr.namew) pr.namew = w;
-    }
-    if (pr.namew > 48) pr.namew = 48;
-    f.p.on_tensor = on_tensor;
+    cli_printer pr;
+    cli_printer_init(&pr, &a, m, "folding");
+    pr.text = !a.json && !f.dry_run;
+    pr.progress = cli_progress_enabled(&a) && (a.json || f.dry_run);
+    f.p.on_tensor = cli_printer_on_tensor;
     f.p.user = &pr;
     st = npuc_bnfold_model(ctx, m, &plan, &f.p, f.dry_run ? NULL : out, &sum);
     if (st != NPUC_OK) {

@@ -154,31 +154,14 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
 
 /* ------------------------------------------------------------- printing */
 
-typedef struct printer {
-    int namew;
-    int text;     /* per-tensor lines on stdout */
-    int progress; /* a progress line on stderr */
-} printer;
-
-static void on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
-    printer *p = user;
-    if (p->text) {
-        char line[1024], c1[CLI_FMT_MAX], c2[CLI_FMT_MAX];
-        npuc_report_line(r, i, n, p->namew, line, sizeof line);
-        fputs(line, stdout);
-        if (r->action == NPUC_ACTION_FACTORED) {
-            double fb = npuc_record_get(r, "flops_before", 0), fa = npuc_record_get(r, "flops_after", 0);
-            printf("  energy=%.4f err=%.4f  params %s -> %s  flops %.2fx", npuc_record_get(r, "energy", NAN),
-                   r->err.rel_fro, cli_fmt_count(r->params_before, c1), cli_fmt_count(r->params_after, c2),
-                   fa > 0 ? fb / fa : 0.0);
-        }
-        putchar('\n');
-    }
-    if (p->progress) {
-        fprintf(stderr, "\r[%zu/%zu] factoring...", i + 1, n);
-        if (i + 1 == n) fputs("\r\033[K", stderr);
-        fflush(stderr);
-    }
+/* After a factored tensor's line: energy, error, params and FLOPs. */
+static void lowrank_extra(const npuc_tensor_record *r) {
+    char c1[CLI_FMT_MAX], c2[CLI_FMT_MAX];
+    if (r->action != NPUC_ACTION_FACTORED) return;
+    double fb = npuc_record_get(r, "flops_before", 0), fa = npuc_record_get(r, "flops_after", 0);
+    printf("  energy=%.4f err=%.4f  params %s -> %s  flops %.2fx", npuc_record_get(r, "energy", NAN),
+           r->err.rel_fro, cli_fmt_count(r->params_before, c1), cli_fmt_count(r->params_after, c2),
+           fa > 0 ? fb / fa : 0.0);
 }
 
 /* Every parameter of the run, for the report header. */
@@ -248,13 +231,10 @@ static int run(int argc, char **argv) {
     }
     if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
 
-    printer p = {8, !a.json, cli_progress_enabled(&a) && a.json};
-    for (size_t i = 0; i < npuc_model_count(m); i++) {
-        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
-        if (w > p.namew) p.namew = w;
-    }
-    if (p.namew > 48) p.namew = 48;
-    q.o.on_tensor = on_tensor;
+    cli_printer p;
+    cli_printer_init(&p, &a, m, "factoring");
+    p.extra = lowrank_extra;
+    q.o.on_tensor = cli_printer_on_tensor;
     q.o.user = &p;
     npuc_status st = npuc_lowrank_model(ctx, m, out, &q.o, &sum);
     if (st != NPUC_OK) {
@@ -263,30 +243,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     pj = params_json(&q);
-    npuc_report_info info = npuc_report_info_defaults();
-    const char *inputs[1] = {a.pos[0]};
-    info.command_line = cmdline;
-    info.inputs = inputs;
-    info.ninputs = 1;
-    info.output = out;
-    info.params_json = pj;
-    info.threads = npuc_ctx_threads(ctx);
-    if (a.json) {
-        if ((st = npuc_report_write(ctx, stdout, NPUC_REPORT_JSON, &sum, &info)) != NPUC_OK) {
-            rc = cli_fail(ctx, st);
-            goto done;
-        }
-    } else {
-        char line[1024];
-        npuc_report_totals_line(&sum, line, sizeof line);
-        printf("%s\n", line);
-    }
-    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
-    if (q.report) {
-        info.timestamp = 1;
-        st = npuc_report_write_file(ctx, q.report, npuc_report_format_from_path(q.report), &sum, &info);
-        if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
-    }
+    if ((rc = cli_emit_result(ctx, &a, &sum, a.pos[0], out, cmdline, pj, q.report, CLI_RESULT_WARNINGS)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_OK;
 done:
     npuc_summary_free(&sum);

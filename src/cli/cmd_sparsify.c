@@ -89,26 +89,6 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     return CLI_CONTINUE;
 }
 
-typedef struct printer {
-    int namew;
-    int text;
-    int progress;
-} printer;
-
-static void on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
-    printer *p = user;
-    if (p->text) {
-        char line[1024];
-        npuc_report_line(r, i, n, p->namew, line, sizeof line);
-        printf("%s\n", line);
-    }
-    if (p->progress) {
-        fprintf(stderr, "\r[%zu/%zu] sparsifying...", i + 1, n);
-        if (i + 1 == n) fputs("\r\033[K", stderr);
-        fflush(stderr);
-    }
-}
-
 static char *params_json(const sargs *q) {
     json_t *inc = json_array(), *exc = json_array();
     for (size_t i = 0; i < q->ninc; i++) json_array_append_new(inc, cli_json_str(q->inc[i]));
@@ -161,13 +141,9 @@ static int run(int argc, char **argv) {
     }
     if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
 
-    printer p = {8, !a.json, cli_progress_enabled(&a) && a.json};
-    for (size_t i = 0; i < npuc_model_count(m); i++) {
-        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
-        if (w > p.namew) p.namew = w;
-    }
-    if (p.namew > 48) p.namew = 48;
-    q.o.on_tensor = on_tensor;
+    cli_printer p;
+    cli_printer_init(&p, &a, m, "sparsifying");
+    q.o.on_tensor = cli_printer_on_tensor;
     q.o.user = &p;
     npuc_status st = npuc_sparsify_model(ctx, m, out, &q.o, &sum);
     if (st != NPUC_OK) {
@@ -176,31 +152,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     pj = params_json(&q);
-    npuc_report_info info = npuc_report_info_defaults();
-    const char *inputs[1] = {a.pos[0]};
-    info.command_line = cmdline;
-    info.inputs = inputs;
-    info.ninputs = 1;
-    info.output = out;
-    info.params_json = pj;
-    info.threads = npuc_ctx_threads(ctx);
-    info.warn_sqnr_db = NAN;
-    if (a.json) {
-        if ((st = npuc_report_write(ctx, stdout, NPUC_REPORT_JSON, &sum, &info)) != NPUC_OK) {
-            rc = cli_fail(ctx, st);
-            goto done;
-        }
-    } else {
-        char line[1024];
-        npuc_report_totals_line(&sum, line, sizeof line);
-        printf("%s\n", line);
-    }
-    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
-    if (q.report) {
-        info.timestamp = 1;
-        st = npuc_report_write_file(ctx, q.report, npuc_report_format_from_path(q.report), &sum, &info);
-        if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
-    }
+    if ((rc = cli_emit_result(ctx, &a, &sum, a.pos[0], out, cmdline, pj, q.report, CLI_RESULT_WARNINGS | CLI_RESULT_NO_SQNR_WARN)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_OK;
 done:
     npuc_summary_free(&sum);
