@@ -7,19 +7,8 @@
  * header is compact JSON with "__metadata__" first and tensors in declaration
  * order (deterministic: the same model gives the same bytes), padded with
  * spaces so the payload starts 8-byte aligned as the format recommends.
- *
- * Payloads of ASYNC_MIN bytes or more are written by a thread of the
- * writer's own while the pass prepares the next tensor: write() into the
- * page cache costs about as much as quantizing the tensor, and with it
- * serial the pass's other cores wait.  The payload is copied into one of
- * two buffers (the caller may reuse its own at once), so one write is in
- * flight while the next tensor is computed and copied; order is kept by
- * waiting for the thread before each write.  A failed write is reported by
- * the next write or by finish, naming the tensor.  Memory: two buffers of
- * the largest payload.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -30,23 +19,8 @@
 
 #include "npuc_internal.h"
 
-#define ASYNC_MIN ((uint64_t)1 << 20)
-
 typedef struct stw_state {
     int fd;
-    /* The write thread (started at the first large payload). */
-    int have_thread;
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    void *buf[2];
-    size_t cap[2];
-    int cur;                /* the buffer the next payload is copied into */
-    const void *job;        /* payload the thread is to write, or NULL */
-    size_t job_len;
-    int busy, quit;
-    int err;                /* errno of a failed write (-1: short write), 0 */
-    char err_what[128], job_what[128];
 } stw_state;
 
 static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
@@ -62,72 +36,6 @@ static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, 
         n -= (uint64_t)k;
     }
     return NPUC_OK;
-}
-
-/* The thread: writes each posted payload, records the first failure. */
-static void *writer_thread(void *arg) {
-    stw_state *s = arg;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->job && !s->quit) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->job) break;
-        const char *c = s->job;
-        size_t n = s->job_len;
-        int skip = s->err != 0;
-        pthread_mutex_unlock(&s->mu);
-        int err = 0;
-        while (n && !skip) {
-            size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-            ssize_t k = write(s->fd, c, chunk);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) { err = k < 0 ? errno : -1; break; }
-            c += k;
-            n -= (size_t)k;
-        }
-        pthread_mutex_lock(&s->mu);
-        if (err && !s->err) {
-            s->err = err;
-            memcpy(s->err_what, s->job_what, sizeof s->err_what);
-        }
-        s->job = NULL;
-        s->busy = 0;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-/* Waits until the thread is idle; the first failed write, if any, fails w. */
-static npuc_status wait_idle(npuc_writer *w, stw_state *s) {
-    if (!s->have_thread) return NPUC_OK;
-    pthread_mutex_lock(&s->mu);
-    while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
-    int err = s->err;
-    pthread_mutex_unlock(&s->mu);
-    if (!err) return NPUC_OK;
-    return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, s->err_what,
-                     err < 0 ? "short write" : strerror(err));
-}
-
-static void stop_thread(stw_state *s) {
-    if (!s->have_thread) return;
-    pthread_mutex_lock(&s->mu);
-    while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
-    s->quit = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->th, NULL);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    s->have_thread = 0;
-}
-
-static void free_state(stw_state *s) {
-    stop_thread(s);
-    if (s->fd >= 0) close(s->fd);
-    free(s->buf[0]);
-    free(s->buf[1]);
-    free(s);
 }
 
 npuc_status npuc__st_header(npuc_writer *w, char **out, size_t *len) {
@@ -228,53 +136,16 @@ static npuc_status stw_write(npuc_writer *w, size_t i, const void *data, uint64_
     stw_state *s = w->be_state;
     char what[128];
     snprintf(what, sizeof what, "tensor '%.100s'", w->t[i].name);
-    npuc_status st = wait_idle(w, s);
-    if (st != NPUC_OK) return st;
-    if (n < ASYNC_MIN || (uint64_t)(size_t)n != n) return write_all(w, s->fd, data, n, what);
-    if (!s->have_thread) {
-        if (pthread_mutex_init(&s->mu, NULL) != 0) return write_all(w, s->fd, data, n, what);
-        if (pthread_cond_init(&s->cv, NULL) != 0) {
-            pthread_mutex_destroy(&s->mu);
-            return write_all(w, s->fd, data, n, what);
-        }
-        if (pthread_create(&s->th, NULL, writer_thread, s) != 0) {
-            pthread_cond_destroy(&s->cv);
-            pthread_mutex_destroy(&s->mu);
-            return write_all(w, s->fd, data, n, what);
-        }
-        s->have_thread = 1;
-    }
-    /* The thread may be writing the other buffer, never this one. */
-    int b = s->cur;
-    if (s->cap[b] < n) {
-        free(s->buf[b]);
-        s->buf[b] = malloc((size_t)n);
-        s->cap[b] = s->buf[b] ? (size_t)n : 0;
-        if (!s->buf[b]) return write_all(w, s->fd, data, n, what); /* wait_idle(): no write in flight */
-    }
-    memcpy(s->buf[b], data, (size_t)n);
-    if ((st = wait_idle(w, s)) != NPUC_OK) return st;
-    pthread_mutex_lock(&s->mu);
-    s->job = s->buf[b];
-    s->job_len = (size_t)n;
-    memcpy(s->job_what, what, sizeof what);
-    s->busy = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    s->cur = 1 - b;
-    return NPUC_OK;
+    return write_all(w, s->fd, data, n, what);
 }
 
 static npuc_status stw_finish(npuc_writer *w) {
     stw_state *s = w->be_state;
-    npuc_status st = wait_idle(w, s);
-    stop_thread(s);
-    if (st == NPUC_OK && fsync(s->fd) != 0)
-        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: fsync: %s", w->path, strerror(errno));
+    npuc_status st = NPUC_OK;
+    if (fsync(s->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: fsync: %s", w->path, strerror(errno));
     if (close(s->fd) != 0 && st == NPUC_OK)
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: close: %s", w->path, strerror(errno));
-    s->fd = -1;
-    free_state(s);
+    free(s);
     w->be_state = NULL;
     return st;
 }
@@ -282,7 +153,8 @@ static npuc_status stw_finish(npuc_writer *w) {
 static void stw_abort(npuc_writer *w) {
     stw_state *s = w->be_state;
     if (!s) return;
-    free_state(s);
+    if (s->fd >= 0) close(s->fd);
+    free(s);
     w->be_state = NULL;
 }
 

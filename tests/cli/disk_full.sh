@@ -3,9 +3,9 @@
 # fails write() with EFBIG exactly as a full disk fails it with ENOSPC):
 # exit 1, one line naming the output, the tensor and the reason, no output
 # file and no temporary file left, the input untouched.  Covers the
-# safetensors writer (its payloads of 1 MiB and more go through its write
-# thread), the HDF5 writer (HDF5 1.10 used to crash at exit after such a
-# failure), quantize, and `npuc run` with a streamed quantize step.
+# safetensors writer, the HDF5 writer (HDF5 1.10 used to crash at exit
+# after such a failure), quantize, and `npuc run` with a streamed quantize
+# step.
 source "$(dirname "$0")/lib/cli_test.bash"
 
 "$PY" - "$T/big.safetensors" <<'PY'
