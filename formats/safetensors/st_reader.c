@@ -77,7 +77,7 @@ static void st_close(npuc_model *m) {
     m->be_state = NULL;
 }
 
-static const npuc_backend ST_BACKEND = {st_load, st_close};
+static const npuc_backend ST_BACKEND = {st_load, st_close, NULL};
 
 /* Dtypes the format defines (huggingface/safetensors, Dtype) that npuc has no
  * representation for: such a file is well-formed but unsupported. */

@@ -413,6 +413,7 @@ npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, const void *
 void npuc_model_release(npuc_model *m, size_t i) {
     if (i >= m->n) return;
     if (m->owned[i]) free(m->buf[i]);
+    else if (m->buf[i] && m->be && m->be->release) m->be->release(m, i, m->buf[i]);
     m->buf[i] = NULL;
     m->owned[i] = 0;
 }

@@ -59,6 +59,9 @@ typedef struct npuc_backend {
      * (owned = 0) or allocates it with malloc (owned = 1). */
     npuc_status (*load)(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned);
     void (*close)(npuc_model *m);
+    /* Optional: tensor i's payload (loaded with owned = 0) is no longer
+     * used (npuc_model_release); NULL when nothing is to be done. */
+    void (*release)(npuc_model *m, size_t i, void *data);
 } npuc_backend;
 
 struct npuc_model {

@@ -1,8 +1,11 @@
 /*
  * pipe.c - an in-memory safetensors stream between two concurrent passes
  * (see pipe.h).  One mutex and one condition variable per pipe guard
- * everything; payloads are copied once, from the producer's buffer into a
- * malloc'd block that the consumer's model then owns and frees on release.
+ * everything.  Payloads are copied once, from the producer's buffer into a
+ * block the consumer reads in place; when the consumer releases it the
+ * block goes back to a small free list for the next payloads, so a run does
+ * not map and fault in fresh pages for every tensor (large malloc blocks
+ * are mmapped, and freeing unmaps them).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -10,6 +13,8 @@
 #include <string.h>
 
 #include "pipe.h"
+
+#define NPUC_PIPE_SPARES 2
 
 struct npuc__pipe {
     char *path;
@@ -26,6 +31,9 @@ struct npuc__pipe {
     size_t want;            /* tensor the consumer waits for, or SIZE_MAX */
     int producer_done, producer_failed, consumer_quit;
     int producer_induced, consumer_induced;
+    void *spare[NPUC_PIPE_SPARES]; /* released blocks, for reuse */
+    size_t spare_cap[NPUC_PIPE_SPARES];
+    size_t *cap_of;         /* allocated size of buf[i] */
     npuc__pipe *next;       /* registry */
 };
 
@@ -76,7 +84,9 @@ void npuc__pipe_free(npuc__pipe *p) {
         }
     pthread_mutex_unlock(&g_reg_mu);
     for (size_t i = 0; p->buf && i < p->n; i++) free(p->buf[i]);
+    for (int k = 0; k < NPUC_PIPE_SPARES; k++) free(p->spare[k]);
     free(p->buf);
+    free(p->cap_of);
     free(p->len);
     free(p->taken);
     free(p->hdr);
@@ -122,9 +132,10 @@ static npuc_status pw_begin(npuc_writer *w) {
     size_t n = w->n ? w->n : 1;
     void **buf = calloc(n, sizeof *buf);
     uint64_t *len = calloc(n, sizeof *len);
+    size_t *cap_of = calloc(n, sizeof *cap_of);
     unsigned char *taken = calloc(n, 1);
-    if (!buf || !len || !taken) {
-        free(hdr); free(buf); free(len); free(taken);
+    if (!buf || !len || !taken || !cap_of) {
+        free(hdr); free(buf); free(len); free(taken); free(cap_of);
         return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_lock(&p->mu);
@@ -132,6 +143,7 @@ static npuc_status pw_begin(npuc_writer *w) {
     p->file_size = size;
     p->buf = buf;
     p->len = len;
+    p->cap_of = cap_of;
     p->taken = taken;
     p->n = w->n;
     p->header_ready = 1;
@@ -143,7 +155,23 @@ static npuc_status pw_begin(npuc_writer *w) {
 static npuc_status pw_write(npuc_writer *w, size_t i, const void *data, uint64_t n) {
     npuc__pipe *p = w->be_state;
     if ((uint64_t)(size_t)n != n) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "%s: tensor too large", w->path);
-    void *copy = malloc(n ? (size_t)n : 1);
+    /* The smallest released block that holds n bytes, else a new one. */
+    void *copy = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&p->mu);
+    int best = -1;
+    for (int k = 0; k < NPUC_PIPE_SPARES; k++)
+        if (p->spare[k] && p->spare_cap[k] >= n && (best < 0 || p->spare_cap[k] < p->spare_cap[best])) best = k;
+    if (best >= 0) {
+        copy = p->spare[best];
+        cap = p->spare_cap[best];
+        p->spare[best] = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!copy) {
+        cap = n ? (size_t)n : 1;
+        copy = malloc(cap);
+    }
     if (!copy) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", w->path, w->t[i].name);
     if (n) memcpy(copy, data, (size_t)n);
     pthread_mutex_lock(&p->mu);
@@ -157,6 +185,7 @@ static npuc_status pw_write(npuc_writer *w, size_t i, const void *data, uint64_t
         return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: the next step stopped reading", w->path);
     }
     p->buf[i] = copy;
+    p->cap_of[i] = cap;
     p->len[i] = n;
     p->queued += n;
     p->written = i + 1;
@@ -205,15 +234,46 @@ static npuc_status pm_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
         st = npuc_fail(ctx, NPUC_ERR_IO, "%s: the previous step failed", p->path);
         goto done;
     }
-    *data = p->buf[i];
-    *owned = 1;
-    p->buf[i] = NULL;
+    *data = p->buf[i]; /* stays p->buf[i] until pm_release hands it back */
+    *owned = 0;
     p->taken[i] = 1;
-    p->queued -= p->len[i];
     pthread_cond_broadcast(&p->cv);
 done:
     pthread_mutex_unlock(&p->mu);
     return st;
+}
+
+/* The consumer is done with tensor i: its block becomes a spare (the
+ * smallest one goes if all slots are full) and its bytes leave the queue. */
+static void pm_release(npuc_model *m, size_t i, void *data) {
+    npuc__pipe *p = m->be_state;
+    pthread_mutex_lock(&p->mu);
+    if (i < p->n && p->buf[i] == data) {
+        int slot = -1;
+        for (int k = 0; k < NPUC_PIPE_SPARES && slot < 0; k++)
+            if (!p->spare[k]) slot = k;
+        if (slot < 0) {
+            slot = 0;
+            for (int k = 1; k < NPUC_PIPE_SPARES; k++)
+                if (p->spare_cap[k] < p->spare_cap[slot]) slot = k;
+            if (p->spare_cap[slot] < p->cap_of[i]) {
+                free(p->spare[slot]);
+                p->spare[slot] = NULL;
+            } else {
+                slot = -1;
+            }
+        }
+        if (slot >= 0) {
+            p->spare[slot] = data;
+            p->spare_cap[slot] = p->cap_of[i];
+        } else {
+            free(data);
+        }
+        p->buf[i] = NULL;
+        p->queued -= p->len[i];
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void pm_close(npuc_model *m) {
@@ -231,7 +291,7 @@ static void pm_close(npuc_model *m) {
     pthread_mutex_unlock(&p->mu);
 }
 
-static const npuc_backend PIPE_MODEL_BACKEND = {pm_load, pm_close};
+static const npuc_backend PIPE_MODEL_BACKEND = {pm_load, pm_close, pm_release};
 
 npuc_status npuc__pipe_open(npuc_ctx *ctx, npuc__pipe *p, npuc_model **out) {
     *out = NULL;
