@@ -40,5 +40,6 @@
 #include "lowrank.h"
 #include "bnfold.h"
 #include "prune.h"
+#include "artifact.h"
 
 #endif

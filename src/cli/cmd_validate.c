@@ -7,7 +7,9 @@
  * accepts too.  --deep then reads every payload once, one tensor at a time
  * (peak memory is the largest tensor, and nothing for mmapped safetensors),
  * and takes the NaN / Inf / subnormal / zero census with npuc_count_values
- * in each tensor's own dtype.  NaN or Inf anywhere fails the check (exit 2);
+ * in each tensor's own dtype.  An npuc artifact's description is checked
+ * against its stored tensors (npuc_artifact_check), and with --deep every
+ * encoded tensor is decoded once.  NaN or Inf anywhere fails the check (exit 2);
  * subnormals are reported as a warning, since they are legal but slow on
  * some hardware and flush to zero on most accelerators.
  */
@@ -23,7 +25,9 @@ static const char USAGE[] =
     "\n"
     "Checks a weight file's structure as strictly as every npuc command reads it\n"
     "and prints \"ok: FILE: ...\".  With --deep, also reads every tensor and counts\n"
-    "NaN, Inf, subnormal and zero values in each float tensor's own dtype.\n"
+    "NaN, Inf, subnormal and zero values in each float tensor's own dtype.  An npuc\n"
+    "artifact's description is checked against its stored tensors; with --deep every\n"
+    "encoded tensor is decoded and must be finite.\n"
     "\n"
     "Options:\n"
     "      --deep               read all tensor data and check the values\n"
@@ -210,6 +214,20 @@ static int run(int argc, char **argv) {
         tot.params += npuc_model_tensor(m, i)->numel;
         tot.bytes += npuc_model_tensor(m, i)->nbytes;
     }
+    /* An artifact's description must match what it stores (and, with
+     * --deep, every encoded tensor must decode, to finite values). */
+    npuc_artifact_info art;
+    npuc_status ast = npuc_artifact_check(ctx, m, deep, &art);
+    if (ast != NPUC_OK) {
+        rc = cli_fail(ctx, ast);
+        if (doc) {
+            jset(doc, "ok", json_false());
+            jset(doc, "error", cli_json_str(npuc_ctx_errmsg(ctx)));
+            cli_json_print(doc);
+            doc = NULL;
+        }
+        goto done;
+    }
     if (deep) {
         if (doc && !(tens = json_array())) {
             cli_error("out of memory");
@@ -227,13 +245,16 @@ static int run(int argc, char **argv) {
         }
     }
 
-    int bad = tot.bad_tensors > 0;
+    int bad = tot.bad_tensors > 0 || art.nonfinite > 0;
     char msg[1024] = "";
-    if (bad)
+    if (tot.bad_tensors)
         snprintf(msg, sizeof msg,
                  "%s: non-finite values in %zu %s (%" PRIu64 " NaN, %" PRIu64 " Inf; first: '%s')",
                  path, tot.bad_tensors, tot.bad_tensors == 1 ? "tensor" : "tensors", tot.v.nan,
                  tot.v.inf, tot.first_bad);
+    else if (art.nonfinite)
+        snprintf(msg, sizeof msg, "%s: %" PRIu64 " non-finite values in decoded tensors (first: '%s')", path,
+                 art.nonfinite, art.first_nonfinite);
 
     if (doc) {
         int err = 0;
@@ -250,6 +271,12 @@ static int run(int argc, char **argv) {
         err |= jset(doc, "values", deep ? counts_json(NULL, &tot.v) : json_null());
         err |= jset(doc, "nonfinite_tensors", json_integer((json_int_t)tot.bad_tensors));
         err |= jset(doc, "subnormal_tensors", json_integer((json_int_t)tot.sub_tensors));
+        json_t *aj = NULL;
+        if (art.encoded)
+            aj = json_pack("{s:I, s:o, s:o}", "encoded", (json_int_t)art.encoded, "decoded",
+                           deep ? json_integer((json_int_t)art.decoded) : json_null(), "nonfinite",
+                           deep ? json_integer((json_int_t)art.nonfinite) : json_null());
+        err |= jset(doc, "artifact", art.encoded ? aj : json_null());
         err |= jset(doc, "tensors", tens ? tens : json_array());
         tens = NULL;
         if (err) {
@@ -267,6 +294,13 @@ static int run(int argc, char **argv) {
                    cli_fmt_count(tot.v.nan + tot.v.inf + tot.v.finite, b1), tot.v.nan, tot.v.inf,
                    tot.v.subnormal, tot.sub_tensors, tot.sub_tensors == 1 ? "tensor" : "tensors",
                    tot.v.zero);
+        if (art.encoded) {
+            printf("artifact: %zu encoded %s, description consistent with the stored tensors", art.encoded,
+                   art.encoded == 1 ? "tensor" : "tensors");
+            if (deep)
+                printf("; %zu decoded: %" PRIu64 " NaN or Inf", art.decoded, art.nonfinite);
+            putchar('\n');
+        }
         if (!bad)
             printf("ok: %s: %zu %s, %s params, %s, %s%s%s%s\n", path, n,
                    n == 1 ? "tensor" : "tensors", cli_fmt_count(tot.params, b1),

@@ -143,4 +143,55 @@ must_match "$T/err" "^npuc: error: $T/junk\\.h5: "
 expect_rc 2 "$NPUC_BIN" validate "$T/missing.safetensors"
 must_match "$T/err" "^npuc: error: $T/missing\\.safetensors: "
 
+# ---------------------------------------------------------------- artifacts
+# The "npuc" description is checked against the stored tensors; --deep
+# decodes every encoded tensor (and finds NaN/Inf that only decoding makes).
+"$NPUC_BIN" quantize -q "$SAMPLES/mlp_attn.safetensors" -o "$T/q.safetensors" >/dev/null
+nenc=$("$PY" -c 'import json,sys
+sys.path.insert(0, sys.argv[2])
+from npuc_test import read_st
+meta, _ = read_st(sys.argv[1]); print(len(json.loads(meta["npuc"])["tensors"]))' "$T/q.safetensors" "$TESTLIB")
+[ "$nenc" -gt 0 ] || fail "the artifact encodes no tensor"
+expect_rc 0 "$NPUC_BIN" validate "$T/q.safetensors"
+must_match "$T/out" "^artifact: $nenc encoded tensors, description consistent with the stored tensors\$"
+expect_rc 0 "$NPUC_BIN" validate --deep --json "$T/q.safetensors"
+"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); a=d["artifact"]
+assert d["ok"] is True and a == {"encoded": int(sys.argv[2]), "decoded": int(sys.argv[2]), "nonfinite": 0}, d' "$T/out" "$nenc"
+expect_rc 0 "$NPUC_BIN" validate --json "$SAMPLES/cnn_bn.safetensors"
+"$PY" -c 'import json,sys; assert json.load(open(sys.argv[1]))["artifact"] is None' "$T/out"
+
+# rewrite IN OUT MODE: a broken copy of the artifact (independent writer).
+rewrite() {
+    "$PY" - "$@" <<'PY'
+import json, struct, sys
+src, dst, mode = sys.argv[1:4]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+hdr = json.loads(b[8:8 + n])
+data = bytearray(b[8 + n:])
+art = json.loads(hdr["__metadata__"]["npuc"])
+name = "attn.q_proj.weight"
+e = art["tensors"][name]
+if mode == "part":      # the description names a scale tensor that is not stored
+    e["scale"] = name + ".no_such_scale"
+else:                   # finite stored scales whose products overflow float32
+    lo, hi = hdr[e["scale"]]["data_offsets"]
+    data[lo:hi] = struct.pack("<f", 3e38) * ((hi - lo) // 4)
+hdr["__metadata__"]["npuc"] = json.dumps(art)
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(h)) + h + bytes(data))
+PY
+}
+rewrite "$T/q.safetensors" "$T/badpart.safetensors" part
+expect_rc 2 "$NPUC_BIN" validate "$T/badpart.safetensors"
+[ "$(wc -l <"$T/err")" -eq 1 ] || fail "not one error line: $(cat "$T/err")"
+must_match "$T/err" "^npuc: error: $T/badpart\.safetensors: .*attn\.q_proj\.weight"
+expect_rc 2 "$NPUC_BIN" validate --json "$T/badpart.safetensors"
+"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] is False and "attn.q_proj.weight" in d["error"], d' "$T/out"
+rewrite "$T/q.safetensors" "$T/overflow.safetensors" overflow
+expect_rc 0 "$NPUC_BIN" validate "$T/overflow.safetensors" # the description is sound...
+expect_rc 2 "$NPUC_BIN" validate --deep "$T/overflow.safetensors" # ...the decoded values are not
+must_match "$T/err" "^npuc: error: $T/overflow\.safetensors: [0-9]+ non-finite values in decoded tensors \(first: 'attn\.q_proj\.weight'\)\$"
+
 echo "validate: ok"
