@@ -187,9 +187,19 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
                 line + (strncmp(line, "total: ", 7) == 0 ? 7 : 0));
         free(one.records);
     }
+    /* The run's line: tensors in (the first step's) and out (the last
+     * step's, less those it removed) rather than records over all steps,
+     * then every step's actions, bytes and SQNR as the report gives them. */
     char line[1024];
     npuc_report_totals_line(s, line, sizeof line);
-    fprintf(f, "%s\n", line);
+    size_t nin = 0, nout = 0;
+    for (size_t i = 0; i < s->nrecords; i++) {
+        size_t k = (size_t)npuc_record_get(&s->records[i], "step", 0);
+        nin += k == 1 && s->records[i].action != NPUC_ACTION_CREATED;
+        nout += k == ns && s->records[i].action != NPUC_ACTION_REMOVED;
+    }
+    const char *rest = line + strcspn(line, ",;");
+    fprintf(f, "total: %zu tensors in, %zu out%s\n", nin, nout, rest);
     for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
     free(colw);
     free(rows);

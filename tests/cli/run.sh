@@ -201,6 +201,10 @@ have_step fold-bn "" && recipe="$R/fold_int8.yaml"
 expect_rc 0 "$NPUC_BIN" run "$recipe" "$cnn" -o "$T/r.safetensors" -f --report "$T/r.txt"
 must_match "$T/out" '^name +shape +1:'
 must_match "$T/r.txt" '^total: '
+if [ "$recipe" = "$R/fold_int8.yaml" ]; then
+    # cnn_bn: 21 tensors; folding 4 BatchNorms drops 15 and adds 2 biases: 8 in the artifact.
+    must_match "$T/out" '^total: 21 tensors in, 8 out, 4 quantized, 4 folded, 15 removed, 2 created; '
+fi
 must_match "$T/r.txt" '^step 1 '
 expect_rc 0 "$NPUC_BIN" run -q "$recipe" "$cnn" -o "$T/r.safetensors" -f --report "$T/r.json"
 expect_rc 0 "$NPUC_BIN" run -q --json "$recipe" "$cnn" -o "$T/r.safetensors" -f
