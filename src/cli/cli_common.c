@@ -611,3 +611,28 @@ void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_rec
         fflush(stderr);
     }
 }
+
+int cli_push(const char ***arr, size_t *n, const char *s) {
+    const char **p = realloc(*arr, (*n + 1) * sizeof *p);
+    if (!p) return -1;
+    p[(*n)++] = s;
+    *arr = p;
+    return 0;
+}
+
+int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npuc_write_opts *w,
+                    const char **out, char **alloc) {
+    *alloc = NULL;
+    *out = a->output;
+    if (!*out) {
+        const char *in = a->pos[0], *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
+        if (!dot || (slash && dot < slash)) dot = in + strlen(in);
+        size_t stem = (size_t)(dot - in), n = stem + strlen(tag) + strlen(dot) + 16;
+        char *s = malloc(n);
+        if (!s) return CLI_EXIT_FAIL;
+        snprintf(s, n, "%.*s.%s%s", (int)stem, in, tag, *dot ? dot : ".safetensors");
+        *out = *alloc = s;
+    }
+    if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) w->format = npuc_model_format(m);
+    return CLI_EXIT_OK;
+}

@@ -189,6 +189,16 @@ int cli_json_print(json_t *doc);
  * command name, as run functions receive it. */
 char *cli_join_command(int argc, char **argv);
 
+/* Appends s to a growing array of option values (repeatable flags). */
+int cli_push(const char ***arr, size_t *n, const char *s);
+
+/* Where a pass command writes: -o, else "<dir>/<stem>.<tag><ext>" beside
+ * the input (".safetensors" when it has no extension).  When the name has
+ * no known extension the output keeps m's format (w->format).  *alloc is
+ * what the caller frees.  CLI_EXIT_OK, or CLI_EXIT_FAIL out of memory. */
+int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npuc_write_opts *w,
+                    const char **out, char **alloc);
+
 /* Per-tensor output of a pass command: a line per tensor on stdout (not
  * with --json), a progress line on stderr (a terminal, and --json). */
 typedef struct cli_printer {

@@ -58,14 +58,6 @@ typedef struct lrargs {
     const char *rule_flag; /* the rank rule given, for "only one" errors */
 } lrargs;
 
-static int push(const char ***arr, size_t *n, const char *s) {
-    const char **p = realloc(*arr, (*n + 1) * sizeof *p);
-    if (!p) return -1;
-    p[(*n)++] = s;
-    *arr = p;
-    return 0;
-}
-
 /* A finite decimal number; returns 0, or -1. */
 static int parse_double(const char *s, double *out) {
     char *end;
@@ -139,9 +131,9 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         p->svd.seed = (uint64_t)s;
         break;
     }
-    case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_LAYER_RANK: if (push(&q->lr, &q->nlr, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_INCLUDE: if (cli_push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_EXCLUDE: if (cli_push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_RANK: if (cli_push(&q->lr, &q->nlr, arg)) return CLI_EXIT_FAIL; break;
     case OPT_REPORT: q->report = arg; break;
     case OPT_DEFLATE:
         if (cli_parse_long(arg, 0, 9, &v) != 0)
@@ -185,17 +177,6 @@ static char *params_json(const lrargs *q) {
     return s;
 }
 
-/* <dir>/<stem>.lr.<ext> beside the input. */
-static char *default_output(const char *in) {
-    const char *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
-    if (!dot || (slash && dot < slash)) dot = in + strlen(in);
-    size_t stem = (size_t)(dot - in);
-    char *s = malloc(stem + strlen(dot) + 20);
-    if (!s) return NULL;
-    sprintf(s, "%.*s.lr%s", (int)stem, in, *dot ? dot : ".safetensors");
-    return s;
-}
-
 static int run(int argc, char **argv) {
     cli_args a;
     lrargs q;
@@ -224,12 +205,8 @@ static int run(int argc, char **argv) {
     q.o.nlayer_rank = q.nlr;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
-    const char *out = a.output;
-    if (!out) {
-        out = out_alloc = default_output(a.pos[0]);
-        if (!out) { rc = CLI_EXIT_FAIL; goto done; }
-    }
-    if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
+    const char *out;
+    if ((rc = cli_output_path(&a, m, "lr", &q.o.write, &out, &out_alloc)) != CLI_EXIT_OK) goto done;
 
     cli_printer p;
     cli_printer_init(&p, &a, m, "factoring");

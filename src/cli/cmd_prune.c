@@ -56,14 +56,6 @@ typedef struct pargs {
     int sparsity_set, scope_set, criterion_set, round_set;
 } pargs;
 
-static int push(const char ***arr, size_t *n, const char *s) {
-    const char **p = realloc(*arr, (*n + 1) * sizeof *p);
-    if (!p) return -1;
-    p[(*n)++] = s;
-    *arr = p;
-    return 0;
-}
-
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     pargs *q = ud;
     long v;
@@ -102,10 +94,10 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         q->o.round_to = (uint32_t)v;
         q->round_set = 1;
         break;
-    case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_NEXT: if (push(&q->next, &q->nnext, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_LAYER_SPARSITY: if (push(&q->ls, &q->nls, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_INCLUDE: if (cli_push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_EXCLUDE: if (cli_push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_NEXT: if (cli_push(&q->next, &q->nnext, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_SPARSITY: if (cli_push(&q->ls, &q->nls, arg)) return CLI_EXIT_FAIL; break;
     case OPT_GRAPH: q->o.graph_file = arg; break;
     case OPT_NO_GUESS: q->o.no_guess = 1; break;
     case OPT_REPORT: q->report = arg; break;
@@ -134,17 +126,6 @@ static char *params_json(const pargs *q) {
                           "graph", cli_json_str(q->o.graph_file), "no_guess", q->o.no_guess);
     char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(p);
-    return s;
-}
-
-/* <dir>/<stem>.pruned.<ext> beside the input. */
-static char *default_output(const char *in) {
-    const char *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
-    if (!dot || (slash && dot < slash)) dot = in + strlen(in);
-    size_t stem = (size_t)(dot - in);
-    char *s = malloc(stem + strlen(dot) + 24);
-    if (!s) return NULL;
-    sprintf(s, "%.*s.pruned%s", (int)stem, in, *dot ? dot : ".safetensors");
     return s;
 }
 
@@ -179,12 +160,8 @@ static int run(int argc, char **argv) {
     q.o.layer_sparsity = q.ls; q.o.nlayer_sparsity = q.nls;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
-    const char *out = a.output;
-    if (!out) {
-        out = out_alloc = default_output(a.pos[0]);
-        if (!out) { rc = CLI_EXIT_FAIL; goto done; }
-    }
-    if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
+    const char *out;
+    if ((rc = cli_output_path(&a, m, "pruned", &q.o.write, &out, &out_alloc)) != CLI_EXIT_OK) goto done;
 
     cli_printer p;
     cli_printer_init(&p, &a, m, "pruning");

@@ -66,14 +66,6 @@ typedef struct qargs {
     int gran_set;
 } qargs;
 
-static int push(const char ***arr, size_t *n, const char *s) {
-    const char **p = realloc(*arr, (*n + 1) * sizeof *p);
-    if (!p) return -1;
-    p[(*n)++] = s;
-    *arr = p;
-    return 0;
-}
-
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     qargs *q = ud;
     long v;
@@ -109,10 +101,10 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         q->o.params.axis = (int)v;
         break;
     case OPT_RANGE: q->range = arg; break;
-    case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_LAYER_BITS: if (push(&q->lb, &q->nlb, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_LAYER_GROUP: if (push(&q->lg, &q->nlg, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_INCLUDE: if (cli_push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_EXCLUDE: if (cli_push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_BITS: if (cli_push(&q->lb, &q->nlb, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_LAYER_GROUP: if (cli_push(&q->lg, &q->nlg, arg)) return CLI_EXIT_FAIL; break;
     case OPT_ALL: q->o.quantize_all = 1; break;
     case OPT_FAKE: q->o.fake_quant = 1; break;
     case OPT_PATTERN:
@@ -156,18 +148,6 @@ static char *params_json(const qargs *q) {
     return s;
 }
 
-/* <dir>/<stem>.q<bits>.<ext> beside the input. */
-static char *default_output(const char *in, const npuc_quantize_opts *o) {
-    const char *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
-    if (!dot || (slash && dot < slash)) dot = in + strlen(in);
-    size_t stem = (size_t)(dot - in);
-    char *s = malloc(stem + strlen(dot) + 16);
-    if (!s) return NULL;
-    sprintf(s, "%.*s.%s%d%s", (int)stem, in, o->fake_quant ? "fq" : "q", o->params.bits,
-            *dot ? dot : ".safetensors");
-    return s;
-}
-
 static int run(int argc, char **argv) {
     cli_args a;
     qargs q;
@@ -194,12 +174,10 @@ static int run(int argc, char **argv) {
     q.o.layer_group_size = q.lg; q.o.nlayer_group_size = q.nlg;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
-    const char *out = a.output;
-    if (!out) {
-        out = out_alloc = default_output(a.pos[0], &q.o);
-        if (!out) { rc = CLI_EXIT_FAIL; goto done; }
-    }
-    if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
+    char tag[32];
+    snprintf(tag, sizeof tag, "%s%d", q.o.fake_quant ? "fq" : "q", q.o.params.bits);
+    const char *out;
+    if ((rc = cli_output_path(&a, m, tag, &q.o.write, &out, &out_alloc)) != CLI_EXIT_OK) goto done;
 
     cli_printer p;
     cli_printer_init(&p, &a, m, "quantizing");

@@ -46,14 +46,6 @@ typedef struct sargs {
     const char *report;
 } sargs;
 
-static int push(const char ***arr, size_t *n, const char *s) {
-    const char **p = realloc(*arr, (*n + 1) * sizeof *p);
-    if (!p) return -1;
-    p[(*n)++] = s;
-    *arr = p;
-    return 0;
-}
-
 static int positive(const char *flag, const char *arg, double *out) {
     char *end;
     errno = 0;
@@ -74,8 +66,8 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
             return cli_usage_error(&cli_cmd_sparsify, "--pattern '%s': expected N:M with 1 <= N < M <= 16", arg);
         break;
     case OPT_COMPRESSED: q->o.compressed = 1; break;
-    case OPT_INCLUDE: if (push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
-    case OPT_EXCLUDE: if (push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_INCLUDE: if (cli_push(&q->inc, &q->ninc, arg)) return CLI_EXIT_FAIL; break;
+    case OPT_EXCLUDE: if (cli_push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_PEAK: return positive("--peak-tops", arg, &q->o.cost.peak_tops);
     case OPT_BW: return positive("--bandwidth", arg, &q->o.cost.bandwidth_gbs);
     case OPT_TOKENS: return positive("--tokens", arg, &q->o.cost.tokens);
@@ -103,17 +95,6 @@ static char *params_json(const sargs *q) {
     return s;
 }
 
-/* <dir>/<stem>.<n>of<m>.<ext> beside the input. */
-static char *default_output(const char *in, const npuc_sparsify_opts *o) {
-    const char *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
-    if (!dot || (slash && dot < slash)) dot = in + strlen(in);
-    size_t stem = (size_t)(dot - in);
-    char *s = malloc(stem + strlen(dot) + 32);
-    if (!s) return NULL;
-    sprintf(s, "%.*s.%dof%d%s", (int)stem, in, o->n, o->m, *dot ? dot : ".safetensors");
-    return s;
-}
-
 static int run(int argc, char **argv) {
     cli_args a;
     sargs q;
@@ -134,12 +115,10 @@ static int run(int argc, char **argv) {
     q.o.exclude = q.exc; q.o.nexclude = q.nexc;
     q.o.write.overwrite = a.force;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
-    const char *out = a.output;
-    if (!out) {
-        out = out_alloc = default_output(a.pos[0], &q.o);
-        if (!out) { rc = CLI_EXIT_FAIL; goto done; }
-    }
-    if (npuc_format_from_path(out) == NPUC_FORMAT_AUTO) q.o.write.format = npuc_model_format(m);
+    char tag[32];
+    snprintf(tag, sizeof tag, "%dof%d", q.o.n, q.o.m);
+    const char *out;
+    if ((rc = cli_output_path(&a, m, tag, &q.o.write, &out, &out_alloc)) != CLI_EXIT_OK) goto done;
 
     cli_printer p;
     cli_printer_init(&p, &a, m, "sparsifying");

@@ -225,24 +225,6 @@ static npuc_status check_finite(npuc_ctx *ctx, npuc_model *m, const lrplan *plan
     return NPUC_OK;
 }
 
-/* Float32 view of tensor i: the mapped bytes when they are aligned F32, else
- * a converted copy in scratch. */
-static npuc_status load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, const float **out) {
-    const npuc_tensor_info *t = npuc_model_tensor(m, i);
-    const void *p;
-    npuc_status st = npuc_model_data(ctx, m, i, &p);
-    if (st != NPUC_OK) return st;
-    if (t->dtype == NPUC_DTYPE_F32 && ((uintptr_t)p & 3) == 0) {
-        *out = p;
-        return NPUC_OK;
-    }
-    float *f = npuc__scratch(scr, t->numel * sizeof(float));
-    if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
-    npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
-    *out = f;
-    return NPUC_OK;
-}
-
 /* ------------------------------------------------------------- spill file */
 
 typedef struct spill {
@@ -346,7 +328,7 @@ static npuc_status factor_all(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_o
             p.rule = NPUC_RANK_FIXED;
             p.rank = q->layer_rank;
         }
-        if ((st = load_f32(ctx, m, i, &s_in, &w)) != NPUC_OK) break;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &w)) != NPUC_OK) break;
         st = npuc_lowrank_tensor(ctx, t, w, &p, &res);
         npuc_model_release(m, i);
         if (st != NPUC_OK) { st = with_path(ctx, st, path); break; }

@@ -61,9 +61,6 @@ npuc_status npuc__prune_bad_values(npuc_ctx *ctx, const char *name, uint64_t nba
 
 /* ------------------------------------------------------------ tensor I/O */
 
-/* Float32 view of tensor i (zero-copy for aligned F32, else converted into
- * scr).  Release with npuc_model_release. */
-npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, const float **out);
 
 /* Writes the pruned f32 values of tensor t (src: its original bytes) in t's
  * dtype: F32 as is; other dtypes copy src and clear the elements whose

@@ -22,8 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "artifact/artifact_meta.h"
 #include "passes/prune_internal.h"
@@ -52,42 +50,6 @@ npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path) {
     char msg[NPUC_MSG_MAX];
     snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
     return npuc_fail(ctx, st, "%s: %s", path, msg);
-}
-
-/* Maps in the pages of a large mmapped tensor with one system call
- * (MADV_POPULATE_READ, Linux 5.14) instead of one page fault per 4 KiB
- * that the first pass would take; a kernel without it refuses, and the
- * faults happen as before. */
-static void prefault(const void *p, uint64_t n) {
-#if defined(__linux__) && defined(MADV_POPULATE_READ)
-    if (n < ((uint64_t)1 << 20)) return;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t a = (uintptr_t)p & ~(page - 1), e = (uintptr_t)p + (uintptr_t)n;
-    (void)madvise((void *)a, (size_t)(e - a), MADV_POPULATE_READ);
-#else
-    (void)p;
-    (void)n;
-#endif
-}
-
-npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, const float **out) {
-    const npuc_tensor_info *t = npuc_model_tensor(m, i);
-    const void *p;
-    npuc_status st = npuc_model_data(ctx, m, i, &p);
-    if (st != NPUC_OK) return st;
-    if (t->dtype == NPUC_DTYPE_F32 && ((uintptr_t)p & 3) == 0) {
-        prefault(p, t->nbytes);
-        *out = p;
-        return NPUC_OK;
-    }
-    uint64_t nb;
-    if (npuc_mul_overflow(t->numel, sizeof(float), &nb))
-        return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': too large", npuc_model_path(m), t->name);
-    float *f = npuc__scratch(scr, nb);
-    if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
-    npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
-    *out = f;
-    return NPUC_OK;
 }
 
 npuc_status npuc__write_pruned(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t, const void *src,
@@ -228,7 +190,7 @@ static npuc_status msrc_get(void *u, size_t i, const float **x, uint64_t *n) {
     model_src *s = u;
     /* The context is not at hand here; errors carry the model's path via
      * the caller, which re-prefixes. */
-    npuc_status st = npuc__load_f32(NULL, s->m, s->idx[i], s->scr, x);
+    npuc_status st = npuc__load_f32(NULL, s->m, s->idx[i], s->scr, 1, x);
     *n = npuc_model_tensor(s->m, s->idx[i])->numel;
     return st;
 }
@@ -296,7 +258,7 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         if (nbad) { /* name the first offender */
             for (size_t a = 0; a < nsel && st == NPUC_OK; a++) {
                 const float *x;
-                if ((st = npuc__load_f32(ctx, m, idx[a], &s_in, &x)) != NPUC_OK) goto fail;
+                if ((st = npuc__load_f32(ctx, m, idx[a], &s_in, 1, &x)) != NPUC_OK) goto fail;
                 uint64_t nb = 0;
                 for (uint64_t e = 0; e < npuc_model_tensor(m, idx[a])->numel; e++) nb += npuc_mag(x[e]) >= NPUC_MAG_BAD;
                 npuc_model_release(m, idx[a]);
@@ -324,7 +286,7 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
             continue;
         }
         const float *x;
-        if ((st = npuc__load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, 1, &x)) != NPUC_OK) goto fail;
         float *y = npuc__scratch(&s_out, t->numel * sizeof(float));
         if (!y) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name); goto fail; }
         npuc_prune_stats ps;

@@ -241,25 +241,6 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
     return NPUC_OK;
 }
 
-/* Float32 view of tensor i: the mapped bytes themselves when they are
- * aligned F32, else a converted copy in scratch. */
-static npuc_status load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr,
-                            const float **out) {
-    const npuc_tensor_info *t = npuc_model_tensor(m, i);
-    const void *p;
-    npuc_status st = npuc_model_data(ctx, m, i, &p);
-    if (st != NPUC_OK) return st;
-    if (t->dtype == NPUC_DTYPE_F32 && ((uintptr_t)p & 3) == 0) {
-        *out = p;
-        return NPUC_OK;
-    }
-    float *f = npuc__scratch(scr, t->numel * sizeof(float));
-    if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
-    npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
-    *out = f;
-    return NPUC_OK;
-}
-
 /* ------------------------------------------------ --pattern N:M (sparsify_quant.c)
  * With --pattern every quantized tensor is N:M-sparsified first and the
  * sparse tensor quantized; the codes of the kept positions are stored as an
@@ -482,7 +463,7 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
             continue;
         }
         const float *x = NULL;
-        if ((st = load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) goto fail;
         const float *x0 = x; /* --pattern: sparsify first */
         if (q->nm && (st = nm_stream(ctx, w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
         if (q->nm && !o->fake_quant) continue;
