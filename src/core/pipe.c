@@ -96,10 +96,9 @@ void npuc__pipe_free(npuc__pipe *p) {
     free(p);
 }
 
-void npuc__pipe_producer_exit(npuc__pipe *p, int failed) {
+void npuc__pipe_producer_exit(npuc__pipe *p) {
     pthread_mutex_lock(&p->mu);
-    (void)failed; /* a producer that returned without finishing its writer failed, whatever it says */
-    if (!p->producer_done) p->producer_failed = 1;
+    if (!p->producer_done) p->producer_failed = 1; /* returned without finishing its writer */
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }

@@ -35,9 +35,9 @@ npuc__pipe *npuc__pipe_find(const char *path);
  * the producer ended without writing one. */
 npuc_status npuc__pipe_open(npuc_ctx *ctx, npuc__pipe *p, npuc_model **out);
 /* Called by whoever ran the producer once it has returned: a producer that
- * failed before its writer began (or never opened one) must still wake the
- * consumer. */
-void npuc__pipe_producer_exit(npuc__pipe *p, int failed);
+ * did not finish its writer (it failed, perhaps before opening one) counts
+ * as failed, and the consumer is woken. */
+void npuc__pipe_producer_exit(npuc__pipe *p);
 /* The consumer will never read (it failed before opening its model). */
 void npuc__pipe_abandon(npuc__pipe *p);
 /* 1 when the producer's failure came from the consumer closing early

@@ -374,7 +374,7 @@ static void job_run(step_job *j) {
         npuc_model_close(j->m);
         j->m = NULL;
     }
-    if (j->pout) npuc__pipe_producer_exit(j->pout, j->st != NPUC_OK);
+    if (j->pout) npuc__pipe_producer_exit(j->pout);
 }
 
 static void *job_thread(void *arg) {
@@ -420,7 +420,7 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
             if ((J->st = npuc__pipe_new(J->c, paths[k + j], NPUC_PIPE_CAP, &J->pout)) != NPUC_OK) break;
             if (pthread_create(&J->th, NULL, job_thread, J) != 0) {
                 J->st = npuc_fail(J->c, NPUC_ERR_NOMEM, "cannot start a thread");
-                npuc__pipe_producer_exit(J->pout, 1);
+                npuc__pipe_producer_exit(J->pout);
                 break;
             }
             J->threaded = 1;
