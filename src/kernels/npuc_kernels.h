@@ -36,7 +36,9 @@
  * only the 16 additions round, by at most 2^-24 each) and then the block
  * sums in double.  The terms of each sum have one sign, so each of
  * sum_w2, sum_e2, sum_wd, sum_d2 is within NPUC_QSUM_RTOL = 1e-6 (16 * 2^-24
- * = 9.54e-7, plus double rounding) of the reference's, relative.  The float
+ * = 9.54e-7, plus double rounding) of the reference's, relative.  (The
+ * AVX-512 version forms sum_d2 as scale^2 times the exact integer sum of
+ * (q - zp)^2 instead: within 2^-23, relative.)  The float
  * path is taken only when it is that accurate: a call whose data or
  * parameters could overflow, underflow, clip or meet NaN/Inf is computed
  * with double terms instead (see kernels/x86/qk_x86.h). */
@@ -73,6 +75,16 @@ typedef struct npuc_kernel_table {
      * dequantized values; adds the error sums into *s. */
     void (*quant_run)(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
                       int32_t qmin, int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s);
+
+    /* quant_run that also reads ahead: while it works it prefetches the
+     * floats ahead[0..n_ahead) into the core's L2 cache, a few cache lines
+     * per step of its own, so that memory streams the next run while this
+     * one is computed from cache (the one-pass quantizer's minmax then reads
+     * the next run from cache).  Results are exactly quant_run's; ahead is a
+     * hint (NULL for none), never dereferenced, and may lie anywhere. */
+    void (*quant_run_ahead)(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
+                            int32_t qmin, int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s,
+                            const float *ahead, size_t n_ahead);
 
     /* The same for a run whose element i has its own scale[i], inv_scale[i]
      * and zp[i] (a row of a [in, out] weight quantized per output column). */

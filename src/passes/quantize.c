@@ -28,7 +28,11 @@
  * method), derives its scale and quantizes it while the group is still in
  * its cache.  The kernel calls and the items their sums go to are the same
  * as in the two-pass order, so the results are bit for bit those of the two
- * passes.  Other layouts (a channel strided through the tensor, or a group
+ * passes.  While a worker quantizes one run from its cache, the kernel
+ * prefetches the run that follows it in memory (quant_run_ahead), which is
+ * the one the same worker most likely takes next: the memory traffic of the
+ * next minmax overlaps the arithmetic of this run instead of following it.
+ * Other layouts (a channel strided through the tensor, or a group
  * too large for the cache) need every group's range before the first code:
  * they keep the two passes.
  */
@@ -46,6 +50,8 @@
 /* Largest group (in values) quantized in one pass with its range search:
  * 256 KiB of floats, which stays in a core's L2 between the two. */
 #define FUSE_MAX CHUNK
+/* The one-pass order reads ahead at least this many values (16 KiB). */
+#define AHEAD_MIN 4096u
 
 npuc_quant_params npuc_quant_params_defaults(void) {
     npuc_quant_params p;
@@ -325,7 +331,7 @@ typedef struct fuse_job {
     const npuc_kernel_table *k;
     const float *w;
     const npuc_quant_shape *qs;
-    uint64_t G, chunks;
+    uint64_t G, chunks, numel;
     const npuc_quant_params *p;
     npuc_range_opts ro; /* p->range with the scheme's bits and symmetry */
     int32_t qmin, qmax;
@@ -362,9 +368,14 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
                                       &j->zero_points[idx]);
         for (uint64_t q = g0; q < g1;) {
             const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < g1 ? (ch + 1) * CHUNK : g1;
-            j->k->quant_run(j->w + base + q, (size_t)(end - q), j->scales[idx], j->inv[idx],
-                            j->zero_points[idx], j->qmin, j->qmax, j->codes + base + q,
-                            j->deq ? j->deq + base + q : NULL, &j->sums[c * j->chunks + ch]);
+            /* Read ahead the values as many as these (at least AHEAD_MIN)
+             * further on, which this thread most likely takes next. */
+            const uint64_t len = end - q, a0 = base + q + (len > AHEAD_MIN ? len : AHEAD_MIN);
+            const uint64_t an = a0 >= j->numel ? 0 : j->numel - a0 < len ? j->numel - a0 : len;
+            j->k->quant_run_ahead(j->w + base + q, (size_t)len, j->scales[idx], j->inv[idx],
+                                  j->zero_points[idx], j->qmin, j->qmax, j->codes + base + q,
+                                  j->deq ? j->deq + base + q : NULL, &j->sums[c * j->chunks + ch],
+                                  an ? j->w + a0 : NULL, (size_t)an);
             q = end;
         }
         g0 = g1;
@@ -391,7 +402,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
     const int grab = per == 0 || per >= CHUNK || !by_chunk ? 1 : (int)(CHUNK / per);
     const int est = p->range.method != NPUC_RANGE_MINMAX;
     const uint64_t gmax = G < per ? G : per;
-    fuse_job j = {.k = k, .w = w, .qs = qs, .G = G, .chunks = chunks, .p = p, .ro = p->range,
+    fuse_job j = {.k = k, .w = w, .qs = qs, .G = G, .chunks = chunks, .numel = C * per, .p = p, .ro = p->range,
                   .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
                   .zero_points = zero_points, .codes = codes, .deq = deq};
     j.ro.bits = p->bits;

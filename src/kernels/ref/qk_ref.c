@@ -59,6 +59,15 @@ static void quant_run_ref(const float *x, size_t n, float scale, float inv_scale
     npuc_qsums_add(s, &acc);
 }
 
+/* The reference reads nothing ahead: the hint changes no result. */
+static void quant_run_ahead_ref(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
+                                int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
+                                npuc_qsums *s, const float *ahead, size_t n_ahead) {
+    (void)ahead;
+    (void)n_ahead;
+    quant_run_ref(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+}
+
 static void quant_vec_ref(const float *x, size_t n, const float *scale, const float *inv_scale,
                           const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                           npuc_qsums *s) {
@@ -84,6 +93,7 @@ static const npuc_kernel_table g_ref = {
     .minmax = minmax_ref,
     .minmax_cols = minmax_cols_ref,
     .quant_run = quant_run_ref,
+    .quant_run_ahead = quant_run_ahead_ref,
     .quant_vec = quant_vec_ref,
     .quant_rows = quant_rows_ref,
 };

@@ -474,7 +474,8 @@ NPUC_AVX2 __attribute__((noinline, cold)) static void exact_vectors(
  * the last two) is computed on the exact path instead. */
 NPUC_AVX2_INLINE void run_fast_body(const float *x, size_t n8, float scale, float inv_scale,
                                     int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
-                                    float *deq, int pack, int with_deq, fast_out *o) {
+                                    float *deq, int pack, int with_deq, fast_out *o,
+                                    qk_ahead *pf) {
     const __m256 vs = _mm256_set1_ps(scale), vi = _mm256_set1_ps(inv_scale);
     const __m256i vz = _mm256_set1_epi32(zp);
     const __m256i klo = _mm256_set1_epi32(qmin - zp), khi = _mm256_set1_epi32(qmax - zp);
@@ -488,6 +489,7 @@ NPUC_AVX2_INLINE void run_fast_body(const float *x, size_t n8, float scale, floa
         for (; i + 32 <= end; i += 32) {
             const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
             const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+            qk_ahead_step(pf, 2);
             const __m256i k0 = rint_mul(x0, vi), k1 = rint_mul(x1, vi);
             const __m256i k2 = rint_mul(x2, vi), k3 = rint_mul(x3, vi);
             const __m256i mn = min4(k0, k1, k2, k3), mx = max4(k0, k1, k2, k3);
@@ -511,6 +513,7 @@ NPUC_AVX2_INLINE void run_fast_body(const float *x, size_t n8, float scale, floa
         }
         for (; i < end; i += 8) {
             const __m256 x0 = _mm256_loadu_ps(x + i);
+            qk_ahead_step(pf, 1);
             const __m256i k0 = rint_mul(x0, vi);
             if (__builtin_expect(any_outside(k0, k0, klo, khi), 0)) {
                 exact_vectors(x, i, 8, &scale, &inv_scale, &zp, 0, qmin, qmax, codes,
@@ -526,9 +529,10 @@ NPUC_AVX2_INLINE void run_fast_body(const float *x, size_t n8, float scale, floa
     o->amax = amax;
 }
 
-NPUC_AVX2 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale,
-                                     int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
-                                     float *deq, npuc_qsums *s) {
+NPUC_AVX2 void npuc__qk_quant_run_ahead_avx2(const float *x, size_t n, float scale,
+                                           float inv_scale, int32_t zp, int32_t qmin, int32_t qmax,
+                                           uint8_t *codes, float *deq, npuc_qsums *s,
+                                           const float *ahead, size_t n_ahead) {
     const int pack = qk_pack_kind(qmin, qmax);
     const size_t n8 = n & ~(size_t)7;
     unsigned csr;
@@ -539,15 +543,16 @@ NPUC_AVX2 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, fl
     }
     fast_out o;
     fast_out_init(&o);
+    qk_ahead pf = qk_ahead_make(ahead, n_ahead);
     /* One specialisation per (pack, deq) pair. */
     if (pack == QK_PACK_I8 && deq)
-        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o);
+        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &pf);
     else if (pack == QK_PACK_I8)
-        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o);
+        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &pf);
     else if (deq)
-        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o);
+        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &pf);
     else
-        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o);
+        run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &pf);
     if (qk_watch_end(csr, &o)) {
         quant_run_exact(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
         return;
@@ -560,6 +565,12 @@ NPUC_AVX2 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, fl
         if (deq) deq[i] = d;
     }
     npuc_qsums_add(s, &acc);
+}
+
+NPUC_AVX2 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale,
+                                     int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                     float *deq, npuc_qsums *s) {
+    npuc__qk_quant_run_ahead_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL, 0);
 }
 
 /* quant_vec's version: per-element parameters, q = k + zp checked against
@@ -779,6 +790,7 @@ static const npuc_kernel_table g_avx2 = {
     .minmax = npuc__qk_minmax_avx2,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = npuc__qk_quant_run_avx2,
+    .quant_run_ahead = npuc__qk_quant_run_ahead_avx2,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
 };

@@ -13,7 +13,11 @@
  * and +-Inf, redone by the AVX2 careful scan if one was seen); quant_run's
  * float path with no clamps, its range check on k = rint(x * inv_scale), and
  * float error sums per lane over blocks of QK_BLOCK_LANE_TERMS terms, then
- * double.  A group of 64 values holding a clipped, NaN or infinite element is
+ * double.  Three things differ, to spare the FMA ports, which bound this
+ * loop: the sum of deq^2 is scale^2 times the exact integer sum of k^2
+ * (VPMADDWD on the int16 k that the code packing makes anyway; see
+ * out16_reduce for why that is within the tolerance), max |deq - x| is one
+ * VRANGEPS, and quant_run_ahead prefetches the next run (qk_ahead).  A group of 64 values holding a clipped, NaN or infinite element is
  * quantized by the AVX2 kernel instead (exact path, double terms), and a call
  * that raised the overflow or underflow flag is redone by it entirely, so
  * codes, dequantized values, clipped counts and max_abs are bit-identical to
@@ -78,18 +82,26 @@ NPUC_AVX512 static uint64_t minmax_avx512(const float *x, size_t n, float *lo, f
 
 /* ---------------------------------------------------------------- quant_run */
 
+/* Per-lane block sums: three in float, and sum k^2 (k = q - zp) exactly in
+ * int32 (a block adds at most 16 * QK_BLOCK_LANE_TERMS terms of at most
+ * 511^2 per lane, far below 2^31). */
 typedef struct {
-    __m512 w2, e2, wd, d2;
+    __m512 w2, e2, wd;
+    __m512i kk;
 } fsums16;
 
+/* The run's sums so far: double lanes for the float sums, int64 lanes for
+ * sum k^2, from which sum deq^2 = scale^2 * sum k^2 at the end. */
 typedef struct {
-    __m512d w2lo, w2hi, e2lo, e2hi, wdlo, wdhi, d2lo, d2hi;
+    __m512d w2lo, w2hi, e2lo, e2hi, wdlo, wdhi;
+    __m512i kklo, kkhi;
     __m512 amax;
     npuc_qsums exact; /* groups quantized by the AVX2 kernel */
 } out16;
 
 NPUC_AVX512_INLINE void fsums16_zero(fsums16 *f) {
-    f->w2 = f->e2 = f->wd = f->d2 = _mm512_setzero_ps();
+    f->w2 = f->e2 = f->wd = _mm512_setzero_ps();
+    f->kk = _mm512_setzero_si512();
 }
 
 NPUC_AVX512_INLINE void to_double16(__m512 f, __m512d *lo, __m512d *hi) {
@@ -101,28 +113,33 @@ NPUC_AVX512_INLINE void fsums16_flush(fsums16 *f, out16 *o) {
     to_double16(f->w2, &o->w2lo, &o->w2hi);
     to_double16(f->e2, &o->e2lo, &o->e2hi);
     to_double16(f->wd, &o->wdlo, &o->wdhi);
-    to_double16(f->d2, &o->d2lo, &o->d2hi);
+    o->kklo = _mm512_add_epi64(o->kklo, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(f->kk)));
+    o->kkhi = _mm512_add_epi64(o->kkhi, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(f->kk, 1)));
     fsums16_zero(f);
 }
 
-/* deq, error terms and max |deq - x| of 16 elements whose k is in range. */
+/* deq, the float error terms and max |deq - x| of 16 elements whose k is in
+ * range (sum k^2 is the caller's: in integers). */
 NPUC_AVX512_INLINE __m512 terms16(__m512 x, __m512i k, __m512 scale, fsums16 *f, __m512 *amax) {
     const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(k), scale);
     const __m512 e = _mm512_sub_ps(d, x);
     f->w2 = _mm512_fmadd_ps(x, x, f->w2);
     f->e2 = _mm512_fmadd_ps(e, e, f->e2);
     f->wd = _mm512_fmadd_ps(x, d, f->wd);
-    f->d2 = _mm512_fmadd_ps(d, d, f->d2);
-    *amax = _mm512_max_ps(_mm512_abs_ps(e), *amax);
+    /* VRANGEPS imm 0x0B: the operand of larger magnitude, sign cleared,
+     * i.e. max(|e|, amax) in one instruction (amax >= 0). */
+    *amax = _mm512_range_ps(e, *amax, 0x0B);
     return d;
 }
 
-/* Codes of 64 elements (four vectors of q in [-128, 255]) as bytes in
- * element order: VPACKSSDW, then VPACKSSWB or VPACKUSWB, which interleave
- * 128-bit quarters, undone by one VPERMD. */
-NPUC_AVX512_INLINE void store_codes64(uint8_t *dst, __m512i q0, __m512i q1, __m512i q2, __m512i q3,
-                                      int pack) {
-    const __m512i a = _mm512_packs_epi32(q0, q1), b = _mm512_packs_epi32(q2, q3);
+/* Codes of 64 elements as bytes in element order, from k of the four
+ * vectors narrowed to int16 (a = k0|k1, b = k2|k3 as VPACKSSDW leaves them,
+ * exact: |k| <= 511) plus the zero point in int16 (q in [-128, 255]):
+ * VPACKSSWB or VPACKUSWB, which interleave 128-bit quarters, undone by one
+ * VPERMD. */
+NPUC_AVX512_INLINE void store_codes64(uint8_t *dst, __m512i a, __m512i b, __m512i vz16, int pack) {
+    a = _mm512_add_epi16(a, vz16);
+    b = _mm512_add_epi16(b, vz16);
     const __m512i c = pack == QK_PACK_I8 ? _mm512_packs_epi16(a, b) : _mm512_packus_epi16(a, b);
     const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_si512((void *)dst, _mm512_permutexvar_epi32(perm, c));
@@ -152,9 +169,9 @@ __attribute__((noinline, cold)) static void exact_span(const float *x, size_t i,
  * combination. */
 NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, float inv_scale,
                                    int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
-                                   float *deq, int pack, int with_deq, out16 *o) {
+                                   float *deq, int pack, int with_deq, out16 *o, qk_ahead *pf) {
     const __m512 vs = _mm512_set1_ps(scale), vi = _mm512_set1_ps(inv_scale);
-    const __m512i vz = _mm512_set1_epi32(zp);
+    const __m512i vz = _mm512_set1_epi32(zp), vz16 = _mm512_set1_epi16((short)zp);
     const __m512i klo = _mm512_set1_epi32(qmin - zp), khi = _mm512_set1_epi32(qmax - zp);
     const size_t block = 16 * QK_BLOCK_LANE_TERMS;
     __m512 amax = o->amax;
@@ -166,6 +183,7 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
         for (; i + 64 <= end; i += 64) {
             const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
             const __m512 x2 = _mm512_loadu_ps(x + i + 32), x3 = _mm512_loadu_ps(x + i + 48);
+            qk_ahead_step(pf, 4);
             const __m512i k0 = rint_mul16(x0, vi), k1 = rint_mul16(x1, vi);
             const __m512i k2 = rint_mul16(x2, vi), k3 = rint_mul16(x3, vi);
             const __m512i mn = _mm512_min_epi32(_mm512_min_epi32(k0, k1), _mm512_min_epi32(k2, k3));
@@ -180,8 +198,9 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
             const __m512 d1 = terms16(x1, k1, vs, &f, &amax);
             const __m512 d2 = terms16(x2, k2, vs, &f, &amax);
             const __m512 d3 = terms16(x3, k3, vs, &f, &amax);
-            store_codes64(codes + i, _mm512_add_epi32(k0, vz), _mm512_add_epi32(k1, vz),
-                          _mm512_add_epi32(k2, vz), _mm512_add_epi32(k3, vz), pack);
+            const __m512i a = _mm512_packs_epi32(k0, k1), b = _mm512_packs_epi32(k2, k3);
+            f.kk = _mm512_add_epi32(f.kk, _mm512_add_epi32(_mm512_madd_epi16(a, a), _mm512_madd_epi16(b, b)));
+            store_codes64(codes + i, a, b, vz16, pack);
             if (with_deq) {
                 _mm512_storeu_ps(deq + i, d0);
                 _mm512_storeu_ps(deq + i + 16, d1);
@@ -191,6 +210,7 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
         }
         for (; i < end; i += 16) {
             const __m512 x0 = _mm512_loadu_ps(x + i);
+            qk_ahead_step(pf, 1);
             const __m512i k0 = rint_mul16(x0, vi);
             const __mmask16 out = _mm512_cmplt_epi32_mask(k0, klo) | _mm512_cmpgt_epi32_mask(k0, khi);
             if (__builtin_expect(out != 0, 0)) {
@@ -199,6 +219,7 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
                 continue;
             }
             const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
+            f.kk = _mm512_add_epi32(f.kk, _mm512_mullo_epi32(k0, k0));
             store_codes16(codes + i, _mm512_add_epi32(k0, vz), pack);
             if (with_deq) _mm512_storeu_ps(deq + i, d0);
         }
@@ -207,56 +228,68 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
     o->amax = amax;
 }
 
-/* Adds the float-path lanes (in lane order), then the exact groups' sums. */
-NPUC_AVX512 static void out16_reduce(const out16 *o, npuc_qsums *acc) {
-    double w2[16], e2[16], wd[16], d2[16];
+/* Adds the float-path lanes (in lane order), then the exact groups' sums.
+ * The float path's sum of deq^2 is scale^2 * sum k^2, one rounding from the
+ * exact integer sum (below 2^53: n < 2^31 terms of at most 511^2), where the
+ * reference adds fl(k * scale)^2: each of its terms is within 2^-23 of
+ * (k * scale)^2, relative, and all terms are >= 0, so the two sums differ
+ * by less than 1.2e-7 of either, well inside NPUC_QSUM_RTOL. */
+NPUC_AVX512 static void out16_reduce(const out16 *o, float scale, npuc_qsums *acc) {
+    double w2[16], e2[16], wd[16];
+    int64_t kk[16];
     float am[16];
     _mm512_storeu_pd(w2, o->w2lo), _mm512_storeu_pd(w2 + 8, o->w2hi);
     _mm512_storeu_pd(e2, o->e2lo), _mm512_storeu_pd(e2 + 8, o->e2hi);
     _mm512_storeu_pd(wd, o->wdlo), _mm512_storeu_pd(wd + 8, o->wdhi);
-    _mm512_storeu_pd(d2, o->d2lo), _mm512_storeu_pd(d2 + 8, o->d2hi);
+    _mm512_storeu_si512((void *)kk, o->kklo), _mm512_storeu_si512((void *)(kk + 8), o->kkhi);
     _mm512_storeu_ps(am, o->amax);
     for (int k = 0; k < 16; k++) {
         acc->sum_w2 += w2[k];
         acc->sum_e2 += e2[k];
         acc->sum_wd += wd[k];
-        acc->sum_d2 += d2[k];
         acc->max_abs = (double)am[k] > acc->max_abs ? (double)am[k] : acc->max_abs;
     }
+    int64_t ksum = 0;
+    for (int k = 0; k < 16; k++) ksum += kk[k];
+    acc->sum_d2 += (double)ksum * ((double)scale * (double)scale);
     npuc_qsums_add(acc, &o->exact);
 }
 
-NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, float inv_scale,
-                                         int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
-                                         float *deq, npuc_qsums *s) {
+NPUC_AVX512 static void quant_run_ahead_avx512(const float *x, size_t n, float scale,
+                                               float inv_scale, int32_t zp, int32_t qmin,
+                                               int32_t qmax, uint8_t *codes, float *deq,
+                                               npuc_qsums *s, const float *ahead, size_t n_ahead) {
     const int pack = qk_pack_kind(qmin, qmax);
     const size_t n16 = n & ~(size_t)15;
     unsigned csr;
-    if (n16 == 0 || pack == QK_PACK_NONE || zp < -256 || zp > 256 || !qk_inv_ok(scale, inv_scale) ||
-        !qk_watch_begin(&csr)) {
-        npuc__qk_quant_run_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+    if (n16 == 0 || n >= ((size_t)1 << 31) || pack == QK_PACK_NONE || zp < -256 || zp > 256 ||
+        !qk_inv_ok(scale, inv_scale) || !qk_watch_begin(&csr)) {
+        npuc__qk_quant_run_ahead_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, ahead,
+                                      n_ahead);
         return;
     }
+    qk_ahead pf = qk_ahead_make(ahead, n_ahead);
     out16 o;
     const __m512d zd = _mm512_setzero_pd();
-    o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = o.d2lo = o.d2hi = zd;
+    o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = zd;
+    o.kklo = o.kkhi = _mm512_setzero_si512();
     o.amax = _mm512_setzero_ps();
     o.exact = (npuc_qsums){0};
     /* One specialisation per (pack, deq) pair. */
     if (pack == QK_PACK_I8 && deq)
-        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o);
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &pf);
     else if (pack == QK_PACK_I8)
-        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o);
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &pf);
     else if (deq)
-        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o);
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &pf);
     else
-        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o);
+        run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &pf);
     if (qk_watch_end(csr, &o)) {
         npuc__qk_quant_run_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
         return;
     }
     npuc_qsums acc = {0};
-    out16_reduce(&o, &acc);
+    out16_reduce(&o, scale, &acc);
     for (size_t i = n16; i < n; i++) {
         float d;
         codes[i] = npuc_qk_elem(x[i], scale, inv_scale, zp, qmin, qmax, &d, &acc);
@@ -265,11 +298,18 @@ NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, 
     npuc_qsums_add(s, &acc);
 }
 
+NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, float inv_scale,
+                                         int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                         float *deq, npuc_qsums *s) {
+    quant_run_ahead_avx512(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL, 0);
+}
+
 static const npuc_kernel_table g_avx512 = {
     .name = "avx512",
     .minmax = minmax_avx512,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = quant_run_avx512,
+    .quant_run_ahead = quant_run_ahead_avx512,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
 };

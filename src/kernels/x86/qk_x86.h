@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <xmmintrin.h>
 
 #include "kernels/npuc_kernels.h"
 
@@ -100,6 +101,29 @@ static inline int qk_prod_ok(float p) { return p <= 1.0f && p >= 1.0f - 0x1p-22f
 
 static inline int qk_inv_ok(float scale, float inv_scale) { return qk_prod_ok(inv_scale * scale); }
 
+/* The read-ahead of quant_run_ahead: a cursor over the cache lines of
+ * [ahead, ahead + n_ahead) that the loops advance a few lines per step of
+ * their own, so the lines arrive while the current run is computed from
+ * cache.  PREFETCHT1 fills L2 (and L3), not L1, so the current run's lines
+ * are not evicted from L1.  Prefetches never fault, change no result and
+ * cost only a load slot each. */
+typedef struct {
+    uintptr_t p, end;
+} qk_ahead;
+
+static inline qk_ahead qk_ahead_make(const float *a, size_t n) {
+    const uintptr_t p = (uintptr_t)a;
+    qk_ahead r = {p & ~(uintptr_t)63, a ? p + n * sizeof(float) : 0};
+    return r;
+}
+
+/* Prefetches the next `lines` cache lines of the window, if any remain. */
+static inline void qk_ahead_step(qk_ahead *a, int lines) {
+    if (a->p >= a->end) return;
+    for (int l = 0; l < lines; l++) _mm_prefetch((const char *)(a->p + 64u * (unsigned)l), _MM_HINT_T1);
+    a->p += 64u * (unsigned)lines;
+}
+
 /* The AVX2 kernels (qk_avx2.c), which the AVX-512 table reuses where it has
  * no version of its own.  Call them only where npuc_kernels_avx2() is
  * non-NULL. */
@@ -109,6 +133,9 @@ uint64_t npuc__qk_minmax_cols_avx2(const float *x, size_t rows, size_t cols, siz
 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
                              int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                              npuc_qsums *s);
+void npuc__qk_quant_run_ahead_avx2(const float *x, size_t n, float scale, float inv_scale,
+                                   int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                   float *deq, npuc_qsums *s, const float *ahead, size_t n_ahead);
 void npuc__qk_quant_vec_avx2(const float *x, size_t n, const float *scale, const float *inv_scale,
                              const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                              float *deq, npuc_qsums *s);
