@@ -56,6 +56,20 @@ typedef struct npuc_qsums {
 /* Adds b into a (in that order). */
 void npuc_qsums_add(npuc_qsums *a, const npuc_qsums *b);
 
+/* Hints for quant_run_hinted; a kernel may ignore any of them.
+ *   ahead, n_ahead  floats to prefetch into the core's L2 cache while the run
+ *                   is computed, a few cache lines per step, so that memory
+ *                   streams the next run while this one is worked on from
+ *                   cache (the one-pass quantizer's next minmax then reads
+ *                   from cache).  Never dereferenced; may lie anywhere.
+ * (Measured and not kept: streaming stores for the codes, and 64-byte
+ * aligned code buffers; neither was faster beyond this machine's noise on
+ * bench_quantize_mem.) */
+typedef struct npuc_qhint {
+    const float *ahead;
+    size_t n_ahead;
+} npuc_qhint;
+
 typedef struct npuc_kernel_table {
     const char *name; /* "ref", "avx2", "avx512" */
 
@@ -76,15 +90,11 @@ typedef struct npuc_kernel_table {
     void (*quant_run)(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
                       int32_t qmin, int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s);
 
-    /* quant_run that also reads ahead: while it works it prefetches the
-     * floats ahead[0..n_ahead) into the core's L2 cache, a few cache lines
-     * per step of its own, so that memory streams the next run while this
-     * one is computed from cache (the one-pass quantizer's minmax then reads
-     * the next run from cache).  Results are exactly quant_run's; ahead is a
-     * hint (NULL for none), never dereferenced, and may lie anywhere. */
-    void (*quant_run_ahead)(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
-                            int32_t qmin, int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s,
-                            const float *ahead, size_t n_ahead);
+    /* quant_run with hints about the memory around it (h may be NULL);
+     * results are exactly quant_run's whatever the hints say. */
+    void (*quant_run_hinted)(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
+                             int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
+                             npuc_qsums *s, const struct npuc_qhint *h);
 
     /* The same for a run whose element i has its own scale[i], inv_scale[i]
      * and zp[i] (a row of a [in, out] weight quantized per output column). */

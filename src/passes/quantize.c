@@ -29,7 +29,7 @@
  * its cache.  The kernel calls and the items their sums go to are the same
  * as in the two-pass order, so the results are bit for bit those of the two
  * passes.  While a worker quantizes one run from its cache, the kernel
- * prefetches the run that follows it in memory (quant_run_ahead), which is
+ * prefetches the run that follows it in memory (quant_run_hinted), which is
  * the one the same worker most likely takes next: the memory traffic of the
  * next minmax overlaps the arithmetic of this run instead of following it.
  * Other layouts (a channel strided through the tensor, or a group
@@ -372,10 +372,10 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
              * further on, which this thread most likely takes next. */
             const uint64_t len = end - q, a0 = base + q + (len > AHEAD_MIN ? len : AHEAD_MIN);
             const uint64_t an = a0 >= j->numel ? 0 : j->numel - a0 < len ? j->numel - a0 : len;
-            j->k->quant_run_ahead(j->w + base + q, (size_t)len, j->scales[idx], j->inv[idx],
-                                  j->zero_points[idx], j->qmin, j->qmax, j->codes + base + q,
-                                  j->deq ? j->deq + base + q : NULL, &j->sums[c * j->chunks + ch],
-                                  an ? j->w + a0 : NULL, (size_t)an);
+            const npuc_qhint h = {an ? j->w + a0 : NULL, (size_t)an};
+            j->k->quant_run_hinted(j->w + base + q, (size_t)len, j->scales[idx], j->inv[idx],
+                                   j->zero_points[idx], j->qmin, j->qmax, j->codes + base + q,
+                                   j->deq ? j->deq + base + q : NULL, &j->sums[c * j->chunks + ch], &h);
             q = end;
         }
         g0 = g1;

@@ -398,29 +398,34 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
     assert_memory_equal(c_fast, c_ref, n);
     assert_memory_equal(&s_nod, &s_fast, sizeof s_nod);
 
-    /* quant_run_ahead: the read-ahead changes nothing, whether the window is
-     * absent, the run itself, another buffer or memory past the end of x
-     * (which the kernel must never dereference).  Both tables: results bit
-     * for bit those of their own quant_run. */
+    /* quant_run_hinted: the read-ahead changes nothing, whether the window
+     * is absent, the run itself, another buffer or memory past the end of x
+     * (which the kernel must never dereference), into codes that are 64-byte
+     * aligned or not.  Both tables: results bit for bit those of their own
+     * quant_run. */
     const float *windows[] = {NULL, x, d_ref, x + n, (const float *)(uintptr_t)4096};
-    for (size_t wi = 0; wi < N(windows); wi++) {
-        const npuc_kernel_table *tabs[] = {ref(), fast};
-        for (int ti = 0; ti < 2; ti++) {
-            npuc_qsums s_plain = start, s_ahead = start;
-            uint8_t *c_plain = ti ? c_fast : c_ref;
-            float *d_plain = ti ? d_fast : d_ref;
-            ubuf bca, bda;
-            uint8_t *c_ah = ualloc_b(&bca, n);
-            float *d_ah = ualloc_f(&bda, n);
-            tabs[ti]->quant_run(x, n, scale, 1.0f / scale, zp0, qmin, qmax, c_plain, d_plain, &s_plain);
-            tabs[ti]->quant_run_ahead(x, n, scale, 1.0f / scale, zp0, qmin, qmax, c_ah, d_ah, &s_ahead,
-                                      windows[wi], n + 4096);
-            assert_memory_equal(c_ah, c_plain, n);
-            assert_memory_equal(d_ah, d_plain, n * sizeof(float));
-            assert_memory_equal(&s_ahead, &s_plain, sizeof s_ahead);
-            free(bca.base), free(bda.base);
+    for (size_t wi = 0; wi < N(windows); wi++)
+        for (int misalign = 0; misalign < 2; misalign++) {
+            const npuc_kernel_table *tabs[] = {ref(), fast};
+            const npuc_qhint h = {windows[wi], n + 4096};
+            for (int ti = 0; ti < 2; ti++) {
+                npuc_qsums s_plain = start, s_hint = start;
+                uint8_t *c_plain = ti ? c_fast : c_ref;
+                float *d_plain = ti ? d_fast : d_ref;
+                uint8_t *c_al = aligned_alloc(64, (n + 64) / 64 * 64 + 64);
+                ubuf bda;
+                float *d_h = ualloc_f(&bda, n);
+                assert_non_null(c_al);
+                uint8_t *c_h = c_al + misalign;
+                tabs[ti]->quant_run(x, n, scale, 1.0f / scale, zp0, qmin, qmax, c_plain, d_plain, &s_plain);
+                tabs[ti]->quant_run_hinted(x, n, scale, 1.0f / scale, zp0, qmin, qmax, c_h,
+                                           wi % 2 ? d_h : NULL, &s_hint, wi == 0 ? NULL : &h);
+                assert_memory_equal(c_h, c_plain, n);
+                if (wi % 2) assert_memory_equal(d_h, d_plain, n * sizeof(float));
+                assert_memory_equal(&s_hint, &s_plain, sizeof s_hint);
+                free(c_al), free(bda.base);
+            }
         }
-    }
 
     s_ref = start, s_fast = start;
     ref()->quant_vec(x, n, sc, inv, zp, qmin, qmax, c_ref, d_ref, &s_ref);

@@ -59,12 +59,11 @@ static void quant_run_ref(const float *x, size_t n, float scale, float inv_scale
     npuc_qsums_add(s, &acc);
 }
 
-/* The reference reads nothing ahead: the hint changes no result. */
-static void quant_run_ahead_ref(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
-                                int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
-                                npuc_qsums *s, const float *ahead, size_t n_ahead) {
-    (void)ahead;
-    (void)n_ahead;
+/* The reference ignores the hints. */
+static void quant_run_hinted_ref(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
+                                 int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
+                                 npuc_qsums *s, const npuc_qhint *h) {
+    (void)h;
     quant_run_ref(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
 }
 
@@ -93,7 +92,7 @@ static const npuc_kernel_table g_ref = {
     .minmax = minmax_ref,
     .minmax_cols = minmax_cols_ref,
     .quant_run = quant_run_ref,
-    .quant_run_ahead = quant_run_ahead_ref,
+    .quant_run_hinted = quant_run_hinted_ref,
     .quant_vec = quant_vec_ref,
     .quant_rows = quant_rows_ref,
 };

@@ -529,10 +529,10 @@ NPUC_AVX2_INLINE void run_fast_body(const float *x, size_t n8, float scale, floa
     o->amax = amax;
 }
 
-NPUC_AVX2 void npuc__qk_quant_run_ahead_avx2(const float *x, size_t n, float scale,
-                                           float inv_scale, int32_t zp, int32_t qmin, int32_t qmax,
-                                           uint8_t *codes, float *deq, npuc_qsums *s,
-                                           const float *ahead, size_t n_ahead) {
+NPUC_AVX2 void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float scale,
+                                            float inv_scale, int32_t zp, int32_t qmin, int32_t qmax,
+                                            uint8_t *codes, float *deq, npuc_qsums *s,
+                                            const npuc_qhint *h) {
     const int pack = qk_pack_kind(qmin, qmax);
     const size_t n8 = n & ~(size_t)7;
     unsigned csr;
@@ -543,7 +543,7 @@ NPUC_AVX2 void npuc__qk_quant_run_ahead_avx2(const float *x, size_t n, float sca
     }
     fast_out o;
     fast_out_init(&o);
-    qk_ahead pf = qk_ahead_make(ahead, n_ahead);
+    qk_ahead pf = qk_ahead_make(h);
     /* One specialisation per (pack, deq) pair. */
     if (pack == QK_PACK_I8 && deq)
         run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &pf);
@@ -570,7 +570,7 @@ NPUC_AVX2 void npuc__qk_quant_run_ahead_avx2(const float *x, size_t n, float sca
 NPUC_AVX2 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale,
                                      int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                                      float *deq, npuc_qsums *s) {
-    npuc__qk_quant_run_ahead_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL, 0);
+    npuc__qk_quant_run_hinted_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL);
 }
 
 /* quant_vec's version: per-element parameters, q = k + zp checked against
@@ -790,7 +790,7 @@ static const npuc_kernel_table g_avx2 = {
     .minmax = npuc__qk_minmax_avx2,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = npuc__qk_quant_run_avx2,
-    .quant_run_ahead = npuc__qk_quant_run_ahead_avx2,
+    .quant_run_hinted = npuc__qk_quant_run_hinted_avx2,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
 };

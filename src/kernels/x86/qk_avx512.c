@@ -17,8 +17,8 @@
  * loop: the sum of deq^2 is scale^2 times the exact integer sum of k^2
  * (VPMADDWD on the int16 k that the code packing makes anyway; see
  * out16_reduce for why that is within the tolerance), max |deq - x| is one
- * VRANGEPS, and quant_run_ahead prefetches the next run (qk_ahead).  A group of 64 values holding a clipped, NaN or infinite element is
- * quantized by the AVX2 kernel instead (exact path, double terms), and a call
+ * VRANGEPS.  quant_run_hinted prefetches the next run (qk_ahead).  A group of 64 values holding a clipped, NaN or infinite element
+ * is quantized by the AVX2 kernel instead (exact path, double terms), and a call
  * that raised the overflow or underflow flag is redone by it entirely, so
  * codes, dequantized values, clipped counts and max_abs are bit-identical to
  * the reference and the sums within NPUC_QSUM_RTOL.
@@ -255,20 +255,19 @@ NPUC_AVX512 static void out16_reduce(const out16 *o, float scale, npuc_qsums *ac
     npuc_qsums_add(acc, &o->exact);
 }
 
-NPUC_AVX512 static void quant_run_ahead_avx512(const float *x, size_t n, float scale,
-                                               float inv_scale, int32_t zp, int32_t qmin,
-                                               int32_t qmax, uint8_t *codes, float *deq,
-                                               npuc_qsums *s, const float *ahead, size_t n_ahead) {
+NPUC_AVX512 static void quant_run_hinted_avx512(const float *x, size_t n, float scale,
+                                                float inv_scale, int32_t zp, int32_t qmin,
+                                                int32_t qmax, uint8_t *codes, float *deq,
+                                                npuc_qsums *s, const npuc_qhint *h) {
     const int pack = qk_pack_kind(qmin, qmax);
     const size_t n16 = n & ~(size_t)15;
     unsigned csr;
     if (n16 == 0 || n >= ((size_t)1 << 31) || pack == QK_PACK_NONE || zp < -256 || zp > 256 ||
         !qk_inv_ok(scale, inv_scale) || !qk_watch_begin(&csr)) {
-        npuc__qk_quant_run_ahead_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, ahead,
-                                      n_ahead);
+        npuc__qk_quant_run_hinted_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, h);
         return;
     }
-    qk_ahead pf = qk_ahead_make(ahead, n_ahead);
+    qk_ahead pf = qk_ahead_make(h);
     out16 o;
     const __m512d zd = _mm512_setzero_pd();
     o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = zd;
@@ -301,7 +300,7 @@ NPUC_AVX512 static void quant_run_ahead_avx512(const float *x, size_t n, float s
 NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, float inv_scale,
                                          int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                                          float *deq, npuc_qsums *s) {
-    quant_run_ahead_avx512(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL, 0);
+    quant_run_hinted_avx512(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL);
 }
 
 static const npuc_kernel_table g_avx512 = {
@@ -309,7 +308,7 @@ static const npuc_kernel_table g_avx512 = {
     .minmax = minmax_avx512,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = quant_run_avx512,
-    .quant_run_ahead = quant_run_ahead_avx512,
+    .quant_run_hinted = quant_run_hinted_avx512,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
 };

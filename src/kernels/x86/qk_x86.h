@@ -101,7 +101,7 @@ static inline int qk_prod_ok(float p) { return p <= 1.0f && p >= 1.0f - 0x1p-22f
 
 static inline int qk_inv_ok(float scale, float inv_scale) { return qk_prod_ok(inv_scale * scale); }
 
-/* The read-ahead of quant_run_ahead: a cursor over the cache lines of
+/* The read-ahead of quant_run_hinted: a cursor over the cache lines of
  * [ahead, ahead + n_ahead) that the loops advance a few lines per step of
  * their own, so the lines arrive while the current run is computed from
  * cache.  PREFETCHT1 fills L2 (and L3), not L1, so the current run's lines
@@ -111,9 +111,9 @@ typedef struct {
     uintptr_t p, end;
 } qk_ahead;
 
-static inline qk_ahead qk_ahead_make(const float *a, size_t n) {
-    const uintptr_t p = (uintptr_t)a;
-    qk_ahead r = {p & ~(uintptr_t)63, a ? p + n * sizeof(float) : 0};
+static inline qk_ahead qk_ahead_make(const npuc_qhint *h) {
+    const uintptr_t p = h ? (uintptr_t)h->ahead : 0;
+    qk_ahead r = {p & ~(uintptr_t)63, p ? p + h->n_ahead * sizeof(float) : 0};
     return r;
 }
 
@@ -133,9 +133,9 @@ uint64_t npuc__qk_minmax_cols_avx2(const float *x, size_t rows, size_t cols, siz
 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
                              int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                              npuc_qsums *s);
-void npuc__qk_quant_run_ahead_avx2(const float *x, size_t n, float scale, float inv_scale,
-                                   int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
-                                   float *deq, npuc_qsums *s, const float *ahead, size_t n_ahead);
+void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float scale, float inv_scale,
+                                    int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                    float *deq, npuc_qsums *s, const npuc_qhint *h);
 void npuc__qk_quant_vec_avx2(const float *x, size_t n, const float *scale, const float *inv_scale,
                              const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                              float *deq, npuc_qsums *s);
