@@ -12,13 +12,22 @@
 3. `npuc quantize --bits 8 --per-channel` (minmax, symmetric), end to end
    (process start, open, quantize, write the artifact, fsync, rename), with
    -j 1 and -j 2: GB/s of input bytes read + artifact bytes written, and the
-   ratio to memcpy with the same thread count.
-4. The same work in NumPy (per-channel amax, scale, rint, clip, int8) and in
-   torch (torch.quantize_per_channel with the same scales), computed in
-   memory on the same tensors (no file writing): npuc is compared end to end
-   against their compute alone.
-5. `--range mse` against minmax, end to end, -j 2.
-6. Peak anonymous memory (RssAnon, polled every 2 ms from /proc; the mmapped
+   ratio to memcpy with the same thread count.  Alternating with these runs,
+   the I/O floor (bench_iofloor, mapped and with pread): a program that
+   reads every byte of the model and writes a file of the artifact's size
+   the way npuc does, with no computation; npuc's time is also given as a
+   multiple of the floor's.
+4. In memory (bench_quantize_mem): npuc_quantize_tensor on the same shapes
+   already in RAM against memcpy, alternating, best of 7: the computation
+   without the file I/O.
+5. NumPy in memory on the same tensors, two ways: codes only (per-channel
+   amax, scale, rint, clip, int8), and the same work as npuc (codes plus the
+   error sums npuc reports for every tensor: sum x^2, sum e^2, sum x*deq,
+   sum deq^2, max |e|, clipped count); torch.quantize_per_channel with the
+   same scales (codes only).  npuc is compared with them end to end and in
+   memory.
+6. `--range mse` against minmax, end to end, -j 2.
+7. Peak anonymous memory (RssAnon, polled every 2 ms from /proc; the mmapped
    input does not count) of `npuc quantize` on the >= 2 GiB model, against
    its largest tensor.
 Best of --reps runs (default 3) for every timing.  Before each timed npuc run
@@ -101,6 +110,22 @@ class NpucRuns:
         return best, cpu
 
 
+def alternate(cmds, reps, before=None):
+    """Best wall time of each command in cmds (name -> argv), the commands
+    run in turn reps times so that the machine's load hits all alike;
+    before() runs untimed before every run."""
+    best = {k: None for k in cmds}
+    for _ in range(reps):
+        for k, argv in cmds.items():
+            if before:
+                before()
+            t0 = time.perf_counter()
+            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+            dt = time.perf_counter() - t0
+            best[k] = dt if best[k] is None or dt < best[k] else best[k]
+    return best
+
+
 def cpu_str(cpu):
     return f"cpu {cpu[0]:.3f} user + {cpu[1]:.3f} sys"
 
@@ -156,13 +181,42 @@ def main():
             print(f"memcpy            threads={t}  {g:7.2f} GB/s (read+write)  {load()}")
 
         results = {}
+        iofloor = os.path.join(a.build, "bench", "bench_iofloor")
         for j in (1, 2):
             dt, cpu = runs.time(["quantize", "-q", "-j", str(j), "--bits", "8", "--per-channel", model], out)
-            moved = data_bytes + os.path.getsize(out)
+            out_bytes = os.path.getsize(out)
+            moved = data_bytes + out_bytes
+
+            def rm_out():
+                if os.path.exists(out):
+                    os.unlink(out)
+            args = ["-j", str(j), "--bits", "8", "--per-channel", model, "-o", out]
+            if a.overwrite:
+                args.append("-f")
+            fl = alternate({"npuc": [npuc, "quantize", "-q"] + args,
+                            "mmap": [iofloor, model, out, str(out_bytes), str(j), str(n16)],
+                            "pread": [iofloor, model, out, str(out_bytes), str(j), str(n16), "pread"]},
+                           a.reps, None if a.overwrite else rm_out)
+            dt = min(dt, fl["npuc"])
+            floor = min(fl["mmap"], fl["pread"])
             gbps = moved / dt / 1e9
             results[j] = dt
             print(f"npuc quantize     -j {j}        {gbps:7.2f} GB/s  {dt:6.3f} s  ratio to memcpy({j} thr) "
-                  f"{gbps / mc[j]:.2f}  {cpu_str(cpu)}  {load()}")
+                  f"{gbps / mc[j]:.2f}; {dt / floor:.2f}x the I/O floor  {cpu_str(cpu)}  {load()}")
+            print(f"I/O floor         threads={j}   {moved / floor / 1e9:7.2f} GB/s  {floor:6.3f} s  ratio to memcpy "
+                  f"{moved / floor / 1e9 / mc[j]:.2f}  (read the model, write {out_bytes / 2**20:.0f} MiB; "
+                  f"mmap {fl['mmap']:.3f} s, pread {fl['pread']:.3f} s)  {load()}")
+
+        mem = {}
+        res = subprocess.run([os.path.join(a.build, "bench", "bench_quantize_mem"), str(n16)], check=True,
+                             capture_output=True, text=True)
+        for line in res.stdout.split("\n"):
+            f = line.split()
+            if line.startswith("threads="):
+                t = int(f[0].split("=")[1])
+                mem[t] = (float(f[2]), float(f[5]), float(f[7].strip("()")))
+                print(f"in memory         threads={t}   memcpy {mem[t][0]:6.2f} GB/s  npuc_quantize_tensor "
+                      f"{mem[t][1]:6.2f} GB/s  {mem[t][2]:6.3f} s  ratio {mem[t][1] / mem[t][0]:.2f}  {load()}")
 
         # NumPy: the same per-channel symmetric int8 arithmetic, in memory.
         ws = [np.memmap(model, dtype=np.float32, mode="r", offset=8 + struct.unpack("<Q", open(model, "rb").read(8))[0]
@@ -175,9 +229,35 @@ def main():
                 scale = np.maximum(amax / np.float32(127), np.float32(1.1754944e-38))
                 inv = (np.float32(1) / scale).astype(np.float32)
                 np.clip(np.rint(w * inv[:, None]), -127, 127).astype(np.int8)
-        t_np = best_of(numpy_q, min(a.reps, 2))
-        print(f"numpy             (1 thread) {(data_bytes + data_bytes / 4) / t_np / 1e9:7.2f} GB/s  {t_np:6.3f} s  "
-              f"npuc -j 2 is {t_np / results[2]:.1f}x faster, -j 1 {t_np / results[1]:.1f}x  {load()}")
+
+        def numpy_same():
+            sums = []
+            for w in ws:
+                amax = np.abs(w).max(axis=1)
+                scale = np.maximum(amax / np.float32(127), np.float32(1.1754944e-38))
+                inv = (np.float32(1) / scale).astype(np.float32)
+                r = np.rint(w * inv[:, None])
+                clipped = int(np.count_nonzero((r < -127) | (r > 127)))
+                q = np.clip(r, -127, 127)
+                q.astype(np.int8)
+                deq = q * scale[:, None]
+                e = (deq - w).ravel()
+                x, d = w.ravel(), deq.ravel()
+                sums.append((float(np.dot(x, x)), float(np.dot(e, e)), float(np.dot(x, d)),
+                             float(np.dot(d, d)), float(np.abs(e).max()), clipped))
+            return sums
+
+        def vs(t_other):
+            s = f"npuc end to end -j 2 is {t_other / results[2]:.1f}x faster (-j 1 {t_other / results[1]:.1f}x)"
+            if 2 in mem:
+                s += f", in memory -j 2 {t_other / mem[2][2]:.1f}x (-j 1 {t_other / mem[1][2]:.1f}x)"
+            return s
+        t_np = best_of(numpy_q, a.reps)
+        print(f"numpy codes       (1 thread) {(data_bytes + data_bytes / 4) / t_np / 1e9:7.2f} GB/s  {t_np:6.3f} s  "
+              f"{vs(t_np)}  {load()}")
+        t_np2 = best_of(numpy_same, a.reps)
+        print(f"numpy same work   (BLAS dot) {(data_bytes + data_bytes / 4) / t_np2 / 1e9:7.2f} GB/s  {t_np2:6.3f} s  "
+              f"{vs(t_np2)}  {load()}")
         try:
             import torch
             torch.set_num_threads(2)
@@ -190,7 +270,7 @@ def main():
                     torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.int64), 0, torch.qint8)
             t_t = best_of(torch_q, min(a.reps, 2))
             print(f"torch {torch.__version__:10s} (2 threads) {(data_bytes + data_bytes / 4) / t_t / 1e9:7.2f} GB/s  "
-                  f"{t_t:6.3f} s  npuc -j 2 is {t_t / results[2]:.1f}x faster  {load()}")
+                  f"{t_t:6.3f} s  {vs(t_t)}  {load()}")
         except ImportError:
             print("torch: not installed")
         del ws
