@@ -410,6 +410,12 @@ npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, const void *
     return NPUC_OK;
 }
 
+int npuc__model_can_prefetch(const npuc_model *m) { return m->be && m->be->prefetch; }
+
+void npuc__model_prefetch(npuc_model *m, size_t i) {
+    if (i < m->n && m->be && m->be->prefetch) m->be->prefetch(m, i);
+}
+
 void npuc_model_release(npuc_model *m, size_t i) {
     if (i >= m->n) return;
     if (m->owned[i]) free(m->buf[i]);

@@ -62,6 +62,11 @@ typedef struct npuc_backend {
     /* Optional: tensor i's payload (loaded with owned = 0) is no longer
      * used (npuc_model_release); NULL when nothing is to be done. */
     void (*release)(npuc_model *m, size_t i, void *data);
+    /* Optional: brings tensor i's bytes into memory ahead of its load (a
+     * hint; errors are ignored).  May run on another thread while the model
+     * is in use, so it must touch no state that loading changes.  NULL when
+     * the backend has no such thing. */
+    void (*prefetch)(npuc_model *m, size_t i);
 } npuc_backend;
 
 struct npuc_model {
@@ -91,6 +96,10 @@ struct npuc_model {
 };
 
 npuc_model *npuc__model_new(const char *path, npuc_format fmt);
+/* The backend's prefetch hook for tensor i; returns 0 (doing nothing) when
+ * the backend has none or i is out of range. */
+int npuc__model_can_prefetch(const npuc_model *m);
+void npuc__model_prefetch(npuc_model *m, size_t i);
 /* Appends a tensor; copies name (and group when non-NULL).  Checks rank and
  * shape, computes numel/nbytes with overflow checks. */
 npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc_dtype dt,

@@ -34,6 +34,7 @@
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
 #include "passes/prune_internal.h"
+#include "passes/readahead.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     npuc_quantize_opts o;
@@ -386,6 +387,8 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     char *artjson = NULL;
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
+    npuc__readahead *ra = NULL;
+    unsigned char *want = NULL;
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
@@ -449,8 +452,18 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     scales = malloc(sizeof(float) * (size_t)max_scales);
     zps = malloc(sizeof(int32_t) * (size_t)max_scales);
     if (!scales || !zps) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    /* With a core to spare, a helper maps in the next two tensors while this
+     * one is computed (src/passes/readahead.h).  NPUC_READAHEAD=0 turns it
+     * off, =1 starts it whatever the threads and size (tests). */
+    const char *ra_env = getenv("NPUC_READAHEAD");
+    want = malloc(n ? n : 1);
+    if (want && !(ra_env && strcmp(ra_env, "0") == 0)) {
+        memset(want, 1, n ? n : 1);
+        ra = npuc__readahead_start(m, want, 2, npuc__threads(ctx), ra_env && strcmp(ra_env, "1") == 0);
+    }
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        npuc__readahead_at(ra, i);
         npuc_tensor_record *r = &sum->records[i];
         const qplan *q = &plan[i];
         if (!q->quantize) {
@@ -518,9 +531,13 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     if (st != NPUC_OK) goto fail;
     goto done;
 fail:
+    npuc__readahead_stop(ra);
+    ra = NULL;
     npuc_writer_abort(w);
     npuc_summary_free(sum);
 done:
+    npuc__readahead_stop(ra);
+    free(want);
     if (names)
         for (size_t i = 0; i < 2 * n; i++) free(names[i]);
     free(names);

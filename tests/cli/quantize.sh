@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # npuc quantize / decompress end to end (issue: quantize):
 #  - quantize -> decompress reproduces --fake-quant exactly, every scheme, both formats;
-#  - artifacts are byte-identical for -j 1, -j 2, NPUC_FORCE_REF=1 and across runs;
+#  - artifacts are byte-identical for -j 1, -j 2, NPUC_FORCE_REF=1, the read-ahead
+#    helper forced on or off (NPUC_READAHEAD) and across runs;
 #  - selection rules (rank >= 2, --include/--exclude, --layer-bits, first/last at 8 bits);
 #  - bad input: NaN weights, bad bits/axis/group size, patterns matching nothing,
 #    an existing output without -f: exit 2, one line naming the problem, nothing written.
@@ -39,6 +40,13 @@ for src in "$mlp" "$keras"; do
     cmp "$T/j1.$ext" "$T/j2.$ext" || fail "$src: -j 1 and -j 2 artifacts differ"
     cmp "$T/j1.$ext" "$T/ref.$ext" || fail "$src: SIMD and reference artifacts differ"
     cmp "$T/j1.$ext" "$T/again.$ext" || fail "$src: two runs differ"
+    # The read-ahead helper (forced on for these small files, and off) changes nothing.
+    for ra in 0 1; do
+        for j in 1 2; do
+            NPUC_READAHEAD=$ra "$NPUC_BIN" quantize -q --bits 4 --group-size 32 -j $j "$src" -o "$T/ra$ra$j.$ext" >/dev/null
+            cmp "$T/j1.$ext" "$T/ra$ra$j.$ext" || fail "$src: NPUC_READAHEAD=$ra -j $j artifact differs"
+        done
+    done
 done
 echo "determinism ok"
 
