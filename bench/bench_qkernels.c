@@ -1,6 +1,8 @@
 /*
- * bench_qkernels.c - throughput of the quantization kernels, reference and
- * AVX2 side by side, against memcpy of the same buffer.
+ * bench_qkernels.c - throughput of the quantization kernels, reference, AVX2
+ * and AVX-512 side by side, against memcpy of the same buffer; then the
+ * cost per weight of minmax and quant_run on one 16 KiB run kept in L1
+ * (the arithmetic alone, no memory traffic).
  *
  * One 256 MiB float buffer (far larger than any cache), single thread, best
  * of 5 repetitions of each measurement.  GB/s counts bytes read plus bytes
@@ -150,7 +152,8 @@ int main(int argc, char **argv) {
         vzp[c] = 120 + c % 16;
     }
 
-    const npuc_kernel_table *tabs[2] = {npuc_kernels_ref(), npuc_kernels_avx2()};
+    const npuc_kernel_table *tabs[3] = {npuc_kernels_ref(), npuc_kernels_avx2(), npuc_kernels_avx512()};
+    static const char *const tname[3] = {"ref", "avx2", "avx512"};
     job j = {.x = x, .n = n, .codes = codes, .deq = deq, .dst = deq, .rscale = rscale,
              .rinv = rinv, .vscale = vscale, .vinv = vinv, .vzp = vzp};
 
@@ -160,8 +163,8 @@ int main(int argc, char **argv) {
     j.k = tabs[0];
     const double mc = measure(OP_MEMCPY, &j);
     printf("%-34s %9.2f GB/s\n\n", "memcpy (read + written)", mc);
-    printf("%-34s %9s %9s %9s %9s %9s\n", "kernel", "ref GB/s", "avx2 GB/s", "avx2/ref",
-           "ref/mcpy", "avx2/mcpy");
+    printf("%-34s %9s %9s %9s   ratio to memcpy (ref / avx2 / avx512)\n", "kernel", "ref GB/s",
+           "avx2", "avx512");
 
     static const struct {
         int op;
@@ -175,20 +178,53 @@ int main(int argc, char **argv) {
         {OP_QVEC_DEQ, "quant_vec  rows 1024, codes+deq"},
     };
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
-        double g[2] = {0, 0};
-        for (int t = 0; t < 2; t++) {
-            if (!tabs[t]) continue;
+        double g[3] = {0, 0, 0};
+        printf("%-34s", ops[o].label);
+        for (int t = 0; t < 3; t++) {
+            if (!tabs[t]) {
+                printf(" %9s", "n/a");
+                continue;
+            }
             j.k = tabs[t];
             g[t] = measure(ops[o].op, &j);
+            printf(" %9.2f", g[t]);
         }
-        if (tabs[1])
-            printf("%-34s %9.2f %9.2f %8.2fx %9.2f %9.2f\n", ops[o].label, g[0], g[1], g[1] / g[0],
-                   g[0] / mc, g[1] / mc);
-        else
-            printf("%-34s %9.2f %9s %9s %9.2f %9s\n", ops[o].label, g[0], "n/a", "n/a", g[0] / mc,
-                   "n/a");
+        printf("   %.2f / %.2f / %.2f\n", g[0] / mc, g[1] / mc, g[2] / mc);
     }
-    if (!tabs[1]) printf("(no AVX2/FMA on this machine: avx2 columns not measured)\n");
+
+    /* In L1: one run of RUN_LEN floats, minmax and quant_run (codes) over it
+     * again and again; best of REPS batches. */
+    printf("\nin L1 (one run of %d floats, repeated): ns per weight\n", RUN_LEN);
+    printf("%-34s %9s %9s %9s\n", "kernel", "ref", "avx2", "avx512");
+    const int batches = 20000;
+    for (int op = 0; op < 2; op++) {
+        printf("%-34s", op ? "quant_run, codes" : "minmax");
+        for (int t = 0; t < 3; t++) {
+            if (!tabs[t]) {
+                printf(" %9s", "n/a");
+                continue;
+            }
+            const int nb = t == 0 ? batches / 20 : batches; /* the reference is slow */
+            double best = 1e30;
+            for (int r = 0; r < REPS; r++) {
+                npuc_qsums qs = {0};
+                float lo = 0, hi = 0;
+                const double t0 = now();
+                for (int b = 0; b < nb; b++) {
+                    if (op)
+                        tabs[t]->quant_run(x, RUN_LEN, rscale[0], rinv[0], 0, -127, 127, codes, NULL, &qs);
+                    else
+                        tabs[t]->minmax(x, RUN_LEN, &lo, &hi);
+                }
+                const double dt = now() - t0;
+                g_sink = qs.sum_e2 + (double)lo + (double)hi;
+                if (dt < best) best = dt;
+            }
+            printf(" %9.3f", best / nb / RUN_LEN * 1e9);
+        }
+        printf("\n");
+    }
+    (void)tname;
     free(x), free(deq), free(codes);
     return 0;
 }

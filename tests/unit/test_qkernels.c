@@ -452,6 +452,38 @@ static void test_fast_quant(void **state) {
     free(x);
 }
 
+/* Clipping now and then: a symmetric scale at 0.65 of the data's amax clips
+ * a few per cent of Gaussian values, so runs of clean and clipped groups
+ * alternate (the fast kernels hand runs of clipped groups to the exact
+ * path together), at lengths that end in every kind of tail. */
+static void test_fast_quant_sparse_clips(void **state) {
+    REQUIRE_FAST(fast, state);
+    uint64_t rng = 4242;
+    const size_t sizes[] = {64, 100, 1024, 4099, 8192 + 48};
+    for (size_t si = 0; si < N(sizes); si++) {
+        const size_t n = sizes[si];
+        ubuf bx, bc0, bc1, bd0, bd1;
+        float *x = ualloc_f(&bx, n), *d_ref = ualloc_f(&bd0, n), *d_fast = ualloc_f(&bd1, n);
+        uint8_t *c_ref = ualloc_b(&bc0, n), *c_fast = ualloc_b(&bc1, n);
+        fill(x, n, DATA_GAUSS, &rng);
+        float lo, hi;
+        ref()->minmax(x, n, &lo, &hi);
+        const float scale = 0.65f * fmaxf(-lo, hi) / 127.0f;
+        for (int zp = 0; zp <= 1; zp++) {
+            const int32_t z = zp ? 128 : 0, qmin = zp ? 0 : -127, qmax = zp ? 255 : 127;
+            const float sc = scale;
+            npuc_qsums s_ref = {0}, s_fast = {0};
+            ref()->quant_run(x, n, sc, 1.0f / sc, z, qmin, qmax, c_ref, d_ref, &s_ref);
+            fast->quant_run(x, n, sc, 1.0f / sc, z, qmin, qmax, c_fast, d_fast, &s_fast);
+            assert_true(s_ref.clipped > 0 && s_ref.clipped < n / 4); /* some, not most */
+            assert_memory_equal(c_fast, c_ref, n);
+            assert_memory_equal(d_fast, d_ref, n * sizeof(float));
+            assert_sums_equalish(&s_fast, &s_ref);
+        }
+        free(bx.base), free(bc0.base), free(bc1.base), free(bd0.base), free(bd1.base);
+    }
+}
+
 /* Parameters a pass should never produce still give identical results:
  * inv_scale = +Inf (scale 0), a zero point beyond +-2^30 (the SIMD kernels'
  * scalar path), qmin > qmax. */
@@ -814,6 +846,7 @@ int main(void) {
         cmocka_unit_test(test_ref_vs_double),
         cmocka_unit_test(test_ref_minmax_hand),
         FAST_TESTS(test_fast_quant),
+        FAST_TESTS(test_fast_quant_sparse_clips),
         FAST_TESTS(test_fast_quant_odd_params),
         FAST_TESTS(test_fast_quant_rows),
         FAST_TESTS(test_fast_quant_float_range),

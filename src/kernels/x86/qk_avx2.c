@@ -269,9 +269,9 @@ NPUC_AVX2_INLINE void store_codes8(uint8_t *dst, __m256i q) {
     _mm_storel_epi64((__m128i *)(void *)dst, _mm256_castsi256_si128(t));
 }
 
-NPUC_AVX2 static void quant_run_exact(const float *x, size_t n, float scale, float inv_scale,
-                                      int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
-                                      float *deq, npuc_qsums *s) {
+NPUC_AVX2 void npuc__qk_quant_run_exact_avx2(const float *x, size_t n, float scale,
+                                            float inv_scale, int32_t zp, int32_t qmin, int32_t qmax,
+                                            uint8_t *codes, float *deq, npuc_qsums *s) {
     npuc_qsums acc = {0};
     size_t i = 0;
     if (in_lane_range(zp) && in_lane_range(qmin) && in_lane_range(qmax)) {
@@ -538,7 +538,7 @@ NPUC_AVX2 void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float sc
     unsigned csr;
     if (n8 == 0 || pack == QK_PACK_NONE || zp < -256 || zp > 256 || !qk_inv_ok(scale, inv_scale) ||
         !qk_watch_begin(&csr)) {
-        quant_run_exact(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        npuc__qk_quant_run_exact_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
         return;
     }
     fast_out o;
@@ -554,7 +554,7 @@ NPUC_AVX2 void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float sc
     else
         run_fast_body(x, n8, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &pf);
     if (qk_watch_end(csr, &o)) {
-        quant_run_exact(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        npuc__qk_quant_run_exact_avx2(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
         return;
     }
     npuc_qsums acc = {0};

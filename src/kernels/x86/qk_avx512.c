@@ -155,14 +155,16 @@ NPUC_AVX512_INLINE __m512i rint_mul16(__m512 x, __m512 inv) {
     return _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
 }
 
-/* Elements [i, i + count) by the AVX2 kernel, into o->exact.  Out of line
- * and cold, so the loop keeps its registers. */
+/* Elements [i, i + count) on the AVX2 exact path, into o->exact.  Out of
+ * line and cold, so the loop keeps its registers; the loop hands it runs of
+ * consecutive groups at once, so data that clips often pays one call per
+ * run, not per group. */
 __attribute__((noinline, cold)) static void exact_span(const float *x, size_t i, size_t count,
                                                        float scale, float inv_scale, int32_t zp,
                                                        int32_t qmin, int32_t qmax, uint8_t *codes,
                                                        float *deq, npuc_qsums *exact) {
-    npuc__qk_quant_run_avx2(x + i, count, scale, inv_scale, zp, qmin, qmax, codes + i,
-                            deq ? deq + i : NULL, exact);
+    npuc__qk_quant_run_exact_avx2(x + i, count, scale, inv_scale, zp, qmin, qmax, codes + i,
+                                  deq ? deq + i : NULL, exact);
 }
 
 /* The vector part ([0, n16), n16 a multiple of 16) for one (pack, with_deq)
@@ -177,7 +179,7 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
     __m512 amax = o->amax;
     fsums16 f;
     fsums16_zero(&f);
-    size_t i = 0;
+    size_t i = 0, pend_i = 0, pend_n = 0; /* groups waiting for the exact path: [pend_i, +pend_n) */
     while (i < n16) {
         const size_t end = n16 - i > block ? i + block : n16;
         for (; i + 64 <= end; i += 64) {
@@ -190,9 +192,14 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
             const __m512i mx = _mm512_max_epi32(_mm512_max_epi32(k0, k1), _mm512_max_epi32(k2, k3));
             const __mmask16 out = _mm512_cmplt_epi32_mask(mn, klo) | _mm512_cmpgt_epi32_mask(mx, khi);
             if (__builtin_expect(out != 0, 0)) { /* clipped, NaN or Inf: exact path */
-                exact_span(x, i, 64, scale, inv_scale, zp, qmin, qmax, codes, with_deq ? deq : NULL,
-                           &o->exact);
+                if (!pend_n) pend_i = i;
+                pend_n += 64;
                 continue;
+            }
+            if (__builtin_expect(pend_n != 0, 0)) {
+                exact_span(x, pend_i, pend_n, scale, inv_scale, zp, qmin, qmax, codes,
+                           with_deq ? deq : NULL, &o->exact);
+                pend_n = 0;
             }
             const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
             const __m512 d1 = terms16(x1, k1, vs, &f, &amax);
@@ -214,9 +221,14 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
             const __m512i k0 = rint_mul16(x0, vi);
             const __mmask16 out = _mm512_cmplt_epi32_mask(k0, klo) | _mm512_cmpgt_epi32_mask(k0, khi);
             if (__builtin_expect(out != 0, 0)) {
-                exact_span(x, i, 16, scale, inv_scale, zp, qmin, qmax, codes, with_deq ? deq : NULL,
-                           &o->exact);
+                if (!pend_n) pend_i = i;
+                pend_n += 16;
                 continue;
+            }
+            if (__builtin_expect(pend_n != 0, 0)) {
+                exact_span(x, pend_i, pend_n, scale, inv_scale, zp, qmin, qmax, codes,
+                           with_deq ? deq : NULL, &o->exact);
+                pend_n = 0;
             }
             const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
             f.kk = _mm512_add_epi32(f.kk, _mm512_mullo_epi32(k0, k0));
@@ -225,6 +237,9 @@ NPUC_AVX512_INLINE void run16_body(const float *x, size_t n16, float scale, floa
         }
         fsums16_flush(&f, o);
     }
+    if (pend_n)
+        exact_span(x, pend_i, pend_n, scale, inv_scale, zp, qmin, qmax, codes, with_deq ? deq : NULL,
+                   &o->exact);
     o->amax = amax;
 }
 

@@ -133,6 +133,11 @@ uint64_t npuc__qk_minmax_cols_avx2(const float *x, size_t rows, size_t cols, siz
 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
                              int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                              npuc_qsums *s);
+/* The exact path alone (the reference's clamps, double terms): what the
+ * fast paths hand a group to when it holds a clipped, NaN or infinite value. */
+void npuc__qk_quant_run_exact_avx2(const float *x, size_t n, float scale, float inv_scale,
+                                   int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
+                                   float *deq, npuc_qsums *s);
 void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float scale, float inv_scale,
                                     int32_t zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                                     float *deq, npuc_qsums *s, const npuc_qhint *h);
