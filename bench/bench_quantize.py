@@ -130,7 +130,11 @@ def cpu_str(cpu):
     return f"cpu {cpu[0]:.3f} user + {cpu[1]:.3f} sys"
 
 
-def peak_rss_anon(cmd):
+def run_watched(cmd):
+    """Runs cmd; returns its wall time, CPU time (user + sys) and peak RssAnon
+    (polled every 2 ms from /proc; mapped files do not count)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     peak = 0
     status = f"/proc/{p.pid}/status"
@@ -145,7 +149,13 @@ def peak_rss_anon(cmd):
         time.sleep(0.002)
     if p.wait() != 0:
         raise RuntimeError(f"{cmd} failed")
-    return peak
+    dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), peak
+
+
+def peak_rss_anon(cmd):
+    return run_watched(cmd)[2]
 
 
 def main():

@@ -16,15 +16,12 @@ carries the 1-minute load average.  Prints figures only.
 """
 import argparse
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_quantize import write_model  # noqa: E402
+from bench_quantize import run_watched, write_model  # noqa: E402
 
 RECIPES = {
     "prune50+int8": "version: 1\nsteps:\n  - prune:\n      sparsity: 0.5\n  - quantize:\n      bits: 8\n",
@@ -34,26 +31,7 @@ RECIPES = {
 
 def run_once(cmd):
     """Wall time, CPU time of the child, peak RssAnon."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    peak = 0
-    status = f"/proc/{p.pid}/status"
-    while p.poll() is None:
-        try:
-            with open(status) as f:
-                for line in f:
-                    if line.startswith("RssAnon:"):
-                        peak = max(peak, int(line.split()[1]) * 1024)
-        except (FileNotFoundError, ProcessLookupError):
-            break
-        time.sleep(0.002)
-    dt = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise RuntimeError(f"{cmd} failed")
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return dt, cpu, peak
+    return run_watched(cmd)
 
 
 def main():

@@ -109,6 +109,16 @@ static json_t *doc_new(const char *path, int deep) {
 }
 
 /* Prints the one-line account of a tensor's census. */
+/* Scripts asked for JSON: they get a document for a failure too (the error
+ * line is still printed on stderr).  Prints and releases *doc, if any. */
+static void print_failure(json_t **doc, npuc_ctx *ctx) {
+    if (!*doc) return;
+    jset(*doc, "ok", json_false());
+    jset(*doc, "error", cli_json_str(npuc_ctx_errmsg(ctx)));
+    cli_json_print(*doc);
+    *doc = NULL;
+}
+
 static void print_tensor_line(const char *tag, size_t i, const npuc_tensor_info *t,
                               const npuc_value_counts *c) {
     char shape[NPUC_MAX_RANK * 21 + 3], b[CLI_FMT_MAX];
@@ -199,13 +209,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     if ((rc = cli_open_model(ctx, &a, path, &m)) != CLI_EXIT_OK) {
-        /* Scripts asked for JSON: they get a document for this outcome too. */
-        if (doc) {
-            jset(doc, "ok", json_false());
-            jset(doc, "error", cli_json_str(npuc_ctx_errmsg(ctx)));
-            cli_json_print(doc);
-            doc = NULL;
-        }
+        print_failure(&doc, ctx);
         goto done;
     }
 
@@ -220,12 +224,7 @@ static int run(int argc, char **argv) {
     npuc_status ast = npuc_artifact_check(ctx, m, deep, &art);
     if (ast != NPUC_OK) {
         rc = cli_fail(ctx, ast);
-        if (doc) {
-            jset(doc, "ok", json_false());
-            jset(doc, "error", cli_json_str(npuc_ctx_errmsg(ctx)));
-            cli_json_print(doc);
-            doc = NULL;
-        }
+        print_failure(&doc, ctx);
         goto done;
     }
     if (deep) {

@@ -4,8 +4,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -118,22 +116,6 @@ void npuc__scratch_free(npuc_scratch *s) {
     s->cap = 0;
 }
 
-/* Maps in the pages of a large mmapped tensor with one system call
- * (MADV_POPULATE_READ, Linux 5.14) instead of one page fault per 4 KiB
- * that the first pass would take; a kernel without it refuses, and the
- * faults happen as before. */
-static void populate(const void *p, uint64_t n) {
-#if defined(__linux__) && defined(MADV_POPULATE_READ)
-    if (n < ((uint64_t)1 << 20)) return;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t a = (uintptr_t)p & ~(page - 1), e = (uintptr_t)p + (uintptr_t)n;
-    (void)madvise((void *)a, (size_t)(e - a), MADV_POPULATE_READ);
-#else
-    (void)p;
-    (void)n;
-#endif
-}
-
 npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
                            const float **out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -141,7 +123,9 @@ npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch 
     npuc_status st = npuc_model_data(ctx, m, i, &p);
     if (st != NPUC_OK) return st;
     if (t->dtype == NPUC_DTYPE_F32 && ((uintptr_t)p & 3) == 0) {
-        if (prefault) populate(p, t->nbytes);
+        /* One call maps in a large tensor's pages (the backend's prefetch:
+         * MADV_POPULATE_READ for a mapped file) instead of a fault per page. */
+        if (prefault && t->nbytes >= ((uint64_t)1 << 20)) npuc__model_prefetch(m, i);
         *out = p;
         return NPUC_OK;
     }

@@ -46,8 +46,9 @@ void npuc__scratch_free(npuc_scratch *s);
 
 /* Float32 view of tensor i of m: the mapped bytes themselves when they are
  * aligned F32, else a converted copy in scr.  prefault: map a large mapped
- * tensor's pages in with one call first (MADV_POPULATE_READ), for passes
- * that read it several times; a kernel without it takes the page faults. */
+ * tensor's pages in with one call first (the backend's prefetch hook:
+ * MADV_POPULATE_READ), for passes that read it several times; a kernel
+ * without it takes the page faults. */
 npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
                            const float **out);
 

@@ -388,7 +388,6 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
     npuc__readahead *ra = NULL;
-    unsigned char *want = NULL;
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
@@ -456,11 +455,8 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
      * one is computed (src/passes/readahead.h).  NPUC_READAHEAD=0 turns it
      * off, =1 starts it whatever the threads and size (tests). */
     const char *ra_env = getenv("NPUC_READAHEAD");
-    want = malloc(n ? n : 1);
-    if (want && !(ra_env && strcmp(ra_env, "0") == 0)) {
-        memset(want, 1, n ? n : 1);
-        ra = npuc__readahead_start(m, want, 2, npuc__threads(ctx), ra_env && strcmp(ra_env, "1") == 0);
-    }
+    if (!(ra_env && strcmp(ra_env, "0") == 0))
+        ra = npuc__readahead_start(m, NULL, 2, npuc__threads(ctx), ra_env && strcmp(ra_env, "1") == 0);
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc__readahead_at(ra, i);
@@ -537,7 +533,6 @@ fail:
     npuc_summary_free(sum);
 done:
     npuc__readahead_stop(ra);
-    free(want);
     if (names)
         for (size_t i = 0; i < 2 * n; i++) free(names[i]);
     free(names);

@@ -59,7 +59,7 @@ npuc__readahead *npuc__readahead_start(npuc_model *m, const unsigned char *want,
     if (!force) {
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++)
-            if (want[i]) bytes += npuc_model_tensor(m, i)->nbytes;
+            if (!want || want[i]) bytes += npuc_model_tensor(m, i)->nbytes;
         if ((long)threads >= online_cores() || bytes < NPUC_READAHEAD_MIN) return NULL;
     }
     npuc__readahead *ra = calloc(1, sizeof *ra);
@@ -69,7 +69,10 @@ npuc__readahead *npuc__readahead_start(npuc_model *m, const unsigned char *want,
         free(ra);
         return NULL;
     }
-    memcpy(ra->want, want, n);
+    if (want)
+        memcpy(ra->want, want, n);
+    else
+        memset(ra->want, 1, n);
     ra->m = m;
     ra->n = n;
     ra->ahead = ahead;

@@ -24,7 +24,7 @@
 typedef struct npuc__readahead npuc__readahead;
 
 /* Starts a helper over m's tensors whose want[i] is non-zero (n = the
- * model's tensor count), at most `ahead` tensors past the current one.
+ * model's tensor count; want NULL: every tensor), at most `ahead` tensors past the current one.
  * Returns NULL, starting nothing, when the backend cannot prefetch, when
  * `threads` compute threads leave no core of the machine free or the wanted
  * tensors hold less than NPUC_READAHEAD_MIN bytes (unless force: tests), or
