@@ -114,7 +114,7 @@ int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
     const int32_t qmax = (int32_t)((1u << bits) - 1);
     lo = lo < 0.0f ? lo : 0.0f;
     hi = hi > 0.0f ? hi : 0.0f;
-    /* The width in double, rounded once (as src/passes/quantize.c does). */
+    /* The width in double, rounded once (as src/passes/quantize/quantize.c does). */
     float scale = (float)(((double)hi - (double)lo) / (double)qmax);
     if (!(scale >= FLT_MIN) || !(scale <= FLT_MAX)) return 0;
     float inv = 1.0f / scale;

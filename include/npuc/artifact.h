@@ -13,11 +13,17 @@
 #ifndef NPUC_ARTIFACT_H
 #define NPUC_ARTIFACT_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #include "model.h"
 #include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct npuc_artifact_info {
     size_t encoded;          /* tensors the "npuc" entry encodes (0: not an artifact) */
@@ -31,6 +37,9 @@ typedef struct npuc_artifact_info {
  * NPUC_ERR_UNSUPPORTED for an encoding this build cannot decode, each naming
  * the file and the tensor; NPUC_ERR_NOMEM.  Memory with decode: the largest
  * rebuilt tensor as float32, plus what its decoder needs. */
-npuc_status npuc_artifact_check(npuc_ctx *ctx, npuc_model *m, int decode, npuc_artifact_info *out);
+NPUC_API npuc_status npuc_artifact_check(npuc_ctx *ctx, npuc_model *m, int decode, npuc_artifact_info *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -56,6 +56,8 @@
 #ifndef NPUC_BNFOLD_H
 #define NPUC_BNFOLD_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "model.h"
@@ -77,7 +79,7 @@ typedef enum npuc_bnfold_how {
 } npuc_bnfold_how;
 
 /* "explicit", "topology", "name", "layer-order", "order"; "?" if invalid. */
-const char *npuc_bnfold_how_name(npuc_bnfold_how h);
+NPUC_API const char *npuc_bnfold_how_name(npuc_bnfold_how h);
 
 /* The default eps of BatchNorm in PyTorch, ONNX and Paddle exports, and in Keras. */
 #define NPUC_BNFOLD_EPS_TORCH 1e-5
@@ -152,7 +154,7 @@ typedef struct npuc_bnfold_params {
     void *user;
 } npuc_bnfold_params;
 
-npuc_bnfold_params npuc_bnfold_params_defaults(void);
+NPUC_API npuc_bnfold_params npuc_bnfold_params_defaults(void);
 
 /* Finds the pairs to fold in m and fills *plan (zeroed first).  Reads names,
  * shapes, layouts and metadata only, no tensor data.  Fails with
@@ -163,10 +165,10 @@ npuc_bnfold_params npuc_bnfold_params_defaults(void);
  * BatchNorm whose own tensors disagree in shape or a Keras BatchNorm layer
  * that the topology shows applied to several inputs, NPUC_ERR_UNSUPPORTED for
  * an npuc artifact (decompress it first).  On failure *plan is empty. */
-npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_params *p,
+NPUC_API npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_params *p,
                              npuc_bnfold_plan *plan);
 /* Frees everything a plan owns and zeroes it; NULL is a no-op. */
-void npuc_bnfold_plan_free(npuc_bnfold_plan *plan);
+NPUC_API void npuc_bnfold_plan_free(npuc_bnfold_plan *plan);
 
 /* Writes m to out with every pair of plan folded: producers scaled, biases
  * folded or created (declared right after their producer, in its Keras
@@ -187,7 +189,7 @@ void npuc_bnfold_plan_free(npuc_bnfold_plan *plan);
  * infinite, NPUC_ERR_UNSUPPORTED for a non-float BatchNorm or producer, and
  * with the writer's statuses; on failure nothing is written, *sum is freed
  * and the context names the file, the tensor and the problem. */
-npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *plan,
+NPUC_API npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *plan,
                               const npuc_bnfold_params *p, const char *out, npuc_summary *sum);
 
 /* ------------------------------------------------------ the arithmetic */
@@ -197,7 +199,7 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
  * means 1 and beta NULL means 0 (scale=False / center=False).  Fails with
  * NPUC_ERR_VALUE, naming the channel, when var + eps <= 0 or a value is not
  * finite; var exactly 0 with eps > 0 is fine. */
-npuc_status npuc_bnfold_coeffs(npuc_ctx *ctx, size_t n, const double *gamma, const double *beta,
+NPUC_API npuc_status npuc_bnfold_coeffs(npuc_ctx *ctx, size_t n, const double *gamma, const double *beta,
                                const double *mean, const double *var, double eps, double *scale,
                                double *shift);
 
@@ -208,11 +210,11 @@ npuc_status npuc_bnfold_coeffs(npuc_ctx *ctx, size_t n, const double *gamma, con
  * g * (out/groups) + c of input row o, g = o / (in/groups), so scale then
  * has groups * C entries.  Fails with NPUC_ERR_ARG when the layout does not
  * fit the tensor or groups does not divide its input axis. */
-npuc_status npuc_bnfold_scale_weights(npuc_ctx *ctx, const npuc_tensor_info *t, int groups,
+NPUC_API npuc_status npuc_bnfold_scale_weights(npuc_ctx *ctx, const npuc_tensor_info *t, int groups,
                                       const double *scale, double *w);
 
 /* b'[c] = b[c] * scale[c] + shift[c] for n channels; bias NULL means zeros. */
-void npuc_bnfold_bias(size_t n, const double *bias, const double *scale, const double *shift,
+NPUC_API void npuc_bnfold_bias(size_t n, const double *bias, const double *scale, const double *shift,
                       double *out);
 
 #ifdef __cplusplus

@@ -25,6 +25,8 @@
 #ifndef NPUC_CALIB_H
 #define NPUC_CALIB_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include "status.h"
 
@@ -47,23 +49,23 @@ typedef struct npuc_range_opts {
     int symmetric;     /* 1: a range symmetric around 0 (lo = -hi), default 1 */
 } npuc_range_opts;
 
-npuc_range_opts npuc_range_opts_defaults(void);
+NPUC_API npuc_range_opts npuc_range_opts_defaults(void);
 
 /* Parses "minmax", "percentile=99.9", "mse", "entropy" into o->method and
  * o->percentile.  Returns NPUC_ERR_ARG with a message for anything else. */
-npuc_status npuc_range_parse(npuc_ctx *ctx, const char *s, npuc_range_opts *o);
+NPUC_API npuc_status npuc_range_parse(npuc_ctx *ctx, const char *s, npuc_range_opts *o);
 /* Writes the method's name as npuc_range_parse accepts it ("minmax",
  * "percentile=99.99", "mse", "entropy") into buf of size n. */
-void npuc_range_format(const npuc_range_opts *o, char *buf, size_t n);
+NPUC_API void npuc_range_format(const npuc_range_opts *o, char *buf, size_t n);
 
 /* Estimates the clipping range of x[0..n) (finite values).  For symmetric
  * ranges lo = -hi.  The range is not widened to include 0: the quantizer does
  * that for asymmetric schemes.  n == 0 gives [0, 0].  scratch may be NULL (the
  * function allocates) or hold npuc_range_scratch_size(n, o) bytes, reused
  * between calls by pass drivers. */
-npuc_status npuc_range_estimate(npuc_ctx *ctx, const float *x, size_t n, const npuc_range_opts *o,
+NPUC_API npuc_status npuc_range_estimate(npuc_ctx *ctx, const float *x, size_t n, const npuc_range_opts *o,
                                 float *lo, float *hi, void *scratch);
-size_t npuc_range_scratch_size(size_t n, const npuc_range_opts *o);
+NPUC_API size_t npuc_range_scratch_size(size_t n, const npuc_range_opts *o);
 
 #ifdef __cplusplus
 }

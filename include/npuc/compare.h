@@ -39,6 +39,8 @@
 #ifndef NPUC_COMPARE_H
 #define NPUC_COMPARE_H
 
+#include "api.h"
+
 #include "model.h"
 #include "record.h"
 #include "status.h"
@@ -51,14 +53,14 @@ typedef struct npuc_compare_opts {
     int histograms;   /* fill each measured record's hist (default 1) */
 } npuc_compare_opts;
 
-npuc_compare_opts npuc_compare_opts_defaults(void);
+NPUC_API npuc_compare_opts npuc_compare_opts_defaults(void);
 
 /* Compares every tensor of orig with its namesake in compressed and fills
  * *out (pass "compare", totals computed).  Peak memory is about four times
  * the largest tensor as float32.  Errors: NPUC_ERR_FORMAT for a malformed
  * artifact description, NPUC_ERR_IO / NPUC_ERR_NOMEM; on failure *out is
  * empty.  On success the caller frees *out with npuc_summary_free. */
-npuc_status npuc_compare_models(npuc_ctx *ctx, npuc_model *orig, npuc_model *compressed,
+NPUC_API npuc_status npuc_compare_models(npuc_ctx *ctx, npuc_model *orig, npuc_model *compressed,
                                 const npuc_compare_opts *o, npuc_summary *out);
 
 #ifdef __cplusplus

@@ -14,6 +14,8 @@
 #ifndef NPUC_DTYPE_H
 #define NPUC_DTYPE_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,31 +44,31 @@ typedef enum npuc_dtype {
 } npuc_dtype;
 
 /* Bytes per element; 0 for an invalid dtype. */
-size_t npuc_dtype_size(npuc_dtype dt);
+NPUC_API size_t npuc_dtype_size(npuc_dtype dt);
 /* The safetensors spelling ("F32", "BF16", "F8_E4M3", "BOOL", ...); "?" if invalid. */
-const char *npuc_dtype_name(npuc_dtype dt);
+NPUC_API const char *npuc_dtype_name(npuc_dtype dt);
 /* Parses a safetensors spelling (case-sensitive) or a lower-case alias
  * ("f32", "float32", "f16", "half", "bf16"). Returns 0 on success, -1 if unknown. */
-int npuc_dtype_parse(const char *s, npuc_dtype *out);
+NPUC_API int npuc_dtype_parse(const char *s, npuc_dtype *out);
 /* 1 for floating-point dtypes (F64 F32 F16 BF16 F8_*), else 0. */
-int npuc_dtype_is_float(npuc_dtype dt);
+NPUC_API int npuc_dtype_is_float(npuc_dtype dt);
 
 /* Scalar conversions (round half to even on narrowing; NaN stays NaN;
  * values beyond a format's range become +-Inf, or NaN for E4M3 which has no Inf). */
-float npuc_f16_to_f32(uint16_t h);
-uint16_t npuc_f32_to_f16(float f);
-float npuc_bf16_to_f32(uint16_t h);
-uint16_t npuc_f32_to_bf16(float f);
-float npuc_e4m3_to_f32(uint8_t v);
-uint8_t npuc_f32_to_e4m3(float f);
-float npuc_e5m2_to_f32(uint8_t v);
-uint8_t npuc_f32_to_e5m2(float f);
+NPUC_API float npuc_f16_to_f32(uint16_t h);
+NPUC_API uint16_t npuc_f32_to_f16(float f);
+NPUC_API float npuc_bf16_to_f32(uint16_t h);
+NPUC_API uint16_t npuc_f32_to_bf16(float f);
+NPUC_API float npuc_e4m3_to_f32(uint8_t v);
+NPUC_API uint8_t npuc_f32_to_e4m3(float f);
+NPUC_API float npuc_e5m2_to_f32(uint8_t v);
+NPUC_API uint8_t npuc_f32_to_e5m2(float f);
 
 /* Converts n elements from src (of dtype sdt) to dst (of dtype ddt).  Buffers
  * may be unaligned; they must not overlap.  Integer targets round half to even
  * and saturate; NaN becomes 0 for integer targets.  Returns 0, or -1 if a
  * dtype is invalid. */
-int npuc_convert(void *dst, npuc_dtype ddt, const void *src, npuc_dtype sdt, size_t n);
+NPUC_API int npuc_convert(void *dst, npuc_dtype ddt, const void *src, npuc_dtype sdt, size_t n);
 
 #ifdef __cplusplus
 }

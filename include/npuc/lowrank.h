@@ -41,6 +41,8 @@
 #ifndef NPUC_LOWRANK_H
 #define NPUC_LOWRANK_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "metrics.h"
@@ -63,8 +65,8 @@ typedef enum npuc_svd_solver {
 } npuc_svd_solver;
 
 /* "auto", "exact", "randomized"; and back (0, or -1 if unknown). */
-const char *npuc_svd_solver_name(npuc_svd_solver s);
-int npuc_svd_solver_parse(const char *s, npuc_svd_solver *out);
+NPUC_API const char *npuc_svd_solver_name(npuc_svd_solver s);
+NPUC_API int npuc_svd_solver_parse(const char *s, npuc_svd_solver *out);
 
 typedef struct npuc_svd_opts {
     npuc_svd_solver solver;   /* default AUTO */
@@ -73,7 +75,7 @@ typedef struct npuc_svd_opts {
     uint64_t seed;            /* Gaussian sketch seed, default 0 */
 } npuc_svd_opts;
 
-npuc_svd_opts npuc_svd_opts_defaults(void);
+NPUC_API npuc_svd_opts npuc_svd_opts_defaults(void);
 
 /* Truncated SVD of the row-major m x n matrix w:  w ~ u diag(s) vt with u
  * [m x k] and vt [k x n] row-major, s descending, 1 <= k <= min(m, n).
@@ -83,13 +85,13 @@ npuc_svd_opts npuc_svd_opts_defaults(void);
  * NPUC_ERR_ARG (sizes, options), NPUC_ERR_VALUE (NaN or Inf in w),
  * NPUC_ERR_NUMERIC (no convergence), NPUC_ERR_UNSUPPORTED (too large for
  * LAPACK's 32-bit sizes), NPUC_ERR_NOMEM. */
-npuc_status npuc_svd(npuc_ctx *ctx, const float *w, int64_t m, int64_t n, int64_t k,
+NPUC_API npuc_status npuc_svd(npuc_ctx *ctx, const float *w, int64_t m, int64_t n, int64_t k,
                      const npuc_svd_opts *o, float *s, float *u, float *vt);
 
 /* All min(m, n) singular values of w, descending (exact: sgesdd without
  * vectors).  The optimum a rank-r factorisation can reach is
  * sqrt(sum_{i>=r} s_i^2) / sqrt(sum s_i^2).  Errors as npuc_svd. */
-npuc_status npuc_svd_values(npuc_ctx *ctx, const float *w, int64_t m, int64_t n, float *s);
+NPUC_API npuc_status npuc_svd_values(npuc_ctx *ctx, const float *w, int64_t m, int64_t n, float *s);
 
 /* ---------------------------------------------------------------- ranks */
 
@@ -110,11 +112,11 @@ typedef struct npuc_lowrank_params {
     npuc_svd_opts svd;
 } npuc_lowrank_params;
 
-npuc_lowrank_params npuc_lowrank_params_defaults(void);
+NPUC_API npuc_lowrank_params npuc_lowrank_params_defaults(void);
 
 /* NPUC_ERR_ARG, with a message naming the option ("--energy 1.5: must be in
  * (0, 1]"), when a rule or an SVD option is out of range. */
-npuc_status npuc_lowrank_params_check(npuc_ctx *ctx, const npuc_lowrank_params *p);
+NPUC_API npuc_status npuc_lowrank_params_check(npuc_ctx *ctx, const npuc_lowrank_params *p);
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -132,7 +134,7 @@ typedef struct npuc_lowrank_geom {
  * factored: rank < 2, not a float dtype, an empty tensor, or a layout other
  * than OI, IO, OIHW, HWIO (depthwise HWIM and transposed IOHW kernels are
  * not plain matrix products; NONE has no output axis). */
-npuc_status npuc_lowrank_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, npuc_lowrank_geom *g);
+NPUC_API npuc_status npuc_lowrank_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, npuc_lowrank_geom *g);
 
 /* Dtype, rank, shape and layout of the two factors of t at rank r (names
  * and groups are left NULL).  For OIHW [O, I, kh, kw]: a = [O, r, 1, 1],
@@ -141,7 +143,7 @@ npuc_status npuc_lowrank_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, npuc
  * b = [I, r], a = [r, O].  The dense tensor is rebuilt as the row-major
  * product (b x a for IO/HWIO, a x b for OI/OIHW) of the factors viewed as
  * matrices. */
-npuc_status npuc_lowrank_factor_shapes(npuc_ctx *ctx, const npuc_tensor_info *t, int64_t r,
+NPUC_API npuc_status npuc_lowrank_factor_shapes(npuc_ctx *ctx, const npuc_tensor_info *t, int64_t r,
                                        npuc_tensor_info *a, npuc_tensor_info *b);
 
 /* What npuc_lowrank_tensor found for one tensor. */
@@ -166,9 +168,9 @@ typedef struct npuc_lowrank_result {
  * chosen by p's rule; a FIXED rank above min(m, n) is NPUC_ERR_ARG.  NaN or
  * Inf in w is NPUC_ERR_VALUE naming the tensor.  On success *res owns a and
  * b (free with npuc_lowrank_result_free); on failure *res is zeroed. */
-npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
+NPUC_API npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
                                 const npuc_lowrank_params *p, npuc_lowrank_result *res);
-void npuc_lowrank_result_free(npuc_lowrank_result *res);
+NPUC_API void npuc_lowrank_result_free(npuc_lowrank_result *res);
 
 /* ---------------------------------------------------------------- models */
 
@@ -190,7 +192,7 @@ typedef struct npuc_lowrank_opts {
     void *user;
 } npuc_lowrank_opts;
 
-npuc_lowrank_opts npuc_lowrank_opts_defaults(void);
+NPUC_API npuc_lowrank_opts npuc_lowrank_opts_defaults(void);
 
 /* Factors the selected tensors of m and writes the artifact to out.  Without
  * --include every float tensor with layout OI, IO, OIHW or HWIO is selected,
@@ -211,7 +213,7 @@ npuc_lowrank_opts npuc_lowrank_opts_defaults(void);
  * anything is written (factors are spilled to an unlinked temporary file
  * beside out, so memory follows the largest tensor); on failure nothing is
  * written at out and *sum is empty. */
-npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+NPUC_API npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                const npuc_lowrank_opts *o, npuc_summary *sum);
 
 #ifdef __cplusplus

@@ -27,6 +27,8 @@
 #ifndef NPUC_METRICS_H
 #define NPUC_METRICS_H
 
+#include "api.h"
+
 #include <stdint.h>
 #include "dtype.h"
 #include "status.h"
@@ -57,10 +59,10 @@ typedef struct npuc_value_counts {
  * Returns NPUC_OK, or NPUC_ERR_ARG (with *out zeroed) for an invalid dtype or
  * a NULL data pointer with n > 0.  The function has no context argument:
  * those are its only failures, and the status says which. */
-npuc_status npuc_count_values(const void *data, npuc_dtype dt, uint64_t n, npuc_value_counts *out);
+NPUC_API npuc_status npuc_count_values(const void *data, npuc_dtype dt, uint64_t n, npuc_value_counts *out);
 
 /* Adds b to *acc field by field (for totals over a model). */
-void npuc_value_counts_add(npuc_value_counts *acc, const npuc_value_counts *b);
+NPUC_API void npuc_value_counts_add(npuc_value_counts *acc, const npuc_value_counts *b);
 
 
 /* Error of an approximation w' of weights w (quantized, pruned, factored...),
@@ -89,7 +91,7 @@ typedef struct npuc_error_stats {
  * data: sum_w2 = sum w^2, sum_e2 = sum (w'-w)^2, sum_wd = sum w w',
  * sum_d2 = sum w'^2, max_abs = max |w'-w|, sum_noise = sum over values of
  * scale^2/12 (0 when not quantizing), clipped.  Sums are taken in double. */
-void npuc_error_from_sums(npuc_error_stats *out, uint64_t n, double sum_w2, double sum_e2,
+NPUC_API void npuc_error_from_sums(npuc_error_stats *out, uint64_t n, double sum_w2, double sum_e2,
                           double sum_wd, double sum_d2, double max_abs, double sum_noise,
                           uint64_t clipped);
 
@@ -97,7 +99,7 @@ void npuc_error_from_sums(npuc_error_stats *out, uint64_t n, double sum_w2, doub
  * *out (noise_pred and clipped are 0).  Sums are taken per 4096-value chunk
  * and added in chunk order, so the result is the same on every machine and
  * thread count. */
-void npuc_error_measure(const float *ref, const float *approx, uint64_t n, npuc_error_stats *out);
+NPUC_API void npuc_error_measure(const float *ref, const float *approx, uint64_t n, npuc_error_stats *out);
 
 #ifdef __cplusplus
 }

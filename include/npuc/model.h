@@ -27,6 +27,8 @@
 #ifndef NPUC_MODEL_H
 #define NPUC_MODEL_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -50,8 +52,8 @@ typedef enum npuc_h5_style {
 } npuc_h5_style;
 
 /* Guesses a format from a path's extension (.safetensors, .h5/.hdf5/.keras). */
-npuc_format npuc_format_from_path(const char *path);
-const char *npuc_format_name(npuc_format f);
+NPUC_API npuc_format npuc_format_from_path(const char *path);
+NPUC_API const char *npuc_format_name(npuc_format f);
 
 typedef struct npuc_model npuc_model;
 
@@ -60,61 +62,61 @@ typedef struct npuc_open_opts {
     uint64_t max_header_bytes;   /* safetensors header limit; default 100,000,000 */
 } npuc_open_opts;
 
-npuc_open_opts npuc_open_opts_defaults(void);
+NPUC_API npuc_open_opts npuc_open_opts_defaults(void);
 
 /* Opens a weight file and validates its structure strictly.  opts may be NULL.
  * On success *out owns the model; on failure *out is NULL and the context
  * holds a message naming the file, the tensor and the problem. */
-npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *opts,
+NPUC_API npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *opts,
                             npuc_model **out);
 /* Closes a model and frees everything it owns; NULL is a no-op. */
-void npuc_model_close(npuc_model *m);
+NPUC_API void npuc_model_close(npuc_model *m);
 
-const char *npuc_model_path(const npuc_model *m);
-npuc_format npuc_model_format(const npuc_model *m);
-npuc_h5_style npuc_model_h5_style(const npuc_model *m); /* PLAIN for safetensors */
+NPUC_API const char *npuc_model_path(const npuc_model *m);
+NPUC_API npuc_format npuc_model_format(const npuc_model *m);
+NPUC_API npuc_h5_style npuc_model_h5_style(const npuc_model *m); /* PLAIN for safetensors */
 /* Size of the file on disk in bytes. */
-uint64_t npuc_model_file_size(const npuc_model *m);
+NPUC_API uint64_t npuc_model_file_size(const npuc_model *m);
 
-size_t npuc_model_count(const npuc_model *m);
+NPUC_API size_t npuc_model_count(const npuc_model *m);
 /* The i-th tensor in storage order; NULL when i is out of range. */
-const npuc_tensor_info *npuc_model_tensor(const npuc_model *m, size_t i);
+NPUC_API const npuc_tensor_info *npuc_model_tensor(const npuc_model *m, size_t i);
 /* Index of the tensor with this name; returns 0 and sets *idx, or -1. */
-int npuc_model_find(const npuc_model *m, const char *name, size_t *idx);
+NPUC_API int npuc_model_find(const npuc_model *m, const char *name, size_t *idx);
 
 /* Overrides a tensor's layout.  Fails with NPUC_ERR_ARG when the layout does
  * not fit the tensor's rank. */
-npuc_status npuc_model_set_layout(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_layout l);
+NPUC_API npuc_status npuc_model_set_layout(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_layout l);
 /* Applies "REGEX=NAME" rules (POSIX extended regex, matched anywhere in the
  * name unless anchored) to every tensor; for each tensor the first rule that
  * matches wins.  A malformed rule, an unknown layout name, a rule that matches
  * no tensor, or a layout that does not fit a matched tensor's rank is an
  * NPUC_ERR_ARG naming the rule. */
-npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const char *const *rules,
+NPUC_API npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const char *const *rules,
                                           size_t nrules);
 
 /* Model-level string metadata (safetensors __metadata__, HDF5 root string
  * attributes), in file order. */
-size_t npuc_model_meta_count(const npuc_model *m);
-void npuc_model_meta_at(const npuc_model *m, size_t i, const char **key, const char **value);
+NPUC_API size_t npuc_model_meta_count(const npuc_model *m);
+NPUC_API void npuc_model_meta_at(const npuc_model *m, size_t i, const char **key, const char **value);
 /* The value for key, or NULL. */
-const char *npuc_model_meta_get(const npuc_model *m, const char *key);
+NPUC_API const char *npuc_model_meta_get(const npuc_model *m, const char *key);
 
 /* Keras layers in layer_names order (empty for non-Keras files). */
-size_t npuc_model_group_count(const npuc_model *m);
-const char *npuc_model_group(const npuc_model *m, size_t i);
+NPUC_API size_t npuc_model_group_count(const npuc_model *m);
+NPUC_API const char *npuc_model_group(const npuc_model *m, size_t i);
 
 /* Returns the raw little-endian bytes of tensor i (t->nbytes of them) through
  * *data.  The pointer stays valid until npuc_model_release(m, i) or
  * npuc_model_close(m), and may be unaligned: copy or convert before treating
  * it as a typed array (npuc_model_read_f32 does).  Fails on I/O errors and on
  * data HDF5 cannot decode. */
-npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, const void **data);
+NPUC_API npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, const void **data);
 /* Drops a buffer npuc_model_data() may have allocated; a no-op for mmapped data. */
-void npuc_model_release(npuc_model *m, size_t i);
+NPUC_API void npuc_model_release(npuc_model *m, size_t i);
 /* Converts tensor i to float32 into dst (t->numel floats).  Integer and BOOL
  * tensors convert too.  Releases any buffer it had to load. */
-npuc_status npuc_model_read_f32(npuc_ctx *ctx, npuc_model *m, size_t i, float *dst);
+NPUC_API npuc_status npuc_model_read_f32(npuc_ctx *ctx, npuc_model *m, size_t i, float *dst);
 
 /* ---------------------------------------------------------------- writer */
 
@@ -129,33 +131,33 @@ typedef struct npuc_write_opts {
     int h5_style_set;            /* 1 if h5_style was chosen explicitly */
 } npuc_write_opts;
 
-npuc_write_opts npuc_write_opts_defaults(void);
+NPUC_API npuc_write_opts npuc_write_opts_defaults(void);
 
 /* Starts writing path.  opts may be NULL.  Nothing appears at path until
  * npuc_writer_finish() succeeds. */
-npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
+NPUC_API npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
                              npuc_writer **out);
 /* Adds a model-level string metadata entry (before the first write). */
-npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const char *value);
+NPUC_API npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const char *value);
 /* Declares the next tensor (before the first write).  info->name, dtype, rank,
  * shape, layout and group are used; numel and nbytes are recomputed with
  * overflow checks.  Duplicate names are NPUC_ERR_ARG.  A layout other than
  * NONE that a reader would not guess from the name is recorded in the
  * "npuc.layout" metadata entry; NONE means "no opinion" and is not recorded. */
-npuc_status npuc_writer_declare(npuc_writer *w, const npuc_tensor_info *info);
+NPUC_API npuc_status npuc_writer_declare(npuc_writer *w, const npuc_tensor_info *info);
 /* Writes the bytes of the next declared tensor (all info->nbytes of them,
  * little-endian).  Tensors are written in declaration order. */
-npuc_status npuc_writer_write(npuc_writer *w, const void *data, uint64_t nbytes);
+NPUC_API npuc_status npuc_writer_write(npuc_writer *w, const void *data, uint64_t nbytes);
 /* Writes every tensor's data, fsyncs, renames into place and frees w. */
-npuc_status npuc_writer_finish(npuc_writer *w);
+NPUC_API npuc_status npuc_writer_finish(npuc_writer *w);
 /* Discards everything, removes the temporary file and frees w; NULL is a no-op. */
-void npuc_writer_abort(npuc_writer *w);
+NPUC_API void npuc_writer_abort(npuc_writer *w);
 
 /* Copies a whole model to path (format from opts or extension), converting
  * float tensors to to_dtype when to_dtype_set is non-zero.  Metadata, layer
  * groups and layouts are kept; layouts that differ from what the target
  * format would guess are recorded in the "npuc.layout" metadata entry. */
-npuc_status npuc_model_convert(npuc_ctx *ctx, npuc_model *m, const char *path,
+NPUC_API npuc_status npuc_model_convert(npuc_ctx *ctx, npuc_model *m, const char *path,
                                const npuc_write_opts *opts, int to_dtype_set, npuc_dtype to_dtype);
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
  *   compare.h two weight files tensor by tensor, as a summary (npuc report)
  *   metrics.h measuring tensor values (NaN/Inf/subnormal census)
  *   recipe.h  recipes (a YAML chain of passes) and batch work lists
+ *   api.h     NPUC_API, the export marker (every header includes it)
  *
  * Conventions: functions return npuc_status and pass results through
  * out-parameters; the failing call leaves a message in the npuc_ctx; the

@@ -45,6 +45,8 @@
 #ifndef NPUC_PRUNE_H
 #define NPUC_PRUNE_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "metrics.h"
@@ -73,7 +75,7 @@ typedef struct npuc_prune_stats {
  * go first).  Every other element is copied bit for bit.  out must not
  * overlap w.  Fails with NPUC_ERR_ARG when k > n or out overlaps w,
  * NPUC_ERR_VALUE when w holds NaN or Inf, NPUC_ERR_NOMEM.  st may be NULL. */
-npuc_status npuc_prune_magnitude(npuc_ctx *ctx, const float *w, uint64_t n, uint64_t k, float *out,
+NPUC_API npuc_status npuc_prune_magnitude(npuc_ctx *ctx, const float *w, uint64_t n, uint64_t k, float *out,
                                  npuc_prune_stats *st);
 
 /* Where N:M groups run in a tensor (docs/sparsity.md).  Each output channel
@@ -98,19 +100,19 @@ typedef struct npuc_nm_geom {
 } npuc_nm_geom;
 
 /* Parses "N:M" (1 <= N < M <= 16).  Returns 0, or -1 when malformed. */
-int npuc_nm_parse(const char *s, int *n, int *m);
+NPUC_API int npuc_nm_parse(const char *s, int *n, int *m);
 
 /* The N:M geometry of tensor t.  Fails with NPUC_ERR_ARG (message names the
  * tensor) when n:m is invalid, the layout is NONE, or the input-channel axis
  * is shorter than m (a depthwise convolution has one input channel per
  * output channel: nothing for N:M to choose from). */
-npuc_status npuc_nm_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g);
+NPUC_API npuc_status npuc_nm_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g);
 
 /* Writes w (t->numel floats) to out with N:M sparsity along g's groups: in
  * each group of r <= m values the r - min(n, r) smallest by (|w|, index) are
  * set to +0, the rest copied bit for bit.  out may equal w.  NaN or Inf is
  * NPUC_ERR_VALUE.  st may be NULL (k counts pruned positions). */
-npuc_status npuc_nm_sparsify(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_nm_geom *g,
+NPUC_API npuc_status npuc_nm_sparsify(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_nm_geom *g,
                              const float *w, float *out, npuc_prune_stats *st);
 
 /* Compression of an N:M-sparse tensor: for every group in compressed order,
@@ -122,14 +124,14 @@ npuc_status npuc_nm_sparsify(npuc_ctx *ctx, const npuc_tensor_info *t, const npu
  * with esize 4, or quantization codes with esize 1).  values: g->kept *
  * esize bytes; meta: g->meta_bytes, positions packed LSB-first, meta_bits
  * each. */
-void npuc_nm_pack(const npuc_nm_geom *g, const float *sparse, const void *src, size_t esize,
+NPUC_API void npuc_nm_pack(const npuc_nm_geom *g, const float *sparse, const void *src, size_t esize,
                   void *values, uint8_t *meta);
 /* The inverse: writes the dense tensor (numel * esize bytes, zero bytes at
  * pruned positions) and, when kept is not NULL, kept[i] = 1 for stored
  * positions, 0 elsewhere.  Checks every group's positions (increasing,
  * below m, padding slots of short groups at positions r..) and fails with
  * NPUC_ERR_FORMAT (message names `name`) when they are not canonical. */
-npuc_status npuc_nm_unpack(npuc_ctx *ctx, const char *name, const npuc_nm_geom *g, const void *values,
+NPUC_API npuc_status npuc_nm_unpack(npuc_ctx *ctx, const char *name, const npuc_nm_geom *g, const void *values,
                            size_t esize, const uint8_t *meta, void *dense, uint8_t *kept);
 
 /* ------------------------------------------------------------ cost model */
@@ -142,7 +144,7 @@ typedef struct npuc_cost_model {
                              layers, output pixels for convolutions (default 1) */
 } npuc_cost_model;
 
-npuc_cost_model npuc_cost_model_defaults(void);
+NPUC_API npuc_cost_model npuc_cost_model_defaults(void);
 
 /* The estimate for one layer with geometry g whose values take value_bytes
  * each (4 for F32, 1 for int8), activations act_bytes each. */
@@ -157,7 +159,7 @@ typedef struct npuc_nm_cost {
     double speedup;       /* t_dense / t_sparse */
 } npuc_nm_cost;
 
-void npuc_nm_cost_of(const npuc_nm_geom *g, double value_bytes, double act_bytes,
+NPUC_API void npuc_nm_cost_of(const npuc_nm_geom *g, double value_bytes, double act_bytes,
                      const npuc_cost_model *cm, npuc_nm_cost *out);
 
 /* Below this estimated speedup a sparsified layer is reported as one where
@@ -214,7 +216,7 @@ typedef struct npuc_prune_opts {
     void *user;
 } npuc_prune_opts;
 
-npuc_prune_opts npuc_prune_opts_defaults(void);
+NPUC_API npuc_prune_opts npuc_prune_opts_defaults(void);
 
 /* Prunes m and writes the result to out (same tensors and names; shrunk
  * shapes for structured pruning).  *sum ("prune") gets one record per input
@@ -230,7 +232,7 @@ npuc_prune_opts npuc_prune_opts_defaults(void);
  * a --next naming a missing tensor or one whose channels do not match;
  * NPUC_ERR_VALUE for NaN/Inf weights.  On failure nothing is written and
  * *sum is empty. */
-npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
+NPUC_API npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
                              npuc_summary *sum);
 
 typedef struct npuc_sparsify_opts {
@@ -246,7 +248,7 @@ typedef struct npuc_sparsify_opts {
     void *user;
 } npuc_sparsify_opts;
 
-npuc_sparsify_opts npuc_sparsify_opts_defaults(void);
+NPUC_API npuc_sparsify_opts npuc_sparsify_opts_defaults(void);
 
 /* N:M-sparsifies every selected tensor of m (rank >= 2 float tensors with a
  * channel layout, or the --include set) and writes out, dense or compressed.
@@ -257,7 +259,7 @@ npuc_sparsify_opts npuc_sparsify_opts_defaults(void);
  * "ai", "speedup_24" (for 2:4; "speedup_nm" for other patterns),
  * "bytes_sparse", "bytes_meta", and the error; warnings for layers where the
  * pattern cannot pay and when every weight layer was sparsified. */
-npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+NPUC_API npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                 const npuc_sparsify_opts *o, npuc_summary *sum);
 
 #ifdef __cplusplus

@@ -27,6 +27,8 @@
 #ifndef NPUC_QUANT_H
 #define NPUC_QUANT_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "calib.h"
@@ -56,7 +58,7 @@ typedef struct npuc_quant_params {
     npuc_range_opts range;    /* default minmax */
 } npuc_quant_params;
 
-npuc_quant_params npuc_quant_params_defaults(void);
+NPUC_API npuc_quant_params npuc_quant_params_defaults(void);
 
 /* How a tensor's values are grouped under params p: `channels` groups of
  * scale (per group: `groups_per_channel`), the channel view [outer, C, inner]
@@ -70,7 +72,7 @@ typedef struct npuc_quant_shape {
     int axis;                         /* output axis used, -1 per tensor */
 } npuc_quant_shape;
 
-npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_quant_params *p,
+NPUC_API npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_quant_params *p,
                                 npuc_quant_shape *qs);
 
 /* Quantizes w (t->numel finite floats in t's shape).  Outputs: codes
@@ -80,12 +82,12 @@ npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const 
  * t->numel floats: the dequantized values) and err (optional).  A NaN or Inf
  * in w is NPUC_ERR_VALUE naming the tensor and the count of bad values.
  * Runs on the context's thread count; results do not depend on it. */
-npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
+NPUC_API npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
                                  const npuc_quant_params *p, uint8_t *codes, float *scales,
                                  int32_t *zero_points, float *deq, npuc_error_stats *err);
 
 /* Dequantizes codes produced by npuc_quantize_tensor back to floats. */
-npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,
+NPUC_API npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,
                                    const npuc_quant_params *p, const uint8_t *codes,
                                    const float *scales, const int32_t *zero_points, float *out);
 
@@ -112,7 +114,7 @@ typedef struct npuc_quantize_opts {
     void *user;
 } npuc_quantize_opts;
 
-npuc_quantize_opts npuc_quantize_opts_defaults(void);
+NPUC_API npuc_quantize_opts npuc_quantize_opts_defaults(void);
 
 /* Quantizes every selected tensor of m and writes the artifact to out (see
  * docs/artifact.md): codes under the tensor's name, "<name>.scale",
@@ -122,16 +124,16 @@ npuc_quantize_opts npuc_quantize_opts_defaults(void);
  * extras "bits", "symmetric", "group_size", "axis" for quantized tensors) and
  * the totals.  On failure nothing is written at out and *sum is empty; on
  * success the caller frees it with npuc_summary_free. */
-npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+NPUC_API npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                 const npuc_quantize_opts *o, npuc_summary *sum);
 
 /* Turns any npuc artifact back into dense float tensors with the original
  * names, shapes, dtypes and layouts; tensors npuc did not encode are copied. */
-npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+NPUC_API npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                   const npuc_write_opts *wo);
 
 /* The short scheme name used in reports ("int8/ch", "uint4/g128", "int8/t"). */
-void npuc_quant_scheme_name(const npuc_quant_params *p, char *buf, size_t n);
+NPUC_API void npuc_quant_scheme_name(const npuc_quant_params *p, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,8 @@
 #ifndef NPUC_RECIPE_H
 #define NPUC_RECIPE_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "model.h"
@@ -63,11 +65,11 @@ typedef enum npuc_step_kind {
 } npuc_step_kind;
 
 /* "fold-bn", "prune", "sparsify", "lowrank", "quantize"; "?" if invalid. */
-const char *npuc_step_kind_name(npuc_step_kind k);
+NPUC_API const char *npuc_step_kind_name(npuc_step_kind k);
 /* 1 when this build can run the step, 0 when its pass is not built in
  * (a recipe naming it still parses; running it fails with
  * NPUC_ERR_UNSUPPORTED "step 'X' is not available in this build"). */
-int npuc_step_available(npuc_step_kind k);
+NPUC_API int npuc_step_available(npuc_step_kind k);
 
 /* The metadata keys a recipe run writes into its artifact. */
 #define NPUC_META_RECIPE "npuc.recipe"
@@ -80,27 +82,27 @@ typedef struct npuc_recipe npuc_recipe;
  * (free with npuc_recipe_free); on failure *out is NULL and the context says
  * "<path>:<line>:<col>: <problem>" (NPUC_ERR_ARG), or why the file could not
  * be read (NPUC_ERR_NOT_FOUND, NPUC_ERR_IO). */
-npuc_status npuc_recipe_load(npuc_ctx *ctx, const char *path, npuc_recipe **out);
+NPUC_API npuc_status npuc_recipe_load(npuc_ctx *ctx, const char *path, npuc_recipe **out);
 /* The same from len bytes of text; name stands for the file in messages. */
-npuc_status npuc_recipe_parse(npuc_ctx *ctx, const char *name, const char *text, size_t len,
+NPUC_API npuc_status npuc_recipe_parse(npuc_ctx *ctx, const char *name, const char *text, size_t len,
                               npuc_recipe **out);
 /* Frees a recipe; NULL is a no-op. */
-void npuc_recipe_free(npuc_recipe *r);
+NPUC_API void npuc_recipe_free(npuc_recipe *r);
 
 /* The name given to load/parse. */
-const char *npuc_recipe_name(const npuc_recipe *r);
-size_t npuc_recipe_step_count(const npuc_recipe *r);
+NPUC_API const char *npuc_recipe_name(const npuc_recipe *r);
+NPUC_API size_t npuc_recipe_step_count(const npuc_recipe *r);
 /* The kind of step i and where it starts in the file (1-based line and
  * column; either pointer may be NULL).  i must be < the step count. */
-npuc_step_kind npuc_recipe_step_kind(const npuc_recipe *r, size_t i, int *line, int *col);
+NPUC_API npuc_step_kind npuc_recipe_step_kind(const npuc_recipe *r, size_t i, int *line, int *col);
 /* The canonical JSON of the recipe (what "npuc.recipe" holds) and its
  * SHA-256 as 64 lower-case hex digits.  Both are owned by the recipe. */
-const char *npuc_recipe_json(const npuc_recipe *r);
-const char *npuc_recipe_sha256(const npuc_recipe *r);
+NPUC_API const char *npuc_recipe_json(const npuc_recipe *r);
+NPUC_API const char *npuc_recipe_sha256(const npuc_recipe *r);
 
 /* SHA-256 of a file's bytes as 64 lower-case hex digits and a NUL into
  * hex.  NPUC_ERR_NOT_FOUND / NPUC_ERR_IO naming the path on failure. */
-npuc_status npuc_sha256_file(npuc_ctx *ctx, const char *path, char hex[65]);
+NPUC_API npuc_status npuc_sha256_file(npuc_ctx *ctx, const char *path, char hex[65]);
 
 /* ---------------------------------------------------------------- running */
 
@@ -128,7 +130,7 @@ typedef struct npuc_run_opts {
                                      into the next (the output is the same either way) */
 } npuc_run_opts;
 
-npuc_run_opts npuc_run_opts_defaults(void);
+NPUC_API npuc_run_opts npuc_run_opts_defaults(void);
 
 /* Runs recipe r on the file in and writes one artifact to out.
  *
@@ -156,7 +158,7 @@ npuc_run_opts npuc_run_opts_defaults(void);
  * NPUC_ERR_EXISTS when out exists without write.overwrite;
  * NPUC_ERR_UNSUPPORTED for a step not available in this build.  On failure
  * nothing is written at out and *sum is empty. */
-npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in, const char *out,
+NPUC_API npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in, const char *out,
                             const npuc_run_opts *o, npuc_summary *sum);
 
 /* A JSON object for npuc_report_info.params_json: {"recipe": <canonical>,
@@ -164,14 +166,14 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
  * "line", "tensors", "bytes_before", "bytes_after", "params_before",
  * "params_after", "weighted_sqnr_db"}]} computed from a run's summary.
  * input_sha256 may be NULL.  malloc'd; NULL when out of memory. */
-char *npuc_recipe_params_json(const npuc_recipe *r, const npuc_summary *sum,
+NPUC_API char *npuc_recipe_params_json(const npuc_recipe *r, const npuc_summary *sum,
                               const char *input_sha256);
 
 /* Sets *complete to 1 when out exists, opens as a weight file and records
  * this recipe's hash and the given input hash, else 0.  An output that
  * cannot be opened counts as incomplete (NPUC_OK); only an allocation
  * failure is an error. */
-npuc_status npuc_recipe_output_complete(npuc_ctx *ctx, const npuc_recipe *r, const char *out,
+NPUC_API npuc_status npuc_recipe_output_complete(npuc_ctx *ctx, const npuc_recipe *r, const char *out,
                                         const char *input_sha256, int *complete);
 
 /* Removes what a killed run writing out (and its report at report, which
@@ -179,7 +181,7 @@ npuc_status npuc_recipe_output_complete(npuc_ctx *ctx, const npuc_recipe *r, con
  * and "<report>.tmp".  *removed (may be NULL) gets the number of files
  * removed.  Fails with NPUC_ERR_IO only when a file exists and cannot be
  * removed. */
-npuc_status npuc_recipe_sweep(npuc_ctx *ctx, const char *out, const char *report, size_t *removed);
+NPUC_API npuc_status npuc_recipe_sweep(npuc_ctx *ctx, const char *out, const char *report, size_t *removed);
 
 /* ---------------------------------------------------------------- batches */
 
@@ -195,17 +197,17 @@ typedef struct npuc_batch_list {
  * recursively.  Directory symlinks are not followed; skip (may be NULL) is a
  * folder left out of the walk (the output folder when it lies inside dir).
  * NPUC_ERR_NOT_FOUND / NPUC_ERR_IO naming the folder on failure. */
-npuc_status npuc_batch_list_dir(npuc_ctx *ctx, const char *dir, const char *skip,
+NPUC_API npuc_status npuc_batch_list_dir(npuc_ctx *ctx, const char *dir, const char *skip,
                                 npuc_batch_list *l);
 /* The files named in a list file, one path a line; blank lines and lines
  * starting with '#' are skipped.  A relative output path is the listed path
  * without leading "./" and "/"; a path with a ".." component, an empty one,
  * or one listed twice is NPUC_ERR_ARG naming the list's line. */
-npuc_status npuc_batch_list_file(npuc_ctx *ctx, const char *listfile, npuc_batch_list *l);
+NPUC_API npuc_status npuc_batch_list_file(npuc_ctx *ctx, const char *listfile, npuc_batch_list *l);
 /* Keeps entries whose index i (in the sorted list) has i % count == index.
  * 0 <= index < count; count 1 keeps everything. */
-void npuc_batch_list_shard(npuc_batch_list *l, size_t index, size_t count);
-void npuc_batch_list_free(npuc_batch_list *l);
+NPUC_API void npuc_batch_list_shard(npuc_batch_list *l, size_t index, size_t count);
+NPUC_API void npuc_batch_list_free(npuc_batch_list *l);
 
 #ifdef __cplusplus
 }

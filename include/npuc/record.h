@@ -24,6 +24,8 @@
 #ifndef NPUC_RECORD_H
 #define NPUC_RECORD_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include "dtype.h"
@@ -52,7 +54,7 @@ typedef enum npuc_action {
 
 /* "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created",
  * "modified". */
-const char *npuc_action_name(npuc_action a);
+NPUC_API const char *npuc_action_name(npuc_action a);
 
 #define NPUC_RECORD_EXTRA_MAX 16
 
@@ -112,30 +114,30 @@ typedef struct npuc_summary {
 } npuc_summary;
 
 /* Allocates n zeroed records (action KEPT, scheme "-").  Returns NPUC_ERR_NOMEM. */
-npuc_status npuc_summary_init(npuc_summary *s, const char *pass, size_t n);
+NPUC_API npuc_status npuc_summary_init(npuc_summary *s, const char *pass, size_t n);
 /* Appends one more zeroed record (for created tensors); returns it or NULL. */
-npuc_tensor_record *npuc_summary_append(npuc_summary *s);
+NPUC_API npuc_tensor_record *npuc_summary_append(npuc_summary *s);
 /* Fills a record's name (copied), dtype, shape, bytes and params from t. */
-npuc_status npuc_record_from_tensor(npuc_tensor_record *r, const npuc_tensor_info *t);
+NPUC_API npuc_status npuc_record_from_tensor(npuc_tensor_record *r, const npuc_tensor_info *t);
 /* Sets (or replaces) a named extra; silently ignores keys beyond the limit. */
-void npuc_record_set(npuc_tensor_record *r, const char *key, double value);
+NPUC_API void npuc_record_set(npuc_tensor_record *r, const char *key, double value);
 /* The named extra, or dflt when absent. */
-double npuc_record_get(const npuc_tensor_record *r, const char *key, double dflt);
+NPUC_API double npuc_record_get(const npuc_tensor_record *r, const char *key, double dflt);
 /* Measures the histograms of approx against ref (n floats each) into r->hist,
  * allocating it when NULL; pairs with a non-finite value are skipped.
  * Returns NPUC_ERR_NOMEM (r->hist unchanged) when the allocation fails. */
-npuc_status npuc_record_measure_hist(npuc_tensor_record *r, const float *ref, const float *approx,
+NPUC_API npuc_status npuc_record_measure_hist(npuc_tensor_record *r, const float *ref, const float *approx,
                                      uint64_t n);
 /* Adds a warning line (printf-style).  Returns NPUC_ERR_NOMEM on failure. */
-npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...)
+NPUC_API npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 /* Computes the totals from the records. */
-void npuc_summary_finish(npuc_summary *s);
+NPUC_API void npuc_summary_finish(npuc_summary *s);
 /* Frees records, names, histograms and warnings; the struct is zeroed; NULL is a no-op. */
-void npuc_summary_free(npuc_summary *s);
+NPUC_API void npuc_summary_free(npuc_summary *s);
 
 #ifdef __cplusplus
 }

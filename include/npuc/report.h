@@ -32,6 +32,8 @@
 #ifndef NPUC_REPORT_H
 #define NPUC_REPORT_H
 
+#include "api.h"
+
 #include <stddef.h>
 #include <stdio.h>
 #include "record.h"
@@ -53,8 +55,8 @@ typedef enum npuc_report_format {
 /* From a name ("text", "csv", "json", "md", "html") or a path's extension
  * (.txt/.csv/.json/.md/.html; anything else is text).  Returns 0, or -1 for
  * an unknown name. */
-int npuc_report_format_parse(const char *name, npuc_report_format *out);
-npuc_report_format npuc_report_format_from_path(const char *path);
+NPUC_API int npuc_report_format_parse(const char *name, npuc_report_format *out);
+NPUC_API npuc_report_format npuc_report_format_from_path(const char *path);
 
 /* Everything about the run that is not per tensor.  All pointers are
  * borrowed; NULL/0 fields are omitted from the output. */
@@ -72,23 +74,23 @@ typedef struct npuc_report_info {
     double warn_sqnr_db;           /* warn below this SQNR (default 20 dB); NaN: never */
 } npuc_report_info;
 
-npuc_report_info npuc_report_info_defaults(void);
+NPUC_API npuc_report_info npuc_report_info_defaults(void);
 
 /* The line a pass prints for record i of n while it works, without a
  * newline, into buf (n bytes); namew is the column width for names:
  *   "[ 3/21] features.3.weight  [16,8,3,3]  f32 -> int4/ch  4.50 KiB -> 640 B  sqnr=20.0 dB" */
-void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew, char *buf,
+NPUC_API void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew, char *buf,
                       size_t bufsize);
 /* The one-line totals ("total: 21 tensors, 4 quantized ..."), no newline. */
-void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize);
+NPUC_API void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize);
 
 /* Writes the whole report.  Fails with NPUC_ERR_IO when the stream does, or
  * NPUC_ERR_ARG for an unknown format; an input that cannot be hashed is
  * reported in the document, not as a failure. */
-npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, const npuc_summary *s,
+NPUC_API npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, const npuc_summary *s,
                               const npuc_report_info *info);
 /* Writes to path through a temporary file and rename, like artifacts. */
-npuc_status npuc_report_write_file(npuc_ctx *ctx, const char *path, npuc_report_format fmt,
+NPUC_API npuc_status npuc_report_write_file(npuc_ctx *ctx, const char *path, npuc_report_format fmt,
                                    const npuc_summary *s, const npuc_report_info *info);
 
 /* ------------------------------------------------------------- baselines */
@@ -129,9 +131,9 @@ typedef struct npuc_baseline_result {
  * cannot be read, NPUC_ERR_FORMAT when it is not an npuc.report/1 document,
  * NPUC_ERR_ARG for a negative percentage.  On success free *out with
  * npuc_baseline_result_free. */
-npuc_status npuc_report_baseline_check(npuc_ctx *ctx, const char *baseline_path, const npuc_summary *s,
+NPUC_API npuc_status npuc_report_baseline_check(npuc_ctx *ctx, const char *baseline_path, const npuc_summary *s,
                                        double max_regress_pct, npuc_baseline_result *out);
-void npuc_baseline_result_free(npuc_baseline_result *r);
+NPUC_API void npuc_baseline_result_free(npuc_baseline_result *r);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,8 @@
 #ifndef NPUC_STATUS_H
 #define NPUC_STATUS_H
 
+#include "api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,32 +44,32 @@ typedef enum npuc_status {
 } npuc_status;
 
 /* A static, never-NULL name for a status ("format error", ...). */
-const char *npuc_status_str(npuc_status st);
+NPUC_API const char *npuc_status_str(npuc_status st);
 
 /* True for the statuses that mean "the input or the request is wrong" (the
  * CLI maps these to exit code 2) rather than "the machine failed" (exit 1). */
-int npuc_status_is_input_error(npuc_status st);
+NPUC_API int npuc_status_is_input_error(npuc_status st);
 
 typedef struct npuc_ctx npuc_ctx;
 
 /* Creates a context. Returns NPUC_ERR_NOMEM if it cannot be allocated. */
-npuc_status npuc_ctx_new(npuc_ctx **out);
+NPUC_API npuc_status npuc_ctx_new(npuc_ctx **out);
 /* Frees a context; NULL is a no-op. */
-void npuc_ctx_free(npuc_ctx *ctx);
+NPUC_API void npuc_ctx_free(npuc_ctx *ctx);
 
 /* The message of the last failure on this context, or "" when none. */
-const char *npuc_ctx_errmsg(const npuc_ctx *ctx);
+NPUC_API const char *npuc_ctx_errmsg(const npuc_ctx *ctx);
 /* The status of the last failure on this context, or NPUC_OK. */
-npuc_status npuc_ctx_errcode(const npuc_ctx *ctx);
+NPUC_API npuc_status npuc_ctx_errcode(const npuc_ctx *ctx);
 /* Forgets the last failure. */
-void npuc_ctx_clear(npuc_ctx *ctx);
+NPUC_API void npuc_ctx_clear(npuc_ctx *ctx);
 
 /* Worker threads for pass drivers: 0 (default) means all cores. */
-void npuc_ctx_set_threads(npuc_ctx *ctx, int nthreads);
-int npuc_ctx_threads(const npuc_ctx *ctx);
+NPUC_API void npuc_ctx_set_threads(npuc_ctx *ctx, int nthreads);
+NPUC_API int npuc_ctx_threads(const npuc_ctx *ctx);
 
 /* The compressor's version string, e.g. "0.1.0". */
-const char *npuc_version(void);
+NPUC_API const char *npuc_version(void);
 
 #ifdef __cplusplus
 }

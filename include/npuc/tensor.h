@@ -28,6 +28,8 @@
 #ifndef NPUC_TENSOR_H
 #define NPUC_TENSOR_H
 
+#include "api.h"
+
 #include <stdint.h>
 #include "dtype.h"
 #include "status.h"
@@ -82,29 +84,29 @@ typedef struct npuc_tensor_info {
 } npuc_tensor_info;
 
 /* Lower-case name of a layout ("oihw"), or "?" when invalid. */
-const char *npuc_layout_name(npuc_layout l);
+NPUC_API const char *npuc_layout_name(npuc_layout l);
 /* Parses a layout name or alias (none oi io oihw iohw hwio hwim; linear dense
  * conv convtranspose keras-conv depthwise). Returns 0, or -1 if unknown. */
-int npuc_layout_parse(const char *s, npuc_layout *out);
+NPUC_API int npuc_layout_parse(const char *s, npuc_layout *out);
 /* The lowest rank a layout applies to (2 for OI/IO, 3 for the conv layouts, 0 for NONE). */
-int npuc_layout_min_rank(npuc_layout l);
+NPUC_API int npuc_layout_min_rank(npuc_layout l);
 /* The output-channel axis of a layout for a tensor of the given rank, or -1
  * (NONE, or a rank too small).  For HWIM it is rank-2: the channel spans the
  * last two axes. */
-int npuc_layout_out_axis(npuc_layout l, int rank);
+NPUC_API int npuc_layout_out_axis(npuc_layout l, int rank);
 /* Short name of a role ("conv", "bn_var", ...). */
-const char *npuc_role_name(npuc_role r);
+NPUC_API const char *npuc_role_name(npuc_role r);
 
 /* Views t as [outer, C, inner] (see above).  For NONE all elements form one
  * channel: outer = 1, C = 1, inner = numel.  Returns NPUC_ERR_ARG when the
  * layout does not fit the tensor's rank. */
-npuc_status npuc_layout_view(const npuc_tensor_info *t, uint64_t *outer, uint64_t *channels,
+NPUC_API npuc_status npuc_layout_view(const npuc_tensor_info *t, uint64_t *outer, uint64_t *channels,
                              uint64_t *inner);
 
 /* Guesses the role and layout of a tensor from its name, shape and the
  * convention of its source (keras != 0 for Keras files).  Used by readers;
  * exposed so that tools and tests can ask the same question. */
-void npuc_guess_role_layout(const char *name, int rank, const int64_t *shape, int keras,
+NPUC_API void npuc_guess_role_layout(const char *name, int rank, const int64_t *shape, int keras,
                             npuc_role *role, npuc_layout *layout);
 
 #ifdef __cplusplus

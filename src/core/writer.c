@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "npuc_internal.h"
-#include "pipe.h"
+#include "pipeline/pipe.h"
 
 npuc_write_opts npuc_write_opts_defaults(void) {
     npuc_write_opts o = {.format = NPUC_FORMAT_AUTO, .overwrite = 0, .h5_deflate = 4,

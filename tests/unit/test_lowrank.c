@@ -16,7 +16,7 @@
 #include <lapacke.h>
 
 #include "testutil.h"
-#include "passes/lowrank_internal.h"
+#include "passes/lowrank/lowrank_internal.h"
 
 /* The exact solver's reported error against sqrt(sum tail s_i^2) / |W|_F. */
 #define LR_TAIL_RTOL 1e-4

@@ -1,5 +1,5 @@
 /*
- * test_readahead.c - the read-ahead helper (src/passes/readahead.h).
+ * test_readahead.c - the read-ahead helper (src/pipeline/readahead.h).
  *
  * Counts: how many tensors the helper prefetched for a given window and
  * wanted set, worked out by hand (the helper counts only tensors it
@@ -21,7 +21,7 @@
 
 #include "testutil.h"
 
-#include "passes/readahead.h"
+#include "pipeline/readahead.h"
 
 #define NT 6
 #define TN 65536 /* floats per tensor: 256 KiB, far beyond fault-around */

@@ -1,0 +1,644 @@
+/*
+ * prune_struct.c - structured pruning: removing whole output filters (or
+ * input channels) and shrinking every tensor that shares them.
+ *
+ * Three phases, like the other passes:
+ *   plan     find each selected layer's chain (prune_graph.c), rank its
+ *            channels by the L1 or L2 norm of the weights (the producer's
+ *            filters, or in channel mode the consumers' input slices), pick
+ *            the weakest to remove, rounded so the kept count is a multiple
+ *            of --round-to, and record per tensor which channels of which
+ *            axis survive.  A tensor can be in two chains (a conv is the
+ *            consumer of one and the producer of the next: two different
+ *            axes); an axis claimed twice makes the later chain fall back to
+ *            zeroing.  Layers without a chain get their filters zeroed
+ *            instead (same ranking, same count); layers that feed the model
+ *            output (or read the model input, in channel mode) are left
+ *            alone unless --include names them;
+ *   declare  every tensor with its new shape;
+ *   stream   one tensor at a time: zero, then gather the kept slices along
+ *            each axis, in the source dtype, byte for byte.
+ * Removal is exact: the smaller network computes the kept channels of the
+ * original bit for bit (up to the order of float sums), because every
+ * operation on the space is per channel.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/prune/prune_internal.h"
+
+typedef struct top {
+    int axis_out, axis_in;     /* axes the masks apply to */
+    uint64_t n_out, n_in;      /* mask lengths */
+    uint8_t *keep_out, *keep_in;  /* 1 = channel kept (removal), or NULL */
+    uint8_t *zero_out, *zero_in;  /* 1 = channel zeroed (fallback), or NULL */
+    long chain;                /* chain index for notes, -1 */
+    int role;                  /* what the tensor is in its chain */
+    double target;             /* the sparsity its channels were pruned at (producer / fallback) */
+} top;
+
+enum { R_NONE, R_PRODUCER, R_BIAS, R_BN, R_DW, R_DWBIAS, R_CONSUMER };
+
+typedef struct plan {
+    npuc_model *m;
+    npuc__graph *g;
+    top *ops;
+    npuc__chain *chains;
+    size_t nchains;
+    const npuc_prune_opts *o;
+    const double *target;      /* per tensor: its --layer-sparsity S, else the global one */
+    size_t nguess, nfallback, nprotected;
+} plan;
+
+/* [A, D, B] counts of a shape around axis. */
+static void split(const npuc_tensor_info *t, int axis, uint64_t *A, uint64_t *D, uint64_t *B) {
+    uint64_t a = 1, b = 1;
+    for (int i = 0; i < axis; i++) a *= (uint64_t)t->shape[i];
+    for (int i = axis + 1; i < t->rank; i++) b *= (uint64_t)t->shape[i];
+    *A = a;
+    *D = (uint64_t)t->shape[axis];
+    *B = b;
+}
+
+/* acc[d] += sum over the slice d of `axis` of |x| (L1) or x^2 (L2). */
+static void axis_norms(const npuc_tensor_info *t, int axis, const float *x, int l2, double *acc) {
+    uint64_t A, D, B;
+    split(t, axis, &A, &D, &B);
+    for (uint64_t a = 0; a < A; a++)
+        for (uint64_t d = 0; d < D; d++) {
+            const float *p = x + (a * D + d) * B;
+            double s = 0;
+            for (uint64_t b = 0; b < B; b++) s += l2 ? (double)p[b] * (double)p[b] : fabs((double)p[b]);
+            acc[d] += s;
+        }
+}
+
+/* Channels kept out of c: c - floor(S c), rounded up to a multiple of r. */
+static uint64_t kept_count(uint64_t c, double s, uint32_t r) {
+    uint64_t k = c - (uint64_t)floor(s * (double)c);
+    if (r > 1) k = (k + r - 1) / r * r;
+    if (k > c) k = c;
+    if (k == 0) k = 1;
+    return k;
+}
+
+typedef struct scored {
+    double s;
+    uint64_t i;
+} scored;
+
+static int cmp_scored(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* keep[c] = 1 for the `kept` channels of largest score (ties: the lower
+ * index is removed first). */
+static npuc_status keep_mask(npuc_ctx *ctx, const double *score, uint64_t c, uint64_t kept, uint8_t *keep) {
+    scored *s = malloc((size_t)(c ? c : 1) * sizeof *s);
+    if (!s) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < c; i++) {
+        s[i].s = score[i];
+        s[i].i = i;
+    }
+    qsort(s, (size_t)c, sizeof *s, cmp_scored);
+    for (uint64_t i = 0; i < c; i++) keep[s[i].i] = i >= c - kept;
+    free(s);
+    return NPUC_OK;
+}
+
+static npuc_status scores_of(npuc_ctx *ctx, plan *P, size_t ti, int axis, int l2, double *acc,
+                             npuc_scratch *scr) {
+    const float *x;
+    npuc_status st = npuc__load_f32(ctx, P->m, ti, scr, 1, &x);
+    if (st != NPUC_OK) return st;
+    uint64_t nb = 0;
+    const npuc_tensor_info *t = npuc_model_tensor(P->m, ti);
+    for (uint64_t i = 0; i < t->numel; i++) nb += npuc_mag(x[i]) >= NPUC_MAG_BAD;
+    if (nb) {
+        npuc_model_release(P->m, ti);
+        npuc__prune_bad_values(ctx, t->name, nb);
+        return npuc__prefix_path(ctx, NPUC_ERR_VALUE, npuc_model_path(P->m));
+    }
+    axis_norms(t, axis, x, l2, acc);
+    npuc_model_release(P->m, ti);
+    return NPUC_OK;
+}
+
+static uint8_t *dupmask(const uint8_t *k, uint64_t n) {
+    uint8_t *p = malloc((size_t)(n ? n : 1));
+    if (p) memcpy(p, k, (size_t)n);
+    return p;
+}
+
+/* Claims the axes of every tensor in chain ci for removal with keep[];
+ * returns 1 (nothing claimed, *who names the conflict) when one is taken. */
+static int claim_chain(plan *P, size_t ci, const uint8_t *keep, const char **who, int *nomem) {
+    const npuc__chain *c = &P->chains[ci];
+    top *ops = P->ops;
+    /* check */
+    struct { int64_t t; int in; int role; } list[3 + 5 * NPUC_CHAIN_MAX];
+    size_t n = 0;
+    list[n].t = (int64_t)c->producer; list[n].in = 0; list[n++].role = R_PRODUCER;
+    if (c->bias >= 0) { list[n].t = c->bias; list[n].in = 0; list[n++].role = R_BIAS; }
+    for (size_t i = 0; i < c->nbn; i++) {
+        const int64_t parts[4] = {c->bn[i].gamma, c->bn[i].beta, c->bn[i].mean, c->bn[i].var};
+        for (int p = 0; p < 4; p++)
+            if (parts[p] >= 0) { list[n].t = parts[p]; list[n].in = 0; list[n++].role = R_BN; }
+    }
+    for (size_t i = 0; i < c->ndw; i++) {
+        list[n].t = (int64_t)c->dw[i].weight; list[n].in = 0; list[n++].role = R_DW;
+        if (c->dw[i].bias >= 0) { list[n].t = c->dw[i].bias; list[n].in = 0; list[n++].role = R_DWBIAS; }
+    }
+    for (size_t i = 0; i < c->ncons; i++) { list[n].t = (int64_t)c->cons[i]; list[n].in = 1; list[n++].role = R_CONSUMER; }
+    for (size_t i = 0; i < n; i++) {
+        const top *o = &ops[list[i].t];
+        if ((list[i].in ? (o->keep_in || o->zero_in) : (o->keep_out || o->zero_out))) {
+            *who = npuc_model_tensor(P->m, (size_t)list[i].t)->name;
+            return 1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (list[j].t == list[i].t && list[j].in == list[i].in) {
+                *who = npuc_model_tensor(P->m, (size_t)list[i].t)->name;
+                return 1;
+            }
+    }
+    for (size_t i = 0; i < n; i++) {
+        top *o = &ops[list[i].t];
+        const npuc_tensor_info *t = npuc_model_tensor(P->m, (size_t)list[i].t);
+        uint8_t *k = dupmask(keep, c->channels);
+        if (!k) { *nomem = 1; return 1; }
+        if (list[i].in) {
+            o->keep_in = k;
+            o->axis_in = npuc__in_axis(t);
+            o->n_in = c->channels;
+        } else {
+            o->keep_out = k;
+            o->axis_out = t->rank == 1 ? 0 : npuc__out_axis(t);
+            o->n_out = c->channels;
+        }
+        if (o->role == R_NONE || list[i].role == R_PRODUCER) o->role = list[i].role;
+        if (o->chain < 0 || list[i].role == R_PRODUCER) o->chain = (long)ci;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ notes */
+
+static void fmt_shape(const npuc_tensor_info *t, const top *o, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->rank && k < n; i++) {
+        uint64_t d = (uint64_t)t->shape[i];
+        if (o->keep_out && i == o->axis_out) { d = 0; for (uint64_t j = 0; j < o->n_out; j++) d += o->keep_out[j]; }
+        if (o->keep_in && i == o->axis_in) { d = 0; for (uint64_t j = 0; j < o->n_in; j++) d += o->keep_in[j]; }
+        k += (size_t)snprintf(buf + k, n - k, "%s%llu", i ? "," : "", (unsigned long long)d);
+    }
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static uint64_t count0(const uint8_t *k, uint64_t n) {
+    uint64_t z = 0;
+    for (uint64_t i = 0; i < n; i++) z += !k[i];
+    return z;
+}
+
+static uint64_t count1(const uint8_t *k, uint64_t n) { return n - count0(k, n); }
+
+/* ------------------------------------------------------------ planning */
+
+static int role_prunable(const npuc_tensor_info *t) {
+    return t->role != NPUC_ROLE_EMBEDDING && t->role != NPUC_ROLE_RNN && t->role != NPUC_ROLE_NORM;
+}
+
+static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel, const unsigned char *named,
+                               npuc_tensor_record *rec, npuc_scratch *scr) {
+    const npuc_prune_opts *o = P->o;
+    const size_t n = npuc_model_count(P->m);
+    const int l2 = o->criterion == NPUC_PRUNE_L2;
+    const int channel_mode = o->structure == NPUC_PRUNE_CHANNEL;
+    npuc_status st = NPUC_OK;
+    long *cons_of = NULL;
+    double *score = NULL;
+    uint8_t *keep = NULL;
+    size_t first_weight = n;
+
+    P->chains = calloc(n ? n : 1, sizeof *P->chains);
+    cons_of = malloc((n ? n : 1) * sizeof *cons_of);
+    if (!P->chains || !cons_of) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    for (size_t i = 0; i < n; i++) cons_of[i] = -1;
+    /* Every producer's chain (channel mode needs consumer -> chain). */
+    for (size_t i = 0; i < n; i++) {
+        const npuc__mod *md = npuc__graph_mod(P->g, i);
+        if (md->weight != (int64_t)i) continue;
+        if (first_weight == n) first_weight = i;
+        const npuc_tensor_info *t = npuc_model_tensor(P->m, i);
+        if (npuc__graph_is_dw(P->g, i, 0) || !role_prunable(t)) continue;
+        if (!channel_mode && !sel[i]) continue;
+        npuc__chain *c = &P->chains[P->nchains];
+        if ((st = npuc__chain_of(ctx, P->g, i, c)) != NPUC_OK) goto done;
+        if (channel_mode && c->ok)
+            for (size_t k = 0; k < c->ncons; k++)
+                cons_of[c->cons[k]] = cons_of[c->cons[k]] == -1 ? (long)P->nchains : -2; /* -2: two producers */
+        P->nchains++;
+    }
+
+    for (size_t i = 0; i < n; i++) {
+        if (!sel[i]) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(P->m, i);
+        npuc_tensor_record *r = &rec[i];
+        const npuc__mod *md = npuc__graph_mod(P->g, i);
+        if (md->weight != (int64_t)i || npuc__out_axis(t) < 0) {
+            npuc__fmt(r->note, sizeof r->note, "not a conv/linear weight");
+            continue;
+        }
+        if (!role_prunable(t)) {
+            npuc__fmt(r->note, sizeof r->note, "%s: no filters to prune", npuc_role_name(t->role));
+            continue;
+        }
+        if (npuc__graph_is_dw(P->g, i, 0)) {
+            npuc__fmt(r->note, sizeof r->note, "depthwise: its channels shrink with the layer feeding it");
+            continue;
+        }
+        long ci = -1;
+        if (channel_mode) ci = cons_of[i] >= 0 ? cons_of[i] : -1;
+        else
+            for (size_t k = 0; k < P->nchains; k++)
+                if (P->chains[k].producer == i) ci = (long)k;
+        npuc__chain *c = ci >= 0 ? &P->chains[ci] : NULL;
+        const double S = P->target[i]; /* the selected tensor's rule decides, producer or consumer */
+        const char *why = NULL, *conflict = NULL;
+        char whybuf[256];
+        if (c && c->ok && P->ops[c->producer].chain == ci && (P->ops[c->producer].keep_out)) continue; /* done */
+        if (c && c->ok) {
+            /* Rank the shared channels and claim the chain. */
+            free(score);
+            free(keep);
+            score = calloc((size_t)c->channels, sizeof *score);
+            keep = calloc((size_t)c->channels, 1);
+            if (!score || !keep) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+            if (!channel_mode) {
+                if ((st = scores_of(ctx, P, c->producer, npuc__out_axis(t), l2, score, scr)) != NPUC_OK) goto done;
+            } else {
+                for (size_t k = 0; k < c->ncons; k++)
+                    if (sel[c->cons[k]]) {
+                        const npuc_tensor_info *tc = npuc_model_tensor(P->m, c->cons[k]);
+                        if ((st = scores_of(ctx, P, c->cons[k], npuc__in_axis(tc), l2, score, scr)) != NPUC_OK) goto done;
+                    }
+            }
+            const uint64_t kc = kept_count(c->channels, S, o->round_to);
+            if (kc == c->channels) {
+                npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
+                          (unsigned long long)c->channels, S, o->round_to);
+                continue;
+            }
+            if ((st = keep_mask(ctx, score, c->channels, kc, keep)) != NPUC_OK) goto done;
+            int nomem = 0;
+            if (claim_chain(P, (size_t)ci, keep, &conflict, &nomem) == 0) {
+                P->ops[c->producer].target = S;
+                if (c->guess) P->nguess++;
+                continue;
+            }
+            if (nomem) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+            snprintf(whybuf, sizeof whybuf, "'%s' is already shrunk by another chain", conflict);
+            why = whybuf;
+        } else if (channel_mode) {
+            why = cons_of[i] == -2 ? "two producers feed it" : "its producer was not found";
+        } else {
+            why = c ? c->why : "no chain";
+        }
+        /* Fallback: zero the weakest filters (input slices) of this tensor. */
+        const int protect = channel_mode ? i == first_weight : (c && c->output);
+        if (protect && !named[i]) {
+            npuc__fmt(r->note, sizeof r->note, "%s: kept (--include it to zero its %s)",
+                     channel_mode ? "reads the model input" : "feeds the model output",
+                     channel_mode ? "input channels" : "filters");
+            P->nprotected++;
+            continue;
+        }
+        const int axis = channel_mode ? npuc__in_axis(t) : npuc__out_axis(t);
+        const uint64_t C = (uint64_t)t->shape[axis];
+        uint64_t o_ = 0, c_ = 0, in_ = 0;
+        uint64_t chn = C;
+        if (!channel_mode && npuc_layout_view(t, &o_, &c_, &in_) == NPUC_OK) chn = c_;
+        free(score);
+        free(keep);
+        score = calloc((size_t)chn, sizeof *score);
+        keep = calloc((size_t)chn, 1);
+        if (!score || !keep) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+        if (kept_count(chn, S, o->round_to) == chn) {
+            npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
+                      (unsigned long long)chn, S, o->round_to);
+            continue;
+        }
+        if ((st = scores_of(ctx, P, i, axis, l2, score, scr)) != NPUC_OK) goto done;
+        if ((st = keep_mask(ctx, score, chn, kept_count(chn, S, o->round_to), keep)) != NPUC_OK) goto done;
+        for (uint64_t k = 0; k < chn; k++) keep[k] = !keep[k]; /* zero mask */
+        top *op = &P->ops[i];
+        uint8_t *z = dupmask(keep, chn);
+        if (!z) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+        if (channel_mode) {
+            free(op->zero_in);
+            op->zero_in = z;
+            op->axis_in = axis;
+            op->n_in = chn;
+        } else {
+            free(op->zero_out);
+            op->zero_out = z;
+            op->axis_out = axis;
+            op->n_out = chn;
+        }
+        op->role = channel_mode ? R_CONSUMER : R_PRODUCER;
+        op->target = S;
+        P->nfallback++;
+        npuc__fmt(r->note, sizeof r->note, "zeroed, not removed: %s", why);
+    }
+done:
+    free(cons_of);
+    free(score);
+    free(keep);
+    return st;
+}
+
+/* ------------------------------------------------------------ applying */
+
+/* Zeroes the slices d of axis with z[d] = 1, in place, esize bytes per element. */
+static void zero_axis(const npuc_tensor_info *t, int axis, const uint8_t *z, uint8_t *b, size_t es) {
+    uint64_t A, D, B;
+    split(t, axis, &A, &D, &B);
+    for (uint64_t a = 0; a < A; a++)
+        for (uint64_t d = 0; d < D; d++)
+            if (z[d]) memset(b + (a * D + d) * B * es, 0, (size_t)(B * es));
+}
+
+/* Gathers the kept slices of axis from src (shape t) into dst; returns the
+ * kept count. */
+static uint64_t select_axis(const npuc_tensor_info *t, int axis, const uint8_t *keep, const uint8_t *src,
+                            uint8_t *dst, size_t es) {
+    uint64_t A, D, B, k = 0;
+    split(t, axis, &A, &D, &B);
+    uint8_t *p = dst;
+    for (uint64_t a = 0; a < A; a++)
+        for (uint64_t d = 0; d < D; d++)
+            if (keep[d]) {
+                memcpy(p, src + (a * D + d) * B * es, (size_t)(B * es));
+                p += B * es;
+            }
+    for (uint64_t d = 0; d < D; d++) k += keep[d];
+    return k;
+}
+
+/* The tensor after its ops: new shape in *nt; bytes in *out (points into
+ * one of the scratch buffers). */
+static void apply_ops(const npuc_tensor_info *t, const top *o, const void *raw, npuc_tensor_info *nt,
+                      uint8_t *b1, uint8_t *b2, const uint8_t **out) {
+    const size_t es = npuc_dtype_size(t->dtype);
+    memcpy(b1, raw, (size_t)t->nbytes);
+    if (o->zero_out) zero_axis(t, o->axis_out, o->zero_out, b1, es);
+    if (o->zero_in) zero_axis(t, o->axis_in, o->zero_in, b1, es);
+    *nt = *t;
+    const uint8_t *cur = b1;
+    uint8_t *other = b2;
+    if (o->keep_out) {
+        nt->shape[o->axis_out] = (int64_t)select_axis(nt, o->axis_out, o->keep_out, cur, other, es);
+        cur = other;
+        other = b1;
+    }
+    if (o->keep_in) {
+        nt->shape[o->axis_in] = (int64_t)select_axis(nt, o->axis_in, o->keep_in, cur, other, es);
+        cur = other;
+    }
+    uint64_t numel = 1;
+    for (int i = 0; i < nt->rank; i++) numel *= (uint64_t)nt->shape[i];
+    nt->numel = numel;
+    nt->nbytes = numel * es;
+    *out = cur;
+}
+
+static int has_ops(const top *o) { return o->keep_out || o->keep_in || o->zero_out || o->zero_in; }
+
+/* The error of the removal / zeroing on a weight: the removed elements count
+ * as zeroed. */
+static npuc_status measure(npuc_ctx *ctx, npuc_model *m, size_t i, const top *o, npuc_scratch *sa,
+                           npuc_scratch *sb, npuc_error_stats *err) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    const float *x;
+    npuc_status st = npuc__load_f32(ctx, m, i, sa, 1, &x);
+    if (st != NPUC_OK) return st;
+    float *y = npuc__scratch(sb, t->numel * sizeof(float));
+    if (!y) {
+        npuc_model_release(m, i);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    memcpy(y, x, (size_t)t->numel * sizeof(float));
+    uint8_t *z;
+    if (o->zero_out) zero_axis(t, o->axis_out, o->zero_out, (uint8_t *)y, 4);
+    if (o->zero_in) zero_axis(t, o->axis_in, o->zero_in, (uint8_t *)y, 4);
+    if (o->keep_out && (z = dupmask(o->keep_out, o->n_out))) {
+        for (uint64_t k = 0; k < o->n_out; k++) z[k] = !z[k];
+        zero_axis(t, o->axis_out, z, (uint8_t *)y, 4);
+        free(z);
+    }
+    if (o->keep_in && (z = dupmask(o->keep_in, o->n_in))) {
+        for (uint64_t k = 0; k < o->n_in; k++) z[k] = !z[k];
+        zero_axis(t, o->axis_in, z, (uint8_t *)y, 4);
+        free(z);
+    }
+    npuc_error_measure(x, y, t->numel, err);
+    npuc_model_release(m, i);
+    return NPUC_OK;
+}
+
+static void fill_record(plan *P, size_t i, npuc_tensor_record *r, const npuc_tensor_info *nt) {
+    const top *o = &P->ops[i];
+    const npuc_tensor_info *t = npuc_model_tensor(P->m, i);
+    const npuc_prune_opts *opt = P->o;
+    char shp[96];
+    fmt_shape(t, o, shp, sizeof shp);
+    r->action = NPUC_ACTION_PRUNED;
+    r->params_after = nt->numel;
+    r->bytes_after = nt->nbytes;
+    snprintf(r->scheme, sizeof r->scheme, "%s/%s", opt->structure == NPUC_PRUNE_CHANNEL ? "channel" : "filter",
+             opt->criterion == NPUC_PRUNE_L2 ? "l2" : "l1");
+    const npuc__chain *c = o->chain >= 0 ? &P->chains[o->chain] : NULL;
+    const char *head = c ? npuc_model_tensor(P->m, c->producer)->name : "?";
+    if (o->zero_out || o->zero_in) {
+        const uint64_t C = o->zero_out ? o->n_out : o->n_in;
+        const uint64_t z = o->zero_out ? count1(o->zero_out, C) : count1(o->zero_in, C);
+        npuc_record_set(r, "channels", (double)C);
+        npuc_record_set(r, "channels_removed", (double)z);
+        npuc_record_set(r, "sparsity_target", o->target);
+        npuc_record_set(r, "sparsity", C ? (double)z / (double)C : 0);
+        return; /* the note was written at planning */
+    }
+    uint64_t C = o->keep_out ? o->n_out : o->n_in;
+    uint64_t rem = o->keep_out ? count0(o->keep_out, o->n_out) : count0(o->keep_in, o->n_in);
+    if (o->role == R_PRODUCER) {
+        npuc_record_set(r, "channels", (double)C);
+        npuc_record_set(r, "channels_removed", (double)rem);
+        npuc_record_set(r, "sparsity_target", o->target);
+        npuc_record_set(r, "sparsity", C ? (double)rem / (double)C : 0);
+        char cons[80] = "";
+        if (c && c->ncons) npuc__fmt(cons, sizeof cons, "%s%s", npuc_model_tensor(P->m, c->cons[0])->name, c->ncons > 1 ? ",..." : "");
+        npuc__fmt(r->note, sizeof r->note, "-> %s; %zu BN, %zu dw, next %s (%s)", shp, c ? c->nbn : 0,
+                 c ? c->ndw : 0, cons, c ? c->how : "?");
+        if (o->keep_in) {
+            /* also the consumer of another chain */
+            uint64_t ri = count0(o->keep_in, o->n_in);
+            npuc_record_set(r, "inputs_removed", (double)ri);
+        }
+        return;
+    }
+    npuc_record_set(r, "channels_removed", (double)rem);
+    const char *what = o->role == R_BIAS ? "bias of" : o->role == R_BN ? "BatchNorm on" :
+                       o->role == R_DW ? "depthwise on" : o->role == R_DWBIAS ? "depthwise bias on" :
+                       "input channels of";
+    npuc__fmt(r->note, sizeof r->note, "-> %s: %s %s", shp, what, head);
+}
+
+npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
+                                   npuc_summary *sum) {
+    const char *path = npuc_model_path(m);
+    const size_t n = npuc_model_count(m);
+    npuc_status st = NPUC_OK;
+    npuc_writer *w = NULL;
+    plan P;
+    memset(&P, 0, sizeof P);
+    P.m = m;
+    P.o = o;
+    npuc_scratch s1 = {0}, s2 = {0}, sa = {0}, sb = {0};
+    unsigned char *sel = calloc(n ? n : 1, 1), *named = calloc(n ? n : 1, 1);
+    npuc_tensor_info *newt = calloc(n ? n : 1, sizeof *newt);
+    double *target = calloc(n ? n : 1, sizeof *target);
+    P.target = target;
+    npuc_rules inc, exc;
+    memset(&inc, 0, sizeof inc);
+    memset(&exc, 0, sizeof exc);
+    P.ops = calloc(n ? n : 1, sizeof *P.ops);
+    if (o->criterion != NPUC_PRUNE_L1 && o->criterion != NPUC_PRUNE_L2) {
+        st = npuc_fail(ctx, NPUC_ERR_ARG, "unknown criterion %d", (int)o->criterion);
+        goto fail;
+    }
+    if (!sel || !named || !newt || !target || !P.ops || npuc_summary_init(sum, "prune", n) != NPUC_OK) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) P.ops[i].chain = -1;
+    if ((st = npuc__reject_artifact(ctx, m, "pruning")) != NPUC_OK) goto fail;
+    for (size_t i = 0; i < n; i++)
+        if (npuc_record_from_tensor(&sum->records[i], npuc_model_tensor(m, i)) != NPUC_OK) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    if ((st = npuc__rules_compile(ctx, &inc, o->include, o->ninclude, 0, "--include")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2;
+        named[i] = inc.n && in;
+        if (npuc__rules_match(&exc, t->name) >= 0) in = 0;
+        sel[i] = in && npuc_dtype_is_float(t->dtype) && t->numel > 0;
+    }
+    if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK)
+        goto fail;
+    if ((st = npuc__layer_sparsity(ctx, m, o, target, NULL)) != NPUC_OK) goto fail;
+    if ((st = npuc__graph_build(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
+    if ((st = plan_chains(ctx, &P, sel, named, sum->records, &sa)) != NPUC_OK) goto fail;
+
+    uint64_t maxb = 1;
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        newt[i] = *t;
+        if (t->nbytes > maxb) maxb = t->nbytes;
+    }
+    uint8_t *b1 = npuc__scratch(&s1, maxb), *b2 = npuc__scratch(&s2, maxb);
+    if (!b1 || !b2) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    /* New shapes, from the masks alone (declare before any payload). */
+    for (size_t i = 0; i < n; i++) {
+        const top *op = &P.ops[i];
+        if (!has_ops(op)) continue;
+        npuc_tensor_info *nt = &newt[i];
+        if (op->keep_out) nt->shape[op->axis_out] = (int64_t)count1(op->keep_out, op->n_out);
+        if (op->keep_in) nt->shape[op->axis_in] = (int64_t)count1(op->keep_in, op->n_in);
+        uint64_t numel = 1;
+        for (int d = 0; d < nt->rank; d++) numel *= (uint64_t)nt->shape[d];
+        nt->numel = numel;
+        nt->nbytes = numel * npuc_dtype_size(nt->dtype);
+    }
+
+    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
+    if ((st = npuc__copy_meta(ctx, m, w)) != NPUC_OK) goto fail;
+    for (size_t i = 0; i < n; i++)
+        if ((st = npuc_writer_declare(w, &newt[i])) != NPUC_OK) goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        npuc_tensor_record *r = &sum->records[i];
+        const top *op = &P.ops[i];
+        const void *raw;
+        if (!has_ops(op)) {
+            if ((st = npuc_model_data(ctx, m, i, &raw)) != NPUC_OK) goto fail;
+            st = npuc_writer_write(w, raw, t->nbytes);
+            npuc_model_release(m, i);
+            if (st != NPUC_OK) goto fail;
+            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            continue;
+        }
+        if (t->rank >= 2 && npuc_dtype_is_float(t->dtype)) {
+            if ((st = measure(ctx, m, i, op, &sa, &sb, &r->err)) != NPUC_OK) goto fail;
+            r->has_error = 1;
+        }
+        if ((st = npuc_model_data(ctx, m, i, &raw)) != NPUC_OK) goto fail;
+        npuc_tensor_info nt;
+        const uint8_t *bytes;
+        apply_ops(t, op, raw, &nt, b1, b2, &bytes);
+        st = npuc_writer_write(w, bytes, nt.nbytes);
+        npuc_model_release(m, i);
+        if (st != NPUC_OK) goto fail;
+        fill_record(&P, i, r, &nt);
+        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+    }
+    if (P.nguess)
+        npuc_summary_warn(sum, "%zu layer(s) were shrunk along chains found by storage or layer order, a guess "
+                          "(notes say '(guess)'): check them, or state them with --next/--graph (--no-guess skips "
+                          "guesses)", P.nguess);
+    if (P.nfallback)
+        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no consumer chain was found "
+                          "(see their notes); pass --next/--graph to shrink them", P.nfallback);
+    if (P.nprotected)
+        npuc_summary_warn(sum, "%zu layer(s) at the model's %s were left as they are", P.nprotected,
+                          o->structure == NPUC_PRUNE_CHANNEL ? "input" : "output");
+    npuc_summary_finish(sum);
+    st = npuc_writer_finish(w);
+    w = NULL;
+    if (st != NPUC_OK) goto fail;
+    goto done;
+fail:
+    npuc_writer_abort(w);
+    npuc_summary_free(sum);
+done:
+    npuc__rules_free(&inc);
+    npuc__rules_free(&exc);
+    if (P.ops)
+        for (size_t i = 0; i < n; i++) {
+            free(P.ops[i].keep_out);
+            free(P.ops[i].keep_in);
+            free(P.ops[i].zero_out);
+            free(P.ops[i].zero_in);
+        }
+    free(P.ops);
+    free(P.chains);
+    npuc__graph_free(P.g);
+    free(sel);
+    free(named);
+    free(newt);
+    free(target);
+    npuc__scratch_free(&s1);
+    npuc__scratch_free(&s2);
+    npuc__scratch_free(&sa);
+    npuc__scratch_free(&sb);
+    return st;
+}

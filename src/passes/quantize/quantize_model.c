@@ -1,0 +1,557 @@
+/*
+ * quantize_model.c - quantizing a whole model into an artifact.
+ *
+ * Three phases:
+ *   plan     decide for every tensor whether it is quantized and how (rank
+ *            >= 2 float tensors by default, --include/--exclude, --layer-bits,
+ *            the first and last weight layers kept at 8 bits below 8 bits);
+ *            every rule must match something and every selected tensor must
+ *            have a channel axis, or the run fails before anything is written;
+ *   declare  every output tensor (codes, scales, zero points, or the tensor
+ *            itself) and the "npuc" description, so the writer can lay out the
+ *            file before the first payload;
+ *   stream   one tensor at a time: load (zero-copy from the mmap when the
+ *            source is aligned F32), quantize, write, release.  Scratch buffers
+ *            grow to the largest tensor and are reused, so peak anonymous
+ *            memory is about twice the largest tensor, whatever the model size.
+ *
+ * The input may be an artifact whose entries are "fake_quant" (dense already)
+ * or "lowrank" (npuc lowrank's output): the factors "<W>.lr_a"/"<W>.lr_b" are
+ * stored float tensors like any other and are quantized under their own
+ * names, so the output holds nested entries (docs/artifact.md): the
+ * "lowrank" entry for W, carried over unchanged, names parts that now have
+ * "quant" entries of their own.  Entries for tensors this run does not touch
+ * are carried over unchanged too; any other encoding is refused (decompress
+ * first).  For the first/last-layer rule the two factors of W are one layer.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codecs/artifact_meta.h"
+#include "kernels/npuc_kernels.h"
+#include "npuc_internal.h"
+#include "passes/pass_util.h"
+#include "passes/prune/prune_internal.h"
+#include "pipeline/readahead.h"
+
+npuc_quantize_opts npuc_quantize_opts_defaults(void) {
+    npuc_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.params = npuc_quant_params_defaults();
+    o.write = npuc_write_opts_defaults();
+    return o;
+}
+
+typedef struct qplan {
+    int quantize;
+    npuc_quant_params p;
+    npuc_quant_shape qs;
+    int packed;
+    int nm;             /* --pattern applies (see the end of this file) */
+    npuc_nm_geom nmg;
+    char *nmn[3];
+} qplan;
+
+static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, const size_t *layer,
+                             qplan *plan, npuc_tensor_record *rep) {
+    const char *path = npuc_model_path(m);
+    npuc_rules inc, exc, lb, lg;
+    npuc_status st;
+    memset(&inc, 0, sizeof inc);
+    memset(&exc, 0, sizeof exc);
+    memset(&lb, 0, sizeof lb);
+    memset(&lg, 0, sizeof lg);
+    if ((st = npuc__rules_compile(ctx, &inc, o->include, o->ninclude, 0, "--include")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &lb, o->layer_bits, o->nlayer_bits, 1, "--layer-bits")) != NPUC_OK ||
+        (st = npuc__rules_compile(ctx, &lg, o->layer_group_size, o->nlayer_group_size, 1,
+                                  "--layer-group-size")) != NPUC_OK)
+        goto done;
+    for (size_t r = 0; r < lg.n; r++) {
+        char *end;
+        long g = strtol(lg.value[r], &end, 10);
+        if (*end || g < 2 || g > (1L << 30)) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-group-size '%s': group size must be 2..2^30",
+                           o->layer_group_size[r]);
+            goto done;
+        }
+    }
+    for (size_t r = 0; r < lb.n; r++) {
+        char *end;
+        long b = strtol(lb.value[r], &end, 10);
+        if (*end || b < 2 || b > 8) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-bits '%s': bit width must be 2..8", o->layer_bits[r]);
+            goto done;
+        }
+    }
+    size_t n = npuc_model_count(m);
+    int *explicit_bits = calloc(n ? n : 1, sizeof *explicit_bits);
+    if (!explicit_bits) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        qplan *q = &plan[i];
+        q->p = o->params;
+        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2;
+        int ex = npuc__rules_match(&exc, t->name) >= 0;
+        int r = npuc__rules_match(&lb, t->name);
+        if (r >= 0) {
+            q->p.bits = atoi(lb.value[r]);
+            explicit_bits[i] = 1;
+        }
+        int rg = npuc__rules_match(&lg, t->name);
+        if (rg >= 0) {
+            q->p.gran = NPUC_GRAN_GROUP;
+            q->p.group_size = (uint32_t)atol(lg.value[rg]);
+        }
+        if (!in || ex) continue;
+        if (!npuc_dtype_is_float(t->dtype)) {
+            snprintf(rep[i].note, sizeof rep[i].note, "not a float tensor");
+            continue;
+        }
+        if (t->numel == 0) {
+            snprintf(rep[i].note, sizeof rep[i].note, "empty");
+            continue;
+        }
+        if (q->p.gran != NPUC_GRAN_TENSOR && q->p.axis < 0 && t->layout == NPUC_LAYOUT_NONE) {
+            q->p.gran = NPUC_GRAN_TENSOR;
+            snprintf(rep[i].note, sizeof rep[i].note, "no channel axis: per tensor");
+        }
+        q->quantize = 1;
+    }
+    /* Below 8 bits the first and last weight layers stay at 8 bits; a layer
+     * is a stored tensor, or the factors of one lowrank entry together. */
+    if (!o->quantize_all) {
+        size_t first = SIZE_MAX, last = SIZE_MAX;
+        for (size_t i = 0; i < n; i++)
+            if (plan[i].quantize) { if (first == SIZE_MAX) first = layer[i]; last = layer[i]; }
+        for (size_t i = 0; first != SIZE_MAX && i < n; i++) {
+            const int e = layer[i] == first ? 0 : layer[i] == last ? 1 : -1;
+            if (e < 0 || !plan[i].quantize || explicit_bits[i] || plan[i].p.bits >= 8) continue;
+            plan[i].p.bits = 8;
+            snprintf(rep[i].note, sizeof rep[i].note, "%s weight layer kept at 8 bits",
+                     first == last ? "only" : e == 0 ? "first" : "last");
+        }
+    }
+    free(explicit_bits);
+    if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &lb, "--layer-bits", path)) != NPUC_OK ||
+        (st = npuc__rules_check_hits(ctx, &lg, "--layer-group-size", path)) != NPUC_OK)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        if (!plan[i].quantize) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        if ((st = npuc_quant_shape_of(ctx, t, &plan[i].p, &plan[i].qs)) != NPUC_OK) {
+            /* Prefix the file name to the tensor-level message. */
+            char msg[NPUC_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
+            st = npuc_fail(ctx, st, "%s: %s", path, msg);
+            goto done;
+        }
+        plan[i].packed = plan[i].p.bits < 8;
+    }
+done:
+    npuc__rules_free(&inc);
+    npuc__rules_free(&exc);
+    npuc__rules_free(&lb);
+    npuc__rules_free(&lg);
+    return st;
+}
+
+static void scale_shape(const qplan *q, npuc_tensor_info *s) {
+    if (q->p.gran == NPUC_GRAN_TENSOR) s->rank = 0;
+    else if (q->p.gran == NPUC_GRAN_GROUP) {
+        s->rank = 2;
+        s->shape[0] = (int64_t)q->qs.channels;
+        s->shape[1] = (int64_t)q->qs.groups_per_channel;
+    } else {
+        s->rank = 1;
+        s->shape[0] = (int64_t)q->qs.channels;
+    }
+}
+
+/* Declares the outputs of tensor t under plan q and describes them in art. */
+static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t,
+                           const qplan *q, const npuc_quantize_opts *o, char **names) {
+    npuc_status st;
+    if (!q->quantize || o->fake_quant) {
+        if (q->quantize) {
+            json_t *e = npuc__art_add(art, t, "fake_quant");
+            char range[48];
+            npuc_range_format(&q->p.range, range, sizeof range);
+            if (!e || json_object_set_new(e, "bits", json_integer(q->p.bits)) ||
+                json_object_set_new(e, "symmetric", json_boolean(q->p.symmetric)) ||
+                json_object_set_new(e, "range", json_string(range)))
+                return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+        return npuc_writer_declare(w, t);
+    }
+    npuc_tensor_info c = *t;
+    c.layout = NPUC_LAYOUT_NONE;
+    c.dtype = q->p.symmetric && !q->packed ? NPUC_DTYPE_I8 : NPUC_DTYPE_U8;
+    if (q->packed) {
+        c.rank = 1;
+        c.shape[0] = (int64_t)npuc_packed_size(t->numel, q->p.bits);
+    }
+    if ((st = npuc_writer_declare(w, &c)) != NPUC_OK) return st;
+    size_t nl = strlen(t->name);
+    names[0] = malloc(nl + 8);
+    names[1] = malloc(nl + 13);
+    if (!names[0] || !names[1]) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    memcpy(names[0], t->name, nl);
+    memcpy(names[0] + nl, ".scale", 7);
+    memcpy(names[1], t->name, nl);
+    memcpy(names[1] + nl, ".zero_point", 12);
+    npuc_tensor_info s;
+    memset(&s, 0, sizeof s);
+    s.name = names[0];
+    s.dtype = NPUC_DTYPE_F32;
+    s.group = t->group;
+    scale_shape(q, &s);
+    if ((st = npuc_writer_declare(w, &s)) != NPUC_OK) return st;
+    if (!q->p.symmetric) {
+        s.name = names[1];
+        s.dtype = NPUC_DTYPE_U8;
+        if ((st = npuc_writer_declare(w, &s)) != NPUC_OK) return st;
+    }
+    json_t *e = npuc__art_add(art, t, "quant");
+    char range[48];
+    npuc_range_format(&q->p.range, range, sizeof range);
+    const char *gran = q->p.gran == NPUC_GRAN_TENSOR ? "tensor" :
+                       q->p.gran == NPUC_GRAN_GROUP ? "group" : "channel";
+    json_t *view = json_pack("[III]", (json_int_t)q->qs.outer, (json_int_t)q->qs.channels,
+                             (json_int_t)q->qs.inner);
+    if (!e || !view ||
+        json_object_set_new(e, "bits", json_integer(q->p.bits)) ||
+        json_object_set_new(e, "symmetric", json_boolean(q->p.symmetric)) ||
+        json_object_set_new(e, "granularity", json_string(gran)) ||
+        json_object_set_new(e, "axis", json_integer(q->qs.axis)) ||
+        json_object_set_new(e, "group_size", json_integer(q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0)) ||
+        json_object_set_new(e, "view", view) ||
+        json_object_set_new(e, "range", json_string(range)) ||
+        json_object_set_new(e, "packed", json_boolean(q->packed)) ||
+        json_object_set_new(e, "codes", json_string(t->name)) ||
+        json_object_set_new(e, "codes_dtype", json_string(npuc_dtype_name(c.dtype))) ||
+        json_object_set_new(e, "scale", json_string(names[0])) ||
+        json_object_set_new(e, "zero_point", q->p.symmetric ? json_null() : json_string(names[1])) ||
+        json_object_set_new(e, "parts", q->p.symmetric ? json_pack("[ss]", t->name, names[0])
+                                                       : json_pack("[sss]", t->name, names[0], names[1])))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    return NPUC_OK;
+}
+
+/* ------------------------------------------------ --pattern N:M (sparsify_quant.c)
+ * With --pattern every quantized tensor is N:M-sparsified first and the
+ * sparse tensor quantized; the codes of the kept positions are stored as an
+ * "nm_sparse" entry (or, with --fake-quant, the dequantized sparse tensor).
+ * A tensor the pattern does not fit (input-channel axis shorter than M:
+ * depthwise) is quantized dense with a note, or is an error when --include
+ * named it. */
+static npuc_status nm_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
+                           npuc_tensor_record *rec) {
+    if (o->pattern_n < 1 || o->pattern_m > 16 || o->pattern_n >= o->pattern_m)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need 1 <= N < M <= 16", o->pattern_n, o->pattern_m);
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        if (!plan[i].quantize) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        if (t->role == NPUC_ROLE_EMBEDDING && !o->ninclude) { /* a lookup table, as in npuc sparsify */
+            snprintf(rec[i].note, sizeof rec[i].note, "embedding: quantized dense, without %d:%d", o->pattern_n,
+                     o->pattern_m);
+            continue;
+        }
+        if (npuc__nm_geom(t, o->pattern_n, o->pattern_m, &plan[i].nmg) == 0) {
+            plan[i].nm = 1;
+            continue;
+        }
+        if (o->ninclude) {
+            npuc_nm_geom g;
+            npuc_status st = npuc_nm_geometry(ctx, t, o->pattern_n, o->pattern_m, &g);
+            return npuc__prefix_path(ctx, st == NPUC_OK ? NPUC_ERR_ARG : st, npuc_model_path(m));
+        }
+        snprintf(rec[i].note, sizeof rec[i].note, "%d:%d does not fit (input-channel axis < M): quantized dense",
+                 o->pattern_n, o->pattern_m);
+    }
+    return NPUC_OK;
+}
+
+static void nm_record(const qplan *q, const npuc_quantize_opts *o, npuc_tensor_record *r) {
+    const size_t l = strlen(r->scheme);
+    snprintf(r->scheme + l, sizeof r->scheme - l, "+%d:%d", o->pattern_n, o->pattern_m);
+    npuc_record_set(r, "n", o->pattern_n);
+    npuc_record_set(r, "m", o->pattern_m);
+    npuc_record_set(r, "sparsity_target", (double)(o->pattern_m - o->pattern_n) / (double)o->pattern_m);
+    if (!o->fake_quant) {
+        r->bytes_after = npuc__nmq_bytes(&q->p, &q->qs, &q->nmg);
+        r->params_after = q->nmg.kept;
+    }
+}
+
+static npuc_status nm_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t, qplan *q,
+                              const npuc_quantize_opts *o, char **names) {
+    if (!o->fake_quant) return npuc__nmq_declare(ctx, w, art, t, &q->p, &q->qs, &q->nmg, q->nmn);
+    npuc_status st = declare(ctx, w, art, t, q, o, names);
+    json_t *e = json_object_get(json_object_get(art, "tensors"), t->name);
+    if (st == NPUC_OK && (!e || json_object_set_new(e, "n", json_integer(o->pattern_n)) ||
+                          json_object_set_new(e, "m", json_integer(o->pattern_m))))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+/* Compressed: sparsifies, quantizes and writes tensor i completely.
+ * Fake-quant: replaces *x by the sparsified tensor for the caller to
+ * quantize. */
+static npuc_status nm_stream(npuc_ctx *ctx, npuc_writer *w, npuc_model *m, size_t i, const npuc_quantize_opts *o,
+                             const qplan *q, npuc_tensor_record *r, const float **x, npuc_scratch *scr) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    npuc_status st;
+    if (!o->fake_quant) {
+        uint64_t zeros = 0;
+        st = npuc__nmq_write(ctx, w, t, *x, &q->p, &q->qs, &q->nmg, &r->err, &zeros);
+        npuc_model_release(m, i);
+        if (st == NPUC_ERR_VALUE || st == NPUC_ERR_ARG) return npuc__prefix_path(ctx, st, npuc_model_path(m));
+        if (st != NPUC_OK) return st;
+        npuc_record_set(r, "sparsity", (double)zeros / (double)t->numel);
+        npuc_record_set(r, "zeros", (double)zeros);
+        if (o->on_tensor) o->on_tensor(o->user, i, npuc_model_count(m), r);
+        return NPUC_OK;
+    }
+    float *y = npuc__scratch(scr, t->numel * sizeof(float));
+    if (!y) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    npuc_prune_stats ps;
+    if ((st = npuc_nm_sparsify(ctx, t, &q->nmg, *x, y, &ps)) != NPUC_OK)
+        return npuc__prefix_path(ctx, st, npuc_model_path(m));
+    npuc_record_set(r, "sparsity", (double)ps.zeros / (double)t->numel);
+    npuc_record_set(r, "zeros", (double)ps.zeros);
+    *x = y;
+    return NPUC_OK;
+}
+
+/* ------------------------------------------------ an artifact as input
+ * Checks that every entry of the input's description is one quantize can
+ * build on, and gives every stored tensor its layer for the first/last rule:
+ * its own index, or for a part of a lowrank entry the entry's (n + entry
+ * number), so both factors of W count as the one layer W. */
+static npuc_status input_layers(npuc_ctx *ctx, npuc_model *m, const json_t *prev, size_t *layer) {
+    const size_t n = npuc_model_count(m);
+    for (size_t i = 0; i < n; i++) layer[i] = i;
+    if (!prev) return NPUC_OK;
+    const char *k;
+    json_t *v;
+    size_t ent = 0;
+    json_object_foreach(json_object_get(prev, "tensors"), k, v) {
+        json_t *enc = json_object_get(v, "encoding");
+        const char *es = json_is_string(enc) ? json_string_value(enc) : "";
+        if (strcmp(es, "lowrank") == 0) {
+            json_t *parts = json_object_get(v, "parts");
+            for (size_t p = 0; p < json_array_size(parts); p++) {
+                size_t idx;
+                const char *pn = json_string_value(json_array_get(parts, p));
+                if (pn && npuc_model_find(m, pn, &idx) == 0) layer[idx] = n + ent;
+            }
+        } else if (strcmp(es, "fake_quant") != 0) {
+            return npuc_fail(ctx, NPUC_ERR_ARG,
+                             "%s: already an npuc artifact (tensor '%s' is encoded); decompress it first",
+                             npuc_model_path(m), k);
+        }
+        ent++;
+    }
+    return NPUC_OK;
+}
+
+/* Copies the input's entries into the new description, except a
+ * "fake_quant" entry for a tensor this run quantizes again (its new entry
+ * replaces it).  A lowrank entry keeps its parts' names, which are now
+ * described by their own entries when quantized (nested entries). */
+static npuc_status carry_over(npuc_ctx *ctx, npuc_model *m, const json_t *prev, const qplan *plan, json_t *art) {
+    if (!prev) return NPUC_OK;
+    json_t *tens = json_object_get(art, "tensors");
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(prev, "tensors"), k, v) {
+        size_t idx;
+        if (npuc_model_find(m, k, &idx) == 0 && plan[idx].quantize) continue;
+        if (json_object_set(tens, k, v)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    return NPUC_OK;
+}
+
+npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
+                                const npuc_quantize_opts *o, npuc_summary *sum) {
+    const char *path = npuc_model_path(m);
+    const size_t n = npuc_model_count(m);
+    npuc_status st = NPUC_OK;
+    npuc_writer *w = NULL;
+    json_t *art = NULL, *prev = NULL;
+    char *artjson = NULL;
+    char **names = NULL;
+    npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
+    npuc__readahead *ra = NULL;
+    float *scales = NULL;
+    int32_t *zps = NULL;
+    qplan *plan = calloc(n ? n : 1, sizeof *plan);
+    size_t *layer = calloc(n ? n : 1, sizeof *layer);
+    names = calloc(2 * (n ? n : 1), sizeof *names);
+    if (npuc_summary_init(sum, "quantize", n) != NPUC_OK || !plan || !layer || !names) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+
+    if ((st = npuc__art_load(ctx, m, &prev)) != NPUC_OK) goto fail;
+    if ((st = input_layers(ctx, m, prev, layer)) != NPUC_OK) goto fail;
+    if ((st = make_plan(ctx, m, o, layer, plan, sum->records)) != NPUC_OK) goto fail;
+    if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
+
+    /* Records that do not depend on the data. */
+    uint64_t max_scales = 1;
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        npuc_tensor_record *r = &sum->records[i];
+        if (npuc_record_from_tensor(r, t) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!plan[i].quantize) continue;
+        const qplan *q = &plan[i];
+        r->action = NPUC_ACTION_QUANTIZED;
+        r->has_error = 1;
+        npuc_record_set(r, "bits", q->p.bits);
+        npuc_record_set(r, "symmetric", q->p.symmetric);
+        npuc_record_set(r, "group_size", q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0);
+        npuc_record_set(r, "axis", q->qs.axis);
+        npuc_quant_scheme_name(&q->p, r->scheme, sizeof r->scheme);
+        if (!o->fake_quant) {
+            uint64_t code_bytes = q->packed ? npuc_packed_size(t->numel, q->p.bits) : t->numel;
+            r->bytes_after = code_bytes + q->qs.nscales * 4 + (q->p.symmetric ? 0 : q->qs.nscales);
+        }
+        if (q->qs.nscales > max_scales) max_scales = q->qs.nscales;
+        if (q->nm) nm_record(q, o, r);
+    }
+
+    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
+    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
+        const char *k, *v;
+        npuc_model_meta_at(m, i, &k, &v);
+        if (strcmp(k, NPUC_ART_KEY) == 0 || strcmp(k, "npuc.layout") == 0) continue;
+        if ((st = npuc_writer_meta(w, k, v)) != NPUC_OK) goto fail;
+    }
+    art = npuc__art_new();
+    if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if ((st = carry_over(ctx, m, prev, plan, art)) != NPUC_OK) goto fail;
+    for (size_t i = 0; i < n; i++)
+        if ((st = plan[i].nm ? nm_declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
+                             : declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
+            goto fail;
+    if (json_object_size(json_object_get(art, "tensors"))) {
+        artjson = npuc__art_dumps(art);
+        if (!artjson || (st = npuc_writer_meta(w, NPUC_ART_KEY, artjson)) != NPUC_OK) {
+            if (!artjson) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
+
+    scales = malloc(sizeof(float) * (size_t)max_scales);
+    zps = malloc(sizeof(int32_t) * (size_t)max_scales);
+    if (!scales || !zps) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    /* With a core to spare, a helper maps in the next two tensors while this
+     * one is computed (src/pipeline/readahead.h).  NPUC_READAHEAD=0 turns it
+     * off, =1 starts it whatever the threads and size (tests). */
+    const char *ra_env = getenv("NPUC_READAHEAD");
+    if (!(ra_env && strcmp(ra_env, "0") == 0))
+        ra = npuc__readahead_start(m, NULL, 2, npuc__threads(ctx), ra_env && strcmp(ra_env, "1") == 0);
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        npuc__readahead_at(ra, i);
+        npuc_tensor_record *r = &sum->records[i];
+        const qplan *q = &plan[i];
+        if (!q->quantize) {
+            const void *p;
+            if ((st = npuc_model_data(ctx, m, i, &p)) != NPUC_OK) goto fail;
+            st = npuc_writer_write(w, p, t->nbytes);
+            npuc_model_release(m, i);
+            if (st != NPUC_OK) goto fail;
+            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            continue;
+        }
+        const float *x = NULL;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) goto fail;
+        const float *x0 = x; /* --pattern: sparsify first */
+        if (q->nm && (st = nm_stream(ctx, w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
+        if (q->nm && !o->fake_quant) continue;
+        uint8_t *codes = npuc__scratch(&s_codes, t->numel);
+        float *deq = o->fake_quant ? npuc__scratch(&s_deq, t->numel * sizeof(float)) : NULL;
+        if (!codes || (o->fake_quant && !deq)) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
+            goto fail;
+        }
+        st = npuc_quantize_tensor(ctx, t, x, &q->p, codes, scales, zps, deq, &r->err);
+        if (st != NPUC_OK) {
+            char msg[NPUC_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
+            st = npuc_fail(ctx, st, "%s: %s", path, msg);
+            goto fail;
+        }
+        if (q->nm) npuc_error_measure(x0, deq, t->numel, &r->err); /* against the weights before N:M */
+        if (o->fake_quant) {
+            const void *outp = deq;
+            if (t->dtype != NPUC_DTYPE_F32) {
+                void *cast = npuc__scratch(&s_cast, t->nbytes);
+                if (!cast) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+                npuc_convert(cast, t->dtype, deq, NPUC_DTYPE_F32, (size_t)t->numel);
+                outp = cast;
+            }
+            st = npuc_writer_write(w, outp, t->nbytes);
+        } else if (q->packed) {
+            uint64_t pb = npuc_packed_size(t->numel, q->p.bits);
+            uint8_t *pk = npuc__scratch(&s_pack, pb);
+            if (!pk) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+            npuc_pack_bits(codes, (size_t)t->numel, q->p.bits, pk);
+            st = npuc_writer_write(w, pk, pb);
+        } else {
+            st = npuc_writer_write(w, codes, t->numel);
+        }
+        npuc_model_release(m, i);
+        if (st != NPUC_OK) goto fail;
+        if (!o->fake_quant) {
+            if ((st = npuc_writer_write(w, scales, q->qs.nscales * sizeof(float))) != NPUC_OK) goto fail;
+            if (!q->p.symmetric) {
+                uint8_t *z8 = npuc__scratch(&s_zp, q->qs.nscales);
+                if (!z8) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+                for (uint64_t k = 0; k < q->qs.nscales; k++) z8[k] = (uint8_t)zps[k];
+                if ((st = npuc_writer_write(w, z8, q->qs.nscales)) != NPUC_OK) goto fail;
+            }
+        }
+        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+    }
+    npuc_summary_finish(sum);
+    st = npuc_writer_finish(w);
+    w = NULL;
+    if (st != NPUC_OK) goto fail;
+    goto done;
+fail:
+    npuc__readahead_stop(ra);
+    ra = NULL;
+    npuc_writer_abort(w);
+    npuc_summary_free(sum);
+done:
+    npuc__readahead_stop(ra);
+    if (names)
+        for (size_t i = 0; i < 2 * n; i++) free(names[i]);
+    free(names);
+    if (plan)
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < 3; k++) free(plan[i].nmn[k]);
+    free(plan);
+    free(layer);
+    free(scales);
+    free(zps);
+    free(artjson);
+    json_decref(art);
+    json_decref(prev);
+    npuc__scratch_free(&s_in);
+    npuc__scratch_free(&s_codes);
+    npuc__scratch_free(&s_pack);
+    npuc__scratch_free(&s_deq);
+    npuc__scratch_free(&s_cast);
+    npuc__scratch_free(&s_zp);
+    npuc__scratch_free(&s_nm);
+    return st;
+}

@@ -1,0 +1,47 @@
+# arch_rules.sh - the dependency and export rules of docs/ARCHITECTURE.md,
+# checked on the tree and the built library rather than trusted:
+#   - libnpuc.so exports only the public API: no npuc__* symbol, and every
+#     exported function is declared with NPUC_API in include/npuc/;
+#   - the CLI includes only <npuc/*.h> and its own headers;
+#   - no file under src/core/ includes a formats/ header (core reaches the
+#     formats only through the registry table), nor pipeline/ or passes/.
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
+
+lib="$NPUC_BUILD/libnpuc.so"
+[ -f "$lib" ] || fail "$lib not built"
+command -v nm >/dev/null || skip "nm not installed"
+
+# ---------------------------------------------------------------- exports
+nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sort -u >"$T/exports"
+[ -s "$T/exports" ] || fail "nm lists no exported symbol in $lib"
+if grep -q '^npuc__' "$T/exports"; then
+    grep '^npuc__' "$T/exports" | head -20 >&2
+    fail "libnpuc.so exports $(grep -c '^npuc__' "$T/exports") private npuc__ symbols"
+fi
+# What the headers declare as exported.
+grep -ho 'NPUC_API[^(]*\bnpuc_[a-z0-9_]*[[:space:]]*(' "$NPUC_SRC"/include/npuc/*.h |
+    grep -o 'npuc_[a-z0-9_]*[[:space:]]*($' | tr -d ' (' | sort -u >"$T/declared"
+[ -s "$T/declared" ] || fail "no NPUC_API declaration found in include/npuc"
+# Every exported npuc symbol is declared public.  The only other exports
+# allowed are the toolchain's: GCC gives each named `#pragma omp critical`
+# a global lock ".gomp_critical_user_<name>" that must be shared by every
+# object using that name, so it cannot be hidden.
+grep '^npuc_' "$T/exports" >"$T/npuc_exports" || true
+extra=$(comm -23 "$T/npuc_exports" "$T/declared")
+[ -z "$extra" ] || fail "exported but not declared NPUC_API in include/npuc: $(echo $extra)"
+missing=$(comm -13 "$T/npuc_exports" "$T/declared")
+[ -z "$missing" ] || fail "declared NPUC_API but not exported (or not defined): $(echo $missing)"
+others=$(grep -v '^npuc_' "$T/exports" | grep -v '^_init$\|^_fini$\|^\.gomp_critical_user_' || true)
+[ -z "$others" ] || fail "libnpuc.so exports non-npuc symbols: $(echo $others | head -c 400)"
+
+# Every public header carries extern "C" guards (or only includes others).
+for h in "$NPUC_SRC"/include/npuc/*.h; do
+    case "$(basename "$h")" in npuc.h|api.h) continue ;; esac
+    grep -q 'extern "C"' "$h" || fail "$h has no extern \"C\" guard"
+done
+
+# ---------------------------------------------------------------- includes
+# The CLI is a client of the public API only.
+bad=$(grep -Hn '#include "' "$NPUC_SRC"/src/cli/*.c "$NPUC_SRC"/src/cli/*.h |
+      grep -v '#include "cli_[a-z_]*\.h"' || true)
+[ -z "$bad" ] || fail "src/cli includes a private header: $bad"
