@@ -16,7 +16,7 @@ set -uo pipefail
 bin=${1:?usage: artifact_hashes.sh NPUC_BIN [SHARED_DATA_DIR]}
 bin=$(readlink -f "$bin")
 src=$(cd "$(dirname "$0")/.." && pwd)
-data=${2:-$src/../shared/data}
+data=$(readlink -f "${2:-$src/../shared/data}")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -71,7 +71,10 @@ for model in "${models[@]}"; do
     "$bin" $args >"$work/stdout" 2>"$work/stderr"
     rc=$?
     if [[ $rc -ne 0 ]]; then
-      echo "FAILED rc=$rc  $base/$name ($(head -c 160 "$work/stderr" | tr '\n' ' '))"
+      # The message, with the checkout's and the data's paths taken out, so
+      # two checkouts in different folders compare equal.
+      msg=$(sed -e "s|$src|SRC|g" -e "s|$data|DATA|g" -e "s|$work|WORK|g" "$work/stderr" | head -c 240 | tr '\n' ' ')
+      echo "FAILED rc=$rc  $base/$name ($msg)"
       continue
     fi
     echo "$(sha256sum <"$out" | cut -d' ' -f1)  $base/$name"
