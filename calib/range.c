@@ -14,9 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__) && !defined(NPUC_CALIB_NO_SIMD)
-#include <emmintrin.h>
-#endif
 
 #include "range_internal.h"
 
@@ -130,8 +127,9 @@ size_t npuc_range_scratch_size(size_t n, const npuc_range_opts *o) {
     return 0;
 }
 
-/* min and max over 8 lanes (lane = index mod 8, SSE2 or the same operations
- * in scalar code, so both give the same bits, signed zeros included).
+/* min and max over 8 lanes (lane = index mod 8; kernels/calib_lanes.h: SSE2
+ * or the same operations in scalar code, so both give the same bits, signed
+ * zeros included).
  * Non-finite values are caught by summing x * 0, which is +-0 for every
  * finite x and NaN for NaN or +-Inf. */
 int npuc__range_minmax(const float *x, size_t n, float *lo, float *hi) {
@@ -141,38 +139,10 @@ int npuc__range_minmax(const float *x, size_t n, float *lo, float *hi) {
     }
     float l[8], h[8], z[8];
     for (int j = 0; j < 8; j++) l[j] = h[j] = x[0], z[j] = 0.0f;
-    size_t i = 0;
-#if defined(__SSE2__) && !defined(NPUC_CALIB_NO_SIMD)
-    {
-        __m128 l0 = _mm_set1_ps(x[0]), l1 = l0, h0 = l0, h1 = l0;
-        __m128 z0 = _mm_setzero_ps(), z1 = z0;
-        const __m128 zero = _mm_setzero_ps();
-        for (; i + 8 <= n; i += 8) {
-            const __m128 v0 = _mm_loadu_ps(x + i), v1 = _mm_loadu_ps(x + i + 4);
-            l0 = _mm_min_ps(v0, l0); /* v < l ? v : l */
-            l1 = _mm_min_ps(v1, l1);
-            h0 = _mm_max_ps(v0, h0); /* v > h ? v : h */
-            h1 = _mm_max_ps(v1, h1);
-            z0 = _mm_add_ps(z0, _mm_mul_ps(v0, zero));
-            z1 = _mm_add_ps(z1, _mm_mul_ps(v1, zero));
-        }
-        _mm_storeu_ps(l, l0);
-        _mm_storeu_ps(l + 4, l1);
-        _mm_storeu_ps(h, h0);
-        _mm_storeu_ps(h + 4, h1);
-        _mm_storeu_ps(z, z0);
-        _mm_storeu_ps(z + 4, z1);
-    }
-#else
-    for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; j++) {
-            const float v = x[i + j];
-            l[j] = v < l[j] ? v : l[j];
-            h[j] = v > h[j] ? v : h[j];
-            z[j] += v * 0.0f;
-        }
-    }
-#endif
+    /* Whole blocks of 8 in the lane kernel (SSE2 or the scalar reference:
+     * the same bits), the tail here with the same operations. */
+    size_t i = n / 8 * 8;
+    npuc_calib_kernels()->lanes_minmax(x, n / 8, l, h, z);
     for (; i < n; i++) {
         const float v = x[i];
         l[i & 7] = v < l[i & 7] ? v : l[i & 7];

@@ -32,10 +32,11 @@
 
 #include "npuc_internal.h"
 
-/* The inner loops (minmax, exact error) use SSE2 where the compiler targets
- * it and plain C otherwise, with the same float operations per lane, so the
- * results are bit-identical; -DNPUC_CALIB_NO_SIMD forces the plain C (to
- * check that). */
+/* The inner loops (minmax, exact error) are kernels (kernels/calib_lanes.h):
+ * SSE2 where the build targets it, plain C otherwise or with
+ * NPUC_FORCE_REF=1, with the same float operations per lane, so the results
+ * are bit-identical. */
+#include "kernels/calib_lanes.h"
 
 /* Bit widths MSE and entropy accept. */
 #define NPUC_RANGE_MIN_BITS 2

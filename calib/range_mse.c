@@ -61,9 +61,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__) && !defined(NPUC_CALIB_NO_SIMD)
-#include <emmintrin.h>
-#endif
 
 #include "range_internal.h"
 
@@ -132,67 +129,23 @@ int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
 
 /* ------------------------------------------------------- exact error */
 
-/* rint(v) for |v| <= 2^22 in the default rounding mode (round half to even):
- * adding 1.5 * 2^23 leaves no fraction bits, so the addition itself rounds.
- * Unlike rintf this is two packed adds on any x86-64. */
-#define NPUC_RINT_MAGIC 12582912.0f
+/* NPUC_RINT_MAGIC (kernels/calib_lanes.h) rounds like rintf for |v| <= 2^22;
+ * unlike rintf it is two packed adds on any x86-64. */
 
 /* Adds the squared error of x[0..m) (m <= MSE_BLOCK) under p into 8 float
  * lanes e (lane = index mod 8) and, when bnd = {A, B} is given, the squared
  * distance of the values below A to A into cl and of those above B to B
- * into ch.  The SSE2 and the scalar code perform the same float operations
- * in the same order per lane, so the sums are bit-identical across builds. */
+ * into ch.  The lane kernels (SSE2 and scalar) perform the same float
+ * operations in the same order per lane, so the sums are bit-identical
+ * across builds and with NPUC_FORCE_REF. */
 static void block_err(const float *x, size_t m, const npuc__qparams *p, float e[8],
                       const float *bnd, float cl[8], float ch[8]) {
     const float inv = p->inv_scale, sc = p->scale, vmin = p->vmin, vmax = p->vmax;
-    size_t i = 0;
-#if defined(__SSE2__) && !defined(NPUC_CALIB_NO_SIMD)
-    {
-        const __m128 vinv = _mm_set1_ps(inv), vsc = _mm_set1_ps(sc), vlo = _mm_set1_ps(vmin),
-                     vhi = _mm_set1_ps(vmax), mg = _mm_set1_ps(NPUC_RINT_MAGIC);
-        __m128 a0 = _mm_loadu_ps(e), a1 = _mm_loadu_ps(e + 4);
-        if (!bnd) {
-            for (; i + 8 <= m; i += 8) {
-                const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + 4);
-                __m128 v0 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x0, vinv), vlo), vhi);
-                __m128 v1 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x1, vinv), vlo), vhi);
-                v0 = _mm_sub_ps(_mm_add_ps(v0, mg), mg);
-                v1 = _mm_sub_ps(_mm_add_ps(v1, mg), mg);
-                const __m128 d0 = _mm_sub_ps(_mm_mul_ps(v0, vsc), x0);
-                const __m128 d1 = _mm_sub_ps(_mm_mul_ps(v1, vsc), x1);
-                a0 = _mm_add_ps(a0, _mm_mul_ps(d0, d0));
-                a1 = _mm_add_ps(a1, _mm_mul_ps(d1, d1));
-            }
-        } else {
-            const __m128 ba = _mm_set1_ps(bnd[0]), bb = _mm_set1_ps(bnd[1]), z = _mm_setzero_ps();
-            __m128 l0 = _mm_loadu_ps(cl), l1 = _mm_loadu_ps(cl + 4);
-            __m128 h0 = _mm_loadu_ps(ch), h1 = _mm_loadu_ps(ch + 4);
-            for (; i + 8 <= m; i += 8) {
-                const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + 4);
-                __m128 v0 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x0, vinv), vlo), vhi);
-                __m128 v1 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x1, vinv), vlo), vhi);
-                v0 = _mm_sub_ps(_mm_add_ps(v0, mg), mg);
-                v1 = _mm_sub_ps(_mm_add_ps(v1, mg), mg);
-                const __m128 d0 = _mm_sub_ps(_mm_mul_ps(v0, vsc), x0);
-                const __m128 d1 = _mm_sub_ps(_mm_mul_ps(v1, vsc), x1);
-                a0 = _mm_add_ps(a0, _mm_mul_ps(d0, d0));
-                a1 = _mm_add_ps(a1, _mm_mul_ps(d1, d1));
-                const __m128 o0 = _mm_max_ps(_mm_sub_ps(ba, x0), z), o1 = _mm_max_ps(_mm_sub_ps(ba, x1), z);
-                const __m128 u0 = _mm_max_ps(_mm_sub_ps(x0, bb), z), u1 = _mm_max_ps(_mm_sub_ps(x1, bb), z);
-                l0 = _mm_add_ps(l0, _mm_mul_ps(o0, o0));
-                l1 = _mm_add_ps(l1, _mm_mul_ps(o1, o1));
-                h0 = _mm_add_ps(h0, _mm_mul_ps(u0, u0));
-                h1 = _mm_add_ps(h1, _mm_mul_ps(u1, u1));
-            }
-            _mm_storeu_ps(cl, l0);
-            _mm_storeu_ps(cl + 4, l1);
-            _mm_storeu_ps(ch, h0);
-            _mm_storeu_ps(ch + 4, h1);
-        }
-        _mm_storeu_ps(e, a0);
-        _mm_storeu_ps(e + 4, a1);
-    }
-#endif
+    /* Whole blocks of 8 in the lane kernel (kernels/calib_lanes.h), the tail
+     * here with the same operations. */
+    const npuc_lane_q q = {sc, inv, vmin, vmax};
+    size_t i = m / 8 * 8;
+    npuc_calib_kernels()->lanes_sqerr(x, m / 8, &q, e, bnd, cl, ch);
     /* The same per element: MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b. */
     for (; i < m; i++) {
         const float xv = x[i];

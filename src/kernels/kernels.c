@@ -1,34 +1,57 @@
 /*
- * kernels.c - picks the kernel table once, at the first call.
+ * kernels.c - the one kernel dispatcher: picks every kernel table once.
  *
- * The fastest table the CPU supports is used unless NPUC_FORCE_REF is set
- * to a non-empty value other than "0" (the stb_image rule: the fast path is
- * chosen once and can be switched off).  The choice is published through a
- * C11 atomic pointer.  Threads that race on the first call each compute the
- * same answer from the same CPU and environment, so a duplicated store is
- * harmless and no lock is needed.
+ * At the first call of any npuc_*kernels() accessor, pthread_once runs
+ * choose(): with NPUC_FORCE_REF set to a non-empty value other than "0"
+ * every family gets its scalar reference (the stb_image rule: the fast
+ * path is chosen once and can be switched off); otherwise each family gets
+ * the fastest version the CPU supports.  The families:
+ *   quantization (npuc_kernels.h)   avx512 > avx2 > ref
+ *   magnitude / N:M (nm_kernels.h)  avx2 > ref
+ *   range lanes (calib_lanes.h)     sse2 > ref
+ * The choice never changes afterwards, and all of it sits in this file.
  */
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/calib_lanes.h"
+#include "kernels/nm_kernels.h"
 #include "kernels/npuc_kernels.h"
 
-static _Atomic(const npuc_kernel_table *) g_table;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const npuc_kernel_table *g_quant;
+static const npuc_nm_kernel_table *g_nm;
+static const npuc_calib_kernel_table *g_calib;
 
-static const npuc_kernel_table *choose(void) {
+static void choose(void) {
     const char *force = getenv("NPUC_FORCE_REF");
-    if (force && *force && strcmp(force, "0") != 0) return npuc_kernels_ref();
-    const npuc_kernel_table *t = npuc_kernels_avx512();
-    if (!t) t = npuc_kernels_avx2();
-    return t ? t : npuc_kernels_ref();
+    if (force && *force && strcmp(force, "0") != 0) {
+        g_quant = npuc_kernels_ref();
+        g_nm = npuc_nm_kernels_ref();
+        g_calib = npuc_calib_kernels_ref();
+        return;
+    }
+    const npuc_kernel_table *q = npuc_kernels_avx512();
+    if (!q) q = npuc_kernels_avx2();
+    g_quant = q ? q : npuc_kernels_ref();
+    const npuc_nm_kernel_table *nm = npuc_nm_kernels_avx2();
+    g_nm = nm ? nm : npuc_nm_kernels_ref();
+    const npuc_calib_kernel_table *c = npuc_calib_kernels_sse2();
+    g_calib = c ? c : npuc_calib_kernels_ref();
 }
 
 const npuc_kernel_table *npuc_kernels(void) {
-    const npuc_kernel_table *t = atomic_load_explicit(&g_table, memory_order_acquire);
-    if (!t) {
-        t = choose();
-        atomic_store_explicit(&g_table, t, memory_order_release);
-    }
-    return t;
+    pthread_once(&g_once, choose);
+    return g_quant;
+}
+
+const npuc_nm_kernel_table *npuc_nm_kernels(void) {
+    pthread_once(&g_once, choose);
+    return g_nm;
+}
+
+const npuc_calib_kernel_table *npuc_calib_kernels(void) {
+    pthread_once(&g_once, choose);
+    return g_calib;
 }

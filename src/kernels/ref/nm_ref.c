@@ -6,7 +6,6 @@
  * for every sum.  The AVX2 versions must zero exactly the same elements and
  * count exactly the same things.
  */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,22 +118,3 @@ static const npuc_nm_kernel_table g_ref = {
 };
 
 const npuc_nm_kernel_table *npuc_nm_kernels_ref(void) { return &g_ref; }
-
-/* Chosen once, like the quantization kernels (kernels.c): the AVX2 table
- * unless NPUC_FORCE_REF is set to something other than "" or "0".  Racing
- * first calls compute the same answer, so no lock is needed. */
-static _Atomic(const npuc_nm_kernel_table *) g_table;
-
-const npuc_nm_kernel_table *npuc_nm_kernels(void) {
-    const npuc_nm_kernel_table *t = atomic_load_explicit(&g_table, memory_order_acquire);
-    if (!t) {
-        const char *force = getenv("NPUC_FORCE_REF");
-        if (force && *force && strcmp(force, "0") != 0) t = &g_ref;
-        else {
-            t = npuc_nm_kernels_avx2();
-            if (!t) t = &g_ref;
-        }
-        atomic_store_explicit(&g_table, t, memory_order_release);
-    }
-    return t;
-}

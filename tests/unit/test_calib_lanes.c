@@ -1,0 +1,133 @@
+/*
+ * test_calib_lanes.c - the range estimators' lane kernels and the one
+ * kernel dispatcher (src/kernels/kernels.c).
+ *
+ * The scalar reference is checked against hand-worked blocks; the SSE2
+ * version against the reference bit for bit (lanes compared as raw bits,
+ * so signed zeros count; a NaN only has to be a NaN) over odd block counts,
+ * edge values and unaligned pointers.  The dispatcher is checked to give
+ * every family the reference under NPUC_FORCE_REF=1 (set before the first
+ * call, in main), which is what makes that variable reach calib too.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/calib_lanes.h"
+#include "kernels/nm_kernels.h"
+#include "kernels/npuc_kernels.h"
+
+/* Bitwise equality, except that any two NaNs are equal: which NaN an
+ * operation between two NaNs (or NaN and Inf * 0) yields depends on operand
+ * order, which the compiler may commute in the scalar code, and the callers
+ * only ask isnan(). */
+static void assert_lanes_bits(const float *a, const float *b) {
+    for (int j = 0; j < 8; j++) {
+        if (isnan(a[j]) && isnan(b[j])) continue;
+        uint32_t ua, ub;
+        memcpy(&ua, &a[j], 4);
+        memcpy(&ub, &b[j], 4);
+        if (ua != ub) fail_msg("lane %d: %a (0x%08x) != %a (0x%08x)", j, a[j], ua, b[j], ub);
+    }
+}
+
+/* Hand-worked: one block, scale 0.5 (inv 2), codes clamped to [-2, 1]. */
+static void test_ref_hand(void **state) {
+    (void)state;
+    const npuc_calib_kernel_table *k = npuc_calib_kernels_ref();
+    const float x[8] = {0.0f, 0.3f, -0.3f, 0.76f, -2.0f, 5.0f, 0.25f, -0.0f};
+    float l[8], h[8], z[8];
+    for (int j = 0; j < 8; j++) l[j] = h[j] = 1.0f, z[j] = 0.0f;
+    k->lanes_minmax(x, 1, l, h, z);
+    const float want_l[8] = {0.0f, 0.3f, -0.3f, 0.76f, -2.0f, 1.0f, 0.25f, -0.0f};
+    const float want_h[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 5.0f, 1.0f, 1.0f};
+    assert_lanes_bits(l, want_l);
+    assert_lanes_bits(h, want_h);
+    /* deq: x*2 clamped to [-2, 1], rounded half to even, times 0.5:
+     * 0 -> 0; 0.6 -> 1 -> 0.5; -0.6 -> -1 -> -0.5; 1.52 -> 1 -> 0.5;
+     * -4 -> -2 -> -1; 10 -> 1 -> 0.5; 0.5 -> 0 (half to even) -> 0; -0 -> 0. */
+    const npuc_lane_q q = {0.5f, 2.0f, -2.0f, 1.0f};
+    float e[8] = {0}, cl[8] = {0}, ch[8] = {0};
+    const float bnd[2] = {-1.0f, 1.0f};
+    k->lanes_sqerr(x, 1, &q, e, bnd, cl, ch);
+    const float deq[8] = {0.0f, 0.5f, -0.5f, 0.5f, -1.0f, 0.5f, 0.0f, 0.0f};
+    for (int j = 0; j < 8; j++) {
+        const float d = deq[j] - x[j];
+        assert_true(e[j] == d * d);
+    }
+    /* Only x = -2 lies below A = -1 (by 1), only x = 5 above B = 1 (by 4). */
+    const float want_cl[8] = {0, 0, 0, 0, 1.0f, 0, 0, 0}, want_ch[8] = {0, 0, 0, 0, 0, 16.0f, 0, 0};
+    assert_lanes_bits(cl, want_cl);
+    assert_lanes_bits(ch, want_ch);
+}
+
+static void fill(float *x, size_t n, uint64_t *s, int edge) {
+    for (size_t i = 0; i < n; i++) x[i] = npuc_test_randn(s) * 3.0f;
+    if (!edge) return;
+    for (size_t i = 0; i < n; i += 13) x[i] = -0.0f;
+    for (size_t i = 5; i < n; i += 29) x[i] = 1e-40f; /* subnormal */
+    for (size_t i = 7; i < n; i += 31) x[i] = 3e38f;
+    for (size_t i = 11; i < n; i += 97) x[i] = NAN;
+    for (size_t i = 17; i < n; i += 101) x[i] = -INFINITY;
+}
+
+static void test_sse2_matches_ref(void **state) {
+    (void)state;
+    const npuc_calib_kernel_table *r = npuc_calib_kernels_ref(), *f = npuc_calib_kernels_sse2();
+    if (!f) skip();
+    static const size_t blocks[] = {0, 1, 2, 3, 7, 31, 32, 129};
+    uint64_t s = 42;
+    float *buf = malloc((129 * 8 + 1) * sizeof *buf);
+    assert_non_null(buf);
+    for (int edge = 0; edge < 2; edge++)
+        for (int off = 0; off < 2; off++)
+            for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+                float *x = buf + off; /* off = 1: not 16-byte aligned */
+                fill(x, blocks[b] * 8, &s, edge);
+                float l1[8], h1[8], z1[8], l2[8], h2[8], z2[8];
+                for (int j = 0; j < 8; j++) l1[j] = h1[j] = l2[j] = h2[j] = 0.5f, z1[j] = z2[j] = 0.0f;
+                r->lanes_minmax(x, blocks[b], l1, h1, z1);
+                f->lanes_minmax(x, blocks[b], l2, h2, z2);
+                assert_lanes_bits(l1, l2);
+                assert_lanes_bits(h1, h2);
+                assert_lanes_bits(z1, z2);
+                for (int bits = 2; bits <= 8; bits += 3) {
+                    const float qmax = (float)((1 << (bits - 1)) - 1);
+                    const npuc_lane_q q = {0.37f / qmax, qmax / 0.37f, -qmax, qmax};
+                    const float bnd[2] = {-0.4f, 0.3f};
+                    for (int with_bnd = 0; with_bnd < 2; with_bnd++) {
+                        float e1[8] = {0}, c1[8] = {0}, d1[8] = {0}, e2[8] = {0}, c2[8] = {0}, d2[8] = {0};
+                        r->lanes_sqerr(x, blocks[b], &q, e1, with_bnd ? bnd : NULL, c1, d1);
+                        f->lanes_sqerr(x, blocks[b], &q, e2, with_bnd ? bnd : NULL, c2, d2);
+                        assert_lanes_bits(e1, e2);
+                        assert_lanes_bits(c1, c2);
+                        assert_lanes_bits(d1, d2);
+                    }
+                }
+            }
+    free(buf);
+}
+
+/* main sets NPUC_FORCE_REF=1 before any kernel accessor runs. */
+static void test_force_ref_reaches_every_family(void **state) {
+    (void)state;
+    assert_ptr_equal(npuc_kernels(), npuc_kernels_ref());
+    assert_ptr_equal(npuc_nm_kernels(), npuc_nm_kernels_ref());
+    assert_ptr_equal(npuc_calib_kernels(), npuc_calib_kernels_ref());
+    /* And the choice is made once: changing the variable later changes nothing. */
+    setenv("NPUC_FORCE_REF", "0", 1);
+    assert_ptr_equal(npuc_calib_kernels(), npuc_calib_kernels_ref());
+    assert_ptr_equal(npuc_kernels(), npuc_kernels_ref());
+}
+
+int main(void) {
+    setenv("NPUC_FORCE_REF", "1", 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ref_hand),
+        cmocka_unit_test(test_sse2_matches_ref),
+        cmocka_unit_test(test_force_ref_reaches_every_family),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
