@@ -1,7 +1,10 @@
 /*
- * pass_util.c - rule lists, thread counts and scratch buffers for passes.
+ * pass_util.c - rule lists, thread counts, scratch buffers, float32 views
+ * and messages for passes.
  */
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,4 +140,43 @@ npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch 
     npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
     *out = f;
     return NPUC_OK;
+}
+
+npuc_status npuc__f32_as(npuc_ctx *ctx, npuc_dtype dt, const float *x, uint64_t numel, npuc_scratch *scr,
+                         const void **out) {
+    *out = x;
+    if (dt == NPUC_DTYPE_F32) return NPUC_OK;
+    void *c = npuc__scratch(scr, numel * npuc_dtype_size(dt));
+    if (!c) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_convert(c, dt, x, NPUC_DTYPE_F32, (size_t)numel);
+    *out = c;
+    return NPUC_OK;
+}
+
+npuc_status npuc__write_pruned(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t, const void *src,
+                               const float *pruned, npuc_scratch *scr) {
+    if (t->dtype == NPUC_DTYPE_F32) return npuc_writer_write(w, pruned, t->nbytes);
+    uint8_t *b = npuc__scratch(scr, t->nbytes);
+    if (!b) return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    const size_t es = npuc_dtype_size(t->dtype);
+    memcpy(b, src, (size_t)t->nbytes);
+    for (uint64_t i = 0; i < t->numel; i++) {
+        uint32_t u;
+        memcpy(&u, &pruned[i], 4);
+        if (u == 0) memset(b + i * es, 0, es);
+    }
+    return npuc_writer_write(w, b, t->nbytes);
+}
+
+void npuc__fmt(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path) {
+    char msg[NPUC_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
+    return npuc_fail(ctx, st, "%s: %s", path, msg);
 }

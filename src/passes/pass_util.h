@@ -1,6 +1,9 @@
 /*
  * pass_util.h - helpers shared by the pass drivers (library-private): tensor
- * selection rules, "REGEX=VALUE" rule lists, thread counts, scratch buffers.
+ * selection rules, "REGEX=VALUE" rule lists, thread counts, scratch buffers,
+ * float32 views of tensors and writing float32 results in a tensor's dtype,
+ * messages.  What every driver does in the same order (output, metadata,
+ * streaming, summary) is pass_driver.h.
  */
 #ifndef NPUC_PASS_UTIL_H
 #define NPUC_PASS_UTIL_H
@@ -51,6 +54,23 @@ void npuc__scratch_free(npuc_scratch *s);
  * without it takes the page faults. */
 npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
                            const float **out);
+
+/* x (numel floats) in dtype dt: x itself for F32, else a converted copy in
+ * scr.  NPUC_ERR_NOMEM ("out of memory"). */
+npuc_status npuc__f32_as(npuc_ctx *ctx, npuc_dtype dt, const float *x, uint64_t numel, npuc_scratch *scr,
+                         const void **out);
+
+/* Writes the pruned f32 values of tensor t (src: its original bytes) in t's
+ * dtype: F32 as is; other dtypes copy src and clear the elements whose
+ * pruned value is +0 (bits 0), so kept values stay bit-exact even for F64. */
+npuc_status npuc__write_pruned(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t,
+                               const void *src, const float *pruned, npuc_scratch *scr);
+
+/* snprintf that may cut (notes and reasons are for reading, not parsing). */
+void npuc__fmt(char *buf, size_t n, const char *fmt, ...) NPUC_PRINTF(3, 4);
+
+/* "<path>: <message in ctx>" with the same status. */
+npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
 
 /* Scale and zero point of a clipping range (quantize.c; see quant.h). */
 void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, float *scale,

@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "passes/bnfold/bnfold_internal.h"
+#include "passes/pass_driver.h"
 #include "passes/pass_util.h"
 
 /* ------------------------------------------------------------ arithmetic */
@@ -368,31 +369,48 @@ done:
     return out;
 }
 
-static npuc_status write_meta(driver *d, npuc_writer *w, npuc_summary *sum) {
+/* The metadata as fold-bn carries it over (npuc__meta_fn): without the
+ * layouts and an earlier "npuc.bnfold" list (written anew after the copy),
+ * model_config with the folded BatchNorm layers taken out; "npuc" stays. */
+typedef struct meta_copy {
+    driver *d;
+    npuc_summary *sum;
+    char *cfg;  /* the rewritten model_config, or NULL */
+    int cfg_done;
+} meta_copy;
+
+static npuc_status copy_meta(void *u, const char *key, const char **value) {
+    meta_copy *mc = u;
+    if (strcmp(key, "npuc.layout") == 0 || strcmp(key, "npuc.bnfold") == 0) {
+        *value = NULL;
+        return NPUC_OK;
+    }
+    if (strcmp(key, "model_config") != 0) return NPUC_OK;
+    if (!mc->cfg_done) {
+        int err = 0;
+        mc->cfg_done = 1;
+        mc->cfg = rewritten_config(mc->d, &err);
+        if (err || (mc->d->plan->npairs && !mc->cfg &&
+                    npuc_summary_warn(mc->sum, "model_config was not rewritten (not understood, or no folded layer "
+                                               "in it): it still lists the folded BatchNorm layers") != NPUC_OK))
+            return npuc_fail(mc->d->ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    if (mc->cfg) *value = mc->cfg;
+    return NPUC_OK;
+}
+
+/* Opens the output with the input's metadata (copy_meta) and the
+ * "npuc.bnfold" list of this run's pairs. */
+static npuc_status open_output(driver *d, npuc__drive *dr, npuc_summary *sum) {
+    meta_copy mc = {d, sum, NULL, 0};
     int err = 0;
-    char *cfg = rewritten_config(d, &err), *fold = NULL;
-    npuc_status st = NPUC_OK;
-    if (err) goto oom;
-    if (d->plan->npairs && npuc_model_meta_get(d->m, "model_config") && !cfg &&
-        npuc_summary_warn(sum, "model_config was not rewritten (not understood, or no folded layer in it): it "
-                               "still lists the folded BatchNorm layers") != NPUC_OK)
-        goto oom;
-    for (size_t i = 0; i < npuc_model_meta_count(d->m) && st == NPUC_OK; i++) {
-        const char *k, *v;
-        npuc_model_meta_at(d->m, i, &k, &v);
-        if (strcmp(k, "npuc.layout") == 0 || strcmp(k, "npuc.bnfold") == 0) continue;
-        if (strcmp(k, "model_config") == 0 && cfg) v = cfg;
-        st = npuc_writer_meta(w, k, v);
+    char *fold = NULL;
+    npuc_status st = npuc__drive_open(dr, copy_meta, &mc);
+    if (st == NPUC_OK && dr->w && d->plan->npairs) {
+        if (!(fold = bnfold_meta(d, &err))) st = npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
+        else st = npuc_writer_meta(dr->w, "npuc.bnfold", fold);
     }
-    if (st == NPUC_OK && d->plan->npairs) {
-        if (!(fold = bnfold_meta(d, &err))) goto oom;
-        st = npuc_writer_meta(w, "npuc.bnfold", fold);
-    }
-    goto done;
-oom:
-    st = npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
-done:
-    free(cfg);
+    free(mc.cfg);
     free(fold);
     return st;
 }
@@ -455,7 +473,8 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
     d.path = npuc_model_path(m);
     d.plan = plan;
     const size_t n = npuc_model_count(m), np = plan->npairs;
-    npuc_writer *w = NULL;
+    npuc__drive dr = {0};
+    const npuc__sink sink = {out, &p->write};
     scratch_set s;
     memset(&s, 0, sizeof s);
     npuc_status st = NPUC_OK;
@@ -467,7 +486,7 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
     d.bias_pair = malloc((n ? n : 1) * sizeof *d.bias_pair);
     d.removed_by = malloc((n ? n : 1) * sizeof *d.removed_by);
     if (!d.pd || !d.conv_pair || !d.bias_pair || !d.removed_by ||
-        npuc_summary_init(sum, "fold-bn", n + ncreated) != NPUC_OK)
+        npuc__drive_begin_blank(&dr, ctx, m, &sink, "fold-bn", n + ncreated, p->on_tensor, p->user, sum) != NPUC_OK)
         goto oom;
     for (size_t i = 0; i < n; i++) d.conv_pair[i] = d.bias_pair[i] = d.removed_by[i] = -1;
     for (size_t k = 0; k < np; k++) {
@@ -485,14 +504,13 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
     /* prepare */
     for (size_t k = 0; k < np; k++)
         if ((st = prepare_pair(&d, k)) != NPUC_OK) goto fail;
-    /* declare */
-    if (out) {
-        if ((st = npuc_writer_open(ctx, out, &p->write, &w)) != NPUC_OK) goto fail;
-        if ((st = write_meta(&d, w, sum)) != NPUC_OK) goto fail;
+    /* declare (no output: --dry-run) */
+    if ((st = open_output(&d, &dr, sum)) != NPUC_OK) goto fail;
+    if (dr.w) {
         for (size_t i = 0; i < n; i++) {
             const npuc_tensor_info *t = npuc_model_tensor(m, i);
             if (d.removed_by[i] >= 0) continue;
-            if ((st = npuc_writer_declare(w, t)) != NPUC_OK) goto fail;
+            if ((st = npuc_writer_declare(dr.w, t)) != NPUC_OK) goto fail;
             int64_t k = d.conv_pair[i];
             if (k >= 0 && plan->pairs[k].bias < 0) {
                 npuc_tensor_info b;
@@ -503,12 +521,12 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
                 b.shape[0] = plan->pairs[k].bn.channels;
                 b.role = NPUC_ROLE_BIAS;
                 b.group = t->group;
-                if ((st = npuc_writer_declare(w, &b)) != NPUC_OK) goto fail;
+                if ((st = npuc_writer_declare(dr.w, &b)) != NPUC_OK) goto fail;
             }
         }
     }
     /* stream */
-    size_t ri = 0, nrec = sum->nrecords;
+    size_t ri = 0;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[ri];
@@ -521,35 +539,31 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
         } else if (k >= 0) {
             const void *bytes = NULL;
             if ((st = fold_producer(&d, (size_t)k, &s, &bytes)) != NPUC_OK) goto fail;
-            if (w && (st = npuc_writer_write(w, bytes, t->nbytes)) != NPUC_OK) goto fail;
+            if ((st = npuc__drive_write(&dr, bytes, t->nbytes)) != NPUC_OK) goto fail;
             if ((st = fill_conv_record(&d, r, (size_t)k)) != NPUC_OK) goto fail;
             plan->pairs[k].stats.record = ri;
         } else if (d.bias_pair[i] >= 0) {
             const pairdata *pd = &d.pd[d.bias_pair[i]];
-            if (w && (st = npuc_writer_write(w, pd->bias_bytes, t->nbytes)) != NPUC_OK) goto fail;
+            if ((st = npuc__drive_write(&dr, pd->bias_bytes, t->nbytes)) != NPUC_OK) goto fail;
             r->action = NPUC_ACTION_FOLDED;
             snprintf(r->scheme, sizeof r->scheme, "bn");
             snprintf(r->note, sizeof r->note, "bias of %s", npuc_model_tensor(m, plan->pairs[d.bias_pair[i]].conv)->name);
-        } else if (w) {
-            const void *data;
-            if ((st = npuc_model_data(ctx, m, i, &data)) != NPUC_OK) goto fail;
-            st = npuc_writer_write(w, data, t->nbytes);
-            npuc_model_release(m, i);
-            if (st != NPUC_OK) goto fail;
+        } else if ((st = npuc__drive_pass_through(&dr, i)) != NPUC_OK) {
+            goto fail;
         }
-        if (p->on_tensor) p->on_tensor(p->user, ri, nrec, r);
+        npuc__drive_done(&dr, ri);
         ri++;
         if (k >= 0 && plan->pairs[k].bias < 0) {
             const npuc_bnfold_pair *x = &plan->pairs[k];
             char *name = npuc__strdup(x->bias_name);
             if (!name) goto oom;
-            if (w && (st = npuc_writer_write(w, d.pd[k].bias_bytes,
-                                             (uint64_t)x->bn.channels * npuc_dtype_size(d.pd[k].bias_dtype))) != NPUC_OK) {
+            if ((st = npuc__drive_write(&dr, d.pd[k].bias_bytes,
+                                        (uint64_t)x->bn.channels * npuc_dtype_size(d.pd[k].bias_dtype))) != NPUC_OK) {
                 free(name);
                 goto fail;
             }
             fill_created_record(&d, &sum->records[ri], (size_t)k, name);
-            if (p->on_tensor) p->on_tensor(p->user, ri, nrec, &sum->records[ri]);
+            npuc__drive_done(&dr, ri);
             ri++;
         }
     }
@@ -560,19 +574,12 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
                                     nguess, np) != NPUC_OK)
         goto oom;
     if (np == 0 && npuc_summary_warn(sum, "no BatchNorm was folded (%zu found)", plan->nbn) != NPUC_OK) goto oom;
-    npuc_summary_finish(sum);
-    if (w) {
-        st = npuc_writer_finish(w);
-        w = NULL;
-        if (st != NPUC_OK) goto fail;
-    }
     goto done;
 oom:
     st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", d.path);
 fail:
-    npuc_writer_abort(w);
-    npuc_summary_free(sum);
 done:
+    st = npuc__drive_end(&dr, st);
     npuc__scratch_free(&s.w);
     npuc__scratch_free(&s.out);
     npuc__scratch_free(&s.r);

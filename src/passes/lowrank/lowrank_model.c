@@ -29,6 +29,7 @@
 #include "codecs/artifact_meta.h"
 #include "npuc_internal.h"
 #include "passes/lowrank/lowrank_internal.h"
+#include "passes/pass_driver.h"
 #include "passes/pass_util.h"
 
 npuc_lowrank_opts npuc_lowrank_opts_defaults(void) {
@@ -78,13 +79,6 @@ static char *suffixed(const char *name, const char *suffix) {
     memcpy(s, name, a);
     memcpy(s + a, suffix, b + 1);
     return s;
-}
-
-/* Prefixes the model's path to the tensor-level message in ctx. */
-static npuc_status with_path(npuc_ctx *ctx, npuc_status st, const char *path) {
-    char msg[NPUC_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
-    return npuc_fail(ctx, st, "%s: %s", path, msg);
 }
 
 /* The rank of each --layer-rank rule: "REGEX=R" with an integer R >= 1. */
@@ -144,7 +138,7 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_op
         }
         q->explicit_sel = inc.n > 0;
         if ((st = npuc_lowrank_geometry(ctx, t, &q->g)) != NPUC_OK) {
-            st = with_path(ctx, st, path);
+            st = npuc__prefix_path(ctx, st, path);
             goto done;
         }
         if (q->explicit_sel && t->role == NPUC_ROLE_DWCONV &&
@@ -307,8 +301,9 @@ static void fill_record(npuc_tensor_record *r, const npuc_lowrank_result *res) {
     npuc_record_set(r, "rel_fro_measured", res->rel_fro_measured);
 }
 
-static npuc_status factor_all(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_opts *o, lrplan *plan,
-                              npuc_summary *sum, spill *sp) {
+static npuc_status factor_all(npuc__drive *d, const npuc_lowrank_opts *o, lrplan *plan, spill *sp) {
+    npuc_ctx *ctx = d->ctx;
+    npuc_model *m = d->m;
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_scratch s_in = {0}, s_cast = {0};
@@ -316,9 +311,9 @@ static npuc_status factor_all(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_o
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         lrplan *q = &plan[i];
-        npuc_tensor_record *r = &sum->records[i];
+        npuc_tensor_record *r = &d->sum->records[i];
         if (!q->select) {
-            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            npuc__drive_done(d, i);
             continue;
         }
         const float *w = NULL;
@@ -331,7 +326,7 @@ static npuc_status factor_all(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_o
         if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &w)) != NPUC_OK) break;
         st = npuc_lowrank_tensor(ctx, t, w, &p, &res);
         npuc_model_release(m, i);
-        if (st != NPUC_OK) { st = with_path(ctx, st, path); break; }
+        if (st != NPUC_OK) { st = npuc__prefix_path(ctx, st, path); break; }
         q->factored = res.factored;
         q->rank = res.rank;
         q->solver = res.solver;
@@ -346,19 +341,14 @@ static npuc_status factor_all(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_o
             const float *parts[2] = {res.a, res.b};
             const npuc_tensor_info *infos[2] = {&q->a, &q->b};
             for (int k = 0; k < 2 && st == NPUC_OK; k++) {
-                const void *bytes = parts[k];
-                if (t->dtype != NPUC_DTYPE_F32) {
-                    void *c = npuc__scratch(&s_cast, infos[k]->nbytes);
-                    if (!c) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); break; }
-                    npuc_convert(c, t->dtype, parts[k], NPUC_DTYPE_F32, (size_t)infos[k]->numel);
-                    bytes = c;
-                }
-                st = spill_write(ctx, sp, bytes, infos[k]->nbytes);
+                const void *bytes;
+                if ((st = npuc__f32_as(ctx, t->dtype, parts[k], infos[k]->numel, &s_cast, &bytes)) == NPUC_OK)
+                    st = spill_write(ctx, sp, bytes, infos[k]->nbytes);
             }
         }
         npuc_lowrank_result_free(&res);
         if (st != NPUC_OK) break;
-        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+        npuc__drive_done(d, i);
     }
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_cast);
@@ -379,79 +369,45 @@ static npuc_status describe(json_t *art, const npuc_tensor_info *t, const lrplan
 
 npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_lowrank_opts *o,
                                npuc_summary *sum) {
-    const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
-    npuc_writer *w = NULL;
-    json_t *art = NULL, *prev = NULL;
-    char *artjson = NULL;
+    npuc__drive dr = {0};
+    const npuc__sink sink = {out, &o->write};
     npuc_scratch s_buf = {0};
     spill sp = {-1, NULL, 0};
     int blas = npuc__blas_enter();
     lrplan *plan = calloc(n ? n : 1, sizeof *plan);
-    if (npuc_summary_init(sum, "lowrank", n) != NPUC_OK || !plan) {
+    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "lowrank", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if (!plan) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
     if ((st = npuc_lowrank_params_check(ctx, &o->params)) != NPUC_OK) goto fail;
-    for (size_t i = 0; i < n; i++)
-        if (npuc_record_from_tensor(&sum->records[i], npuc_model_tensor(m, i)) != NPUC_OK) {
-            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-    if ((st = npuc__art_load(ctx, m, &prev)) != NPUC_OK) goto fail;
-    if (prev) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(json_object_get(prev, "tensors"), k, v) {
-            json_t *enc = json_object_get(v, "encoding");
-            if (!json_is_string(enc) || strcmp(json_string_value(enc), "fake_quant") != 0) {
-                st = npuc_fail(ctx, NPUC_ERR_ARG,
-                               "%s: already an npuc artifact (tensor '%s' is encoded); decompress it first", path, k);
-                goto fail;
-            }
-        }
-    }
+    if ((st = npuc__reject_artifact(ctx, m, NULL)) != NPUC_OK) goto fail;
     if ((st = make_plan(ctx, m, o, plan, sum)) != NPUC_OK) goto fail;
     /* Open the output first: an existing OUT without -f fails before the work. */
-    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK) goto fail;
     if ((st = check_finite(ctx, m, plan)) != NPUC_OK) goto fail;
     if ((st = spill_open(ctx, out, &sp)) != NPUC_OK) goto fail;
-    if ((st = factor_all(ctx, m, o, plan, sum, &sp)) != NPUC_OK) goto fail;
+    if ((st = factor_all(&dr, o, plan, &sp)) != NPUC_OK) goto fail;
 
-    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
-        const char *k, *v;
-        npuc_model_meta_at(m, i, &k, &v);
-        if (strcmp(k, NPUC_ART_KEY) == 0 || strcmp(k, "npuc.layout") == 0) continue;
-        if ((st = npuc_writer_meta(w, k, v)) != NPUC_OK) goto fail;
-    }
-    art = npuc__art_new();
-    if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if ((st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         if (!plan[i].factored) {
-            if ((st = npuc_writer_declare(w, t)) != NPUC_OK) goto fail;
+            if ((st = npuc__drive_declare(&dr, t)) != NPUC_OK) goto fail;
             continue;
         }
-        if ((st = npuc_writer_declare(w, &plan[i].a)) != NPUC_OK ||
-            (st = npuc_writer_declare(w, &plan[i].b)) != NPUC_OK)
+        if ((st = npuc__drive_declare(&dr, &plan[i].a)) != NPUC_OK ||
+            (st = npuc__drive_declare(&dr, &plan[i].b)) != NPUC_OK)
             goto fail;
-        if (describe(art, t, &plan[i]) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        if (describe(dr.art, t, &plan[i]) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     }
-    if (json_object_size(json_object_get(art, "tensors"))) {
-        artjson = npuc__art_dumps(art);
-        if (!artjson) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-        if ((st = npuc_writer_meta(w, NPUC_ART_KEY, artjson)) != NPUC_OK) goto fail;
-    }
+    if ((st = npuc__drive_describe(&dr)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
-        const npuc_tensor_info *t = npuc_model_tensor(m, i);
         const lrplan *q = &plan[i];
         if (!q->factored) {
-            const void *p;
-            if ((st = npuc_model_data(ctx, m, i, &p)) != NPUC_OK) goto fail;
-            st = npuc_writer_write(w, p, t->nbytes);
-            npuc_model_release(m, i);
-            if (st != NPUC_OK) goto fail;
+            if ((st = npuc__drive_pass_through(&dr, i)) != NPUC_OK) goto fail;
             continue;
         }
         uint64_t off = q->off;
@@ -460,29 +416,19 @@ npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out, co
             void *buf = npuc__scratch(&s_buf, parts[k]->nbytes);
             if (!buf) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
             if ((st = spill_read(ctx, &sp, off, buf, parts[k]->nbytes)) != NPUC_OK ||
-                (st = npuc_writer_write(w, buf, parts[k]->nbytes)) != NPUC_OK)
+                (st = npuc__drive_write(&dr, buf, parts[k]->nbytes)) != NPUC_OK)
                 goto fail;
             off += parts[k]->nbytes;
         }
     }
-    npuc_summary_finish(sum);
-    st = npuc_writer_finish(w);
-    w = NULL;
-    if (st != NPUC_OK) goto fail;
-    goto done;
 fail:
-    npuc_writer_abort(w);
-    npuc_summary_free(sum);
-done:
+    st = npuc__drive_end(&dr, st);
     if (plan)
         for (size_t i = 0; i < n; i++) {
             free(plan[i].name_a);
             free(plan[i].name_b);
         }
     free(plan);
-    free(artjson);
-    json_decref(art);
-    json_decref(prev);
     spill_close(&sp);
     npuc__scratch_free(&s_buf);
     npuc__blas_leave(blas);

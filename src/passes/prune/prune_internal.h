@@ -8,9 +8,11 @@
  *   prune_graph.c     who consumes a layer's channels: chains of producer,
  *                     BatchNorm, depthwise convs and consumers
  *   prune_struct.c    structured pruning of a model along those chains
- *   sparsify_nm.c     N:M geometry, sparsify, pack / unpack, cost model
- *   sparsify_model.c  N:M sparsity of a model
- *   sparsify_quant.c  N:M before quantization (npuc quantize --pattern)
+ *   sparsify_nm.c     (passes/sparsify/) N:M sparsity; it shares the
+ *                     magnitude selection and the error sums of prune_select.c
+ *
+ * The N:M declarations themselves are in passes/sparsify/sparsify_nm.h,
+ * included here for the files that still reach them through this header.
  */
 #ifndef NPUC_PRUNE_INTERNAL_H
 #define NPUC_PRUNE_INTERNAL_H
@@ -22,6 +24,7 @@
 #include "kernels/nm_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
+#include "passes/sparsify/sparsify_nm.h"
 
 /* Elements per unit of parallel work.  Fixed, so per-chunk sums added in
  * chunk order give the same result for any thread count. */
@@ -59,24 +62,7 @@ void npuc__prune_error(const npuc_prune_sums *s, uint64_t n, npuc_error_stats *e
 /* The error message for NaN/Inf values (NPUC_ERR_VALUE), without a path. */
 npuc_status npuc__prune_bad_values(npuc_ctx *ctx, const char *name, uint64_t nbad);
 
-/* ------------------------------------------------------------ tensor I/O */
-
-
-/* Writes the pruned f32 values of tensor t (src: its original bytes) in t's
- * dtype: F32 as is; other dtypes copy src and clear the elements whose
- * pruned value is +0 (bits 0), so kept values stay bit-exact even for F64. */
-npuc_status npuc__write_pruned(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t,
-                               const void *src, const float *pruned, npuc_scratch *scr);
-
-/* snprintf that may cut (notes and reasons are for reading, not parsing). */
-void npuc__fmt(char *buf, size_t n, const char *fmt, ...) NPUC_PRINTF(3, 4);
-
-/* "<path>: <message in ctx>" with the same status. */
-npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
-
-/* Copies every metadata entry of m to w except the npuc artifact and layout
- * entries (the writer records layouts itself). */
-npuc_status npuc__copy_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w);
+/* ------------------------------------------------------------ per-layer targets */
 
 /* Each tensor's target sparsity: sp[i] = S of the first --layer-sparsity
  * rule ("REGEX=S", S in [0, 1)) matching tensor i's name, else o->sparsity;
@@ -84,9 +70,6 @@ npuc_status npuc__copy_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w);
  * value outside [0, 1) and a rule matching no tensor of m are NPUC_ERR_ARG. */
 npuc_status npuc__layer_sparsity(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, double *sp,
                                  unsigned char *own);
-
-/* Fails with NPUC_ERR_ARG when m is an npuc artifact with encoded tensors. */
-npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what);
 
 /* ------------------------------------------------------------ chains (prune_graph.c) */
 
@@ -205,34 +188,5 @@ int npuc__in_axis(const npuc_tensor_info *t);
  * (the caller falls back to zeroing); NPUC_ERR_ARG for an explicit edge that
  * does not fit. */
 npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t w, npuc__chain *c);
-
-/* ------------------------------------------------------------ N:M */
-
-/* Sparsifies x into out along g (see npuc_nm_sparsify), adding the sums;
- * *nbad gets the count of NaN / Inf values (then the output is garbage). */
-npuc_status npuc__nm_apply(npuc_ctx *ctx, const npuc_nm_geom *g, const float *x, float *out,
-                           npuc_prune_sums *s, uint64_t *nbad);
-
-/* Geometry without messages: 0 when t can be N:M-sparsified, -1 for a bad
- * pattern or layout, -2 when its input-channel axis is shorter than m. */
-int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g);
-
-/* -------------------------------------------- quantize --pattern (sparsify_quant.c) */
-
-/* Declares the stored tensors of a quantized N:M tensor: codes "<name>"
- * ([kept] or packed), "<name>.scale", "<name>.zero_point" (asymmetric),
- * "<name>.nm_meta", and adds the "nm_sparse" artifact entry with its "quant"
- * description.  names[0..2] receive the owned scale/zero point/meta names. */
-npuc_status npuc__nmq_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t,
-                              const npuc_quant_params *p, const npuc_quant_shape *qs,
-                              const npuc_nm_geom *g, char **names);
-/* Sparsifies x, quantizes the result (npuc_quantize_tensor), writes codes,
- * scales, zero points and metadata.  err gets the error of the dequantized
- * sparse tensor against x; *zeros the zero count of the sparse tensor. */
-npuc_status npuc__nmq_write(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t, const float *x,
-                            const npuc_quant_params *p, const npuc_quant_shape *qs,
-                            const npuc_nm_geom *g, npuc_error_stats *err, uint64_t *zeros);
-/* Bytes the stored parts take. */
-uint64_t npuc__nmq_bytes(const npuc_quant_params *p, const npuc_quant_shape *qs, const npuc_nm_geom *g);
 
 #endif

@@ -1,6 +1,5 @@
 /*
- * prune_model.c - unstructured magnitude pruning of a whole model, and the
- * helpers every pruning / sparsity driver shares.
+ * prune_model.c - unstructured magnitude pruning of a whole model.
  *
  * Layer scope: each selected tensor gets exactly floor(S * n) zeros
  * (npuc_prune_magnitude).  Global scope: floor(S * total) zeros over all
@@ -14,20 +13,22 @@
  *
  * The output has the same tensors, names, dtypes, shapes and metadata;
  * pruned tensors hold zeros where weights were removed.  Structured pruning
- * (filters / channels) lives in prune_struct.c.
+ * (filters / channels) lives in prune_struct.c: npuc_prune_model begins the
+ * run (pass_driver.h) and hands it the rest.  Also here: the per-layer
+ * targets both use (npuc__layer_sparsity).
  */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codecs/artifact_meta.h"
+#include "passes/pass_driver.h"
 #include "passes/prune/prune_internal.h"
 
-npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
-                                   npuc_summary *sum);
+/* Structured pruning (prune_struct.c) as the rest of the run dr, which
+ * npuc_prune_model began; it ends dr. */
+npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o);
 
 npuc_prune_opts npuc_prune_opts_defaults(void) {
     npuc_prune_opts o;
@@ -35,68 +36,6 @@ npuc_prune_opts npuc_prune_opts_defaults(void) {
     o.sparsity = 0.5;
     o.write = npuc_write_opts_defaults();
     return o;
-}
-
-/* ------------------------------------------------------------ shared helpers */
-
-void npuc__fmt(char *buf, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
-
-npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path) {
-    char msg[NPUC_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
-    return npuc_fail(ctx, st, "%s: %s", path, msg);
-}
-
-npuc_status npuc__write_pruned(npuc_ctx *ctx, npuc_writer *w, const npuc_tensor_info *t, const void *src,
-                               const float *pruned, npuc_scratch *scr) {
-    if (t->dtype == NPUC_DTYPE_F32) return npuc_writer_write(w, pruned, t->nbytes);
-    uint8_t *b = npuc__scratch(scr, t->nbytes);
-    if (!b) return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
-    const size_t es = npuc_dtype_size(t->dtype);
-    memcpy(b, src, (size_t)t->nbytes);
-    for (uint64_t i = 0; i < t->numel; i++) {
-        uint32_t u;
-        memcpy(&u, &pruned[i], 4);
-        if (u == 0) memset(b + i * es, 0, es);
-    }
-    return npuc_writer_write(w, b, t->nbytes);
-}
-
-npuc_status npuc__copy_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w) {
-    (void)ctx;
-    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
-        const char *k, *v;
-        npuc_model_meta_at(m, i, &k, &v);
-        if (strcmp(k, NPUC_ART_KEY) == 0 || strcmp(k, "npuc.layout") == 0) continue;
-        npuc_status st = npuc_writer_meta(w, k, v);
-        if (st != NPUC_OK) return st;
-    }
-    return NPUC_OK;
-}
-
-npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what) {
-    json_t *prev = NULL;
-    npuc_status st = npuc__art_load(ctx, m, &prev);
-    if (st != NPUC_OK) return st;
-    if (prev) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(json_object_get(prev, "tensors"), k, v) {
-            json_t *enc = json_object_get(v, "encoding");
-            if (!json_is_string(enc) || strcmp(json_string_value(enc), "fake_quant") != 0) {
-                st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: already an npuc artifact (tensor '%s' is encoded); "
-                               "decompress it before %s", npuc_model_path(m), k, what);
-                break;
-            }
-        }
-        json_decref(prev);
-    }
-    return st;
 }
 
 /* ------------------------------------------------------------ selection */
@@ -207,7 +146,8 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
-    npuc_writer *w = NULL;
+    npuc__drive dr = {0};
+    const npuc__sink sink = {out, &o->write};
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0};
     size_t *idx = NULL;
     unsigned char *sel = NULL, *own = NULL;
@@ -215,23 +155,21 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
     memset(sum, 0, sizeof *sum);
     if (!(o->sparsity >= 0.0 && o->sparsity < 1.0))
         return npuc_fail(ctx, NPUC_ERR_ARG, "--sparsity %g: must be in [0, 1)", o->sparsity);
-    if (o->structure != NPUC_PRUNE_UNSTRUCTURED) return npuc__structured_prune(ctx, m, out, o, sum);
-    if (o->scope != NPUC_PRUNE_LAYER && o->scope != NPUC_PRUNE_GLOBAL)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "unknown pruning scope %d", (int)o->scope);
-    if ((st = npuc__reject_artifact(ctx, m, "pruning")) != NPUC_OK) return st;
+    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "prune", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if (o->structure != NPUC_PRUNE_UNSTRUCTURED) return npuc__structured_prune(&dr, o);
+    if (o->scope != NPUC_PRUNE_LAYER && o->scope != NPUC_PRUNE_GLOBAL) {
+        st = npuc_fail(ctx, NPUC_ERR_ARG, "unknown pruning scope %d", (int)o->scope);
+        goto fail;
+    }
+    if ((st = npuc__reject_artifact(ctx, m, "pruning")) != NPUC_OK) goto fail;
     sel = calloc(n ? n : 1, 1);
     own = calloc(n ? n : 1, 1);
     idx = calloc(n ? n : 1, sizeof *idx);
     target = calloc(n ? n : 1, sizeof *target);
-    if (npuc_summary_init(sum, "prune", n) != NPUC_OK || !sel || !own || !idx || !target) {
+    if (!sel || !own || !idx || !target) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (size_t i = 0; i < n; i++)
-        if (npuc_record_from_tensor(&sum->records[i], npuc_model_tensor(m, i)) != NPUC_OK) {
-            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
     if ((st = select_tensors(ctx, m, o, sel, sum->records)) != NPUC_OK) goto fail;
     if ((st = npuc__layer_sparsity(ctx, m, o, target, own)) != NPUC_OK) goto fail;
 
@@ -269,20 +207,14 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         }
     }
 
-    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
-    if ((st = npuc__copy_meta(ctx, m, w)) != NPUC_OK) goto fail;
-    for (size_t i = 0; i < n; i++)
-        if ((st = npuc_writer_declare(w, npuc_model_tensor(m, i))) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK || (st = npuc__drive_declare_inputs(&dr)) != NPUC_OK)
+        goto fail;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
-        const void *raw;
         if (!sel[i]) {
-            if ((st = npuc_model_data(ctx, m, i, &raw)) != NPUC_OK) goto fail;
-            st = npuc_writer_write(w, raw, t->nbytes);
-            npuc_model_release(m, i);
-            if (st != NPUC_OK) goto fail;
-            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            if ((st = npuc__drive_pass_through(&dr, i)) != NPUC_OK) goto fail;
+            npuc__drive_done(&dr, i);
             continue;
         }
         const float *x;
@@ -316,7 +248,7 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         }
         const void *src = NULL;
         if (t->dtype != NPUC_DTYPE_F32 && (st = npuc_model_data(ctx, m, i, &src)) != NPUC_OK) goto fail;
-        st = npuc__write_pruned(ctx, w, t, src, y, &s_cast);
+        st = npuc__write_pruned(ctx, dr.w, t, src, y, &s_cast);
         npuc_model_release(m, i);
         if (st != NPUC_OK) goto fail;
         r->action = NPUC_ACTION_PRUNED;
@@ -328,17 +260,10 @@ npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, cons
         npuc_record_set(r, "zeros", (double)ps.zeros);
         npuc_record_set(r, "pruned", (double)k);
         npuc_record_set(r, "threshold", ps.threshold);
-        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+        npuc__drive_done(&dr, i);
     }
-    npuc_summary_finish(sum);
-    st = npuc_writer_finish(w);
-    w = NULL;
-    if (st != NPUC_OK) goto fail;
-    goto done;
 fail:
-    npuc_writer_abort(w);
-    npuc_summary_free(sum);
-done:
+    st = npuc__drive_end(&dr, st);
     free(sel);
     free(own);
     free(target);

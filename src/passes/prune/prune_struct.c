@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/pass_driver.h"
 #include "passes/prune/prune_internal.h"
 
 typedef struct top {
@@ -498,12 +499,13 @@ static void fill_record(plan *P, size_t i, npuc_tensor_record *r, const npuc_ten
     npuc__fmt(r->note, sizeof r->note, "-> %s: %s %s", shp, what, head);
 }
 
-npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
-                                   npuc_summary *sum) {
+npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
+    npuc_ctx *ctx = dr->ctx;
+    npuc_model *m = dr->m;
+    npuc_summary *sum = dr->sum;
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
-    npuc_writer *w = NULL;
     plan P;
     memset(&P, 0, sizeof P);
     P.m = m;
@@ -521,17 +523,12 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
         st = npuc_fail(ctx, NPUC_ERR_ARG, "unknown criterion %d", (int)o->criterion);
         goto fail;
     }
-    if (!sel || !named || !newt || !target || !P.ops || npuc_summary_init(sum, "prune", n) != NPUC_OK) {
+    if (!sel || !named || !newt || !target || !P.ops) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
     for (size_t i = 0; i < n; i++) P.ops[i].chain = -1;
     if ((st = npuc__reject_artifact(ctx, m, "pruning")) != NPUC_OK) goto fail;
-    for (size_t i = 0; i < n; i++)
-        if (npuc_record_from_tensor(&sum->records[i], npuc_model_tensor(m, i)) != NPUC_OK) {
-            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
     if ((st = npuc__rules_compile(ctx, &inc, o->include, o->ninclude, 0, "--include")) != NPUC_OK ||
         (st = npuc__rules_compile(ctx, &exc, o->exclude, o->nexclude, 0, "--exclude")) != NPUC_OK)
         goto fail;
@@ -570,21 +567,17 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
         nt->nbytes = numel * npuc_dtype_size(nt->dtype);
     }
 
-    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
-    if ((st = npuc__copy_meta(ctx, m, w)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_open(dr, NULL, NULL)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
-        if ((st = npuc_writer_declare(w, &newt[i])) != NPUC_OK) goto fail;
+        if ((st = npuc__drive_declare(dr, &newt[i])) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
         const top *op = &P.ops[i];
         const void *raw;
         if (!has_ops(op)) {
-            if ((st = npuc_model_data(ctx, m, i, &raw)) != NPUC_OK) goto fail;
-            st = npuc_writer_write(w, raw, t->nbytes);
-            npuc_model_release(m, i);
-            if (st != NPUC_OK) goto fail;
-            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            if ((st = npuc__drive_pass_through(dr, i)) != NPUC_OK) goto fail;
+            npuc__drive_done(dr, i);
             continue;
         }
         if (t->rank >= 2 && npuc_dtype_is_float(t->dtype)) {
@@ -595,11 +588,11 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
         npuc_tensor_info nt;
         const uint8_t *bytes;
         apply_ops(t, op, raw, &nt, b1, b2, &bytes);
-        st = npuc_writer_write(w, bytes, nt.nbytes);
+        st = npuc__drive_write(dr, bytes, nt.nbytes);
         npuc_model_release(m, i);
         if (st != NPUC_OK) goto fail;
         fill_record(&P, i, r, &nt);
-        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+        npuc__drive_done(dr, i);
     }
     if (P.nguess)
         npuc_summary_warn(sum, "%zu layer(s) were shrunk along chains found by storage or layer order, a guess "
@@ -611,15 +604,8 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
     if (P.nprotected)
         npuc_summary_warn(sum, "%zu layer(s) at the model's %s were left as they are", P.nprotected,
                           o->structure == NPUC_PRUNE_CHANNEL ? "input" : "output");
-    npuc_summary_finish(sum);
-    st = npuc_writer_finish(w);
-    w = NULL;
-    if (st != NPUC_OK) goto fail;
-    goto done;
 fail:
-    npuc_writer_abort(w);
-    npuc_summary_free(sum);
-done:
+    st = npuc__drive_end(dr, st);
     npuc__rules_free(&inc);
     npuc__rules_free(&exc);
     if (P.ops)

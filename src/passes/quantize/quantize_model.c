@@ -32,9 +32,9 @@
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
+#include "passes/pass_driver.h"
 #include "passes/pass_util.h"
-#include "passes/prune/prune_internal.h"
-#include "pipeline/readahead.h"
+#include "passes/sparsify/sparsify_nm.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     npuc_quantize_opts o;
@@ -144,10 +144,7 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         if (!plan[i].quantize) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         if ((st = npuc_quant_shape_of(ctx, t, &plan[i].p, &plan[i].qs)) != NPUC_OK) {
-            /* Prefix the file name to the tensor-level message. */
-            char msg[NPUC_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
-            st = npuc_fail(ctx, st, "%s: %s", path, msg);
+            st = npuc__prefix_path(ctx, st, path); /* the file name before the tensor-level message */
             goto done;
         }
         plan[i].packed = plan[i].p.bits < 8;
@@ -314,7 +311,6 @@ static npuc_status nm_stream(npuc_ctx *ctx, npuc_writer *w, npuc_model *m, size_
         if (st != NPUC_OK) return st;
         npuc_record_set(r, "sparsity", (double)zeros / (double)t->numel);
         npuc_record_set(r, "zeros", (double)zeros);
-        if (o->on_tensor) o->on_tensor(o->user, i, npuc_model_count(m), r);
         return NPUC_OK;
     }
     float *y = npuc__scratch(scr, t->numel * sizeof(float));
@@ -382,18 +378,18 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
-    npuc_writer *w = NULL;
-    json_t *art = NULL, *prev = NULL;
-    char *artjson = NULL;
+    npuc__drive dr = {0};
+    const npuc__sink sink = {out, &o->write};
+    json_t *prev = NULL;
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
-    npuc__readahead *ra = NULL;
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
     size_t *layer = calloc(n ? n : 1, sizeof *layer);
     names = calloc(2 * (n ? n : 1), sizeof *names);
-    if (npuc_summary_init(sum, "quantize", n) != NPUC_OK || !plan || !layer || !names) {
+    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "quantize", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if (!plan || !layer || !names) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -408,7 +404,6 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
-        if (npuc_record_from_tensor(r, t) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
         if (!plan[i].quantize) continue;
         const qplan *q = &plan[i];
         r->action = NPUC_ACTION_QUANTIZED;
@@ -426,56 +421,38 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
         if (q->nm) nm_record(q, o, r);
     }
 
-    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
-    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
-        const char *k, *v;
-        npuc_model_meta_at(m, i, &k, &v);
-        if (strcmp(k, NPUC_ART_KEY) == 0 || strcmp(k, "npuc.layout") == 0) continue;
-        if ((st = npuc_writer_meta(w, k, v)) != NPUC_OK) goto fail;
-    }
-    art = npuc__art_new();
-    if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-    if ((st = carry_over(ctx, m, prev, plan, art)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK || (st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
+    if ((st = carry_over(ctx, m, prev, plan, dr.art)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
-        if ((st = plan[i].nm ? nm_declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
-                             : declare(ctx, w, art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
+        if ((st = plan[i].nm ? nm_declare(ctx, dr.w, dr.art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
+                             : declare(ctx, dr.w, dr.art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)) != NPUC_OK)
             goto fail;
-    if (json_object_size(json_object_get(art, "tensors"))) {
-        artjson = npuc__art_dumps(art);
-        if (!artjson || (st = npuc_writer_meta(w, NPUC_ART_KEY, artjson)) != NPUC_OK) {
-            if (!artjson) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-    }
+    if ((st = npuc__drive_describe(&dr)) != NPUC_OK) goto fail;
 
     scales = malloc(sizeof(float) * (size_t)max_scales);
     zps = malloc(sizeof(int32_t) * (size_t)max_scales);
     if (!scales || !zps) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     /* With a core to spare, a helper maps in the next two tensors while this
-     * one is computed (src/pipeline/readahead.h).  NPUC_READAHEAD=0 turns it
-     * off, =1 starts it whatever the threads and size (tests). */
-    const char *ra_env = getenv("NPUC_READAHEAD");
-    if (!(ra_env && strcmp(ra_env, "0") == 0))
-        ra = npuc__readahead_start(m, NULL, 2, npuc__threads(ctx), ra_env && strcmp(ra_env, "1") == 0);
+     * one is computed (src/pipeline/readahead.h). */
+    npuc__drive_readahead(&dr, NULL, 2);
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
-        npuc__readahead_at(ra, i);
+        npuc__drive_at(&dr, i);
         npuc_tensor_record *r = &sum->records[i];
         const qplan *q = &plan[i];
         if (!q->quantize) {
-            const void *p;
-            if ((st = npuc_model_data(ctx, m, i, &p)) != NPUC_OK) goto fail;
-            st = npuc_writer_write(w, p, t->nbytes);
-            npuc_model_release(m, i);
-            if (st != NPUC_OK) goto fail;
-            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            if ((st = npuc__drive_pass_through(&dr, i)) != NPUC_OK) goto fail;
+            npuc__drive_done(&dr, i);
             continue;
         }
         const float *x = NULL;
         if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) goto fail;
         const float *x0 = x; /* --pattern: sparsify first */
-        if (q->nm && (st = nm_stream(ctx, w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
-        if (q->nm && !o->fake_quant) continue;
+        if (q->nm && (st = nm_stream(ctx, dr.w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
+        if (q->nm && !o->fake_quant) {
+            npuc__drive_done(&dr, i);
+            continue;
+        }
         uint8_t *codes = npuc__scratch(&s_codes, t->numel);
         float *deq = o->fake_quant ? npuc__scratch(&s_deq, t->numel * sizeof(float)) : NULL;
         if (!codes || (o->fake_quant && !deq)) {
@@ -484,55 +461,38 @@ npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
         }
         st = npuc_quantize_tensor(ctx, t, x, &q->p, codes, scales, zps, deq, &r->err);
         if (st != NPUC_OK) {
-            char msg[NPUC_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
-            st = npuc_fail(ctx, st, "%s: %s", path, msg);
+            st = npuc__prefix_path(ctx, st, path);
             goto fail;
         }
         if (q->nm) npuc_error_measure(x0, deq, t->numel, &r->err); /* against the weights before N:M */
         if (o->fake_quant) {
-            const void *outp = deq;
-            if (t->dtype != NPUC_DTYPE_F32) {
-                void *cast = npuc__scratch(&s_cast, t->nbytes);
-                if (!cast) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-                npuc_convert(cast, t->dtype, deq, NPUC_DTYPE_F32, (size_t)t->numel);
-                outp = cast;
-            }
-            st = npuc_writer_write(w, outp, t->nbytes);
+            const void *outp;
+            if ((st = npuc__f32_as(ctx, t->dtype, deq, t->numel, &s_cast, &outp)) != NPUC_OK) goto fail;
+            st = npuc__drive_write(&dr, outp, t->nbytes);
         } else if (q->packed) {
             uint64_t pb = npuc_packed_size(t->numel, q->p.bits);
             uint8_t *pk = npuc__scratch(&s_pack, pb);
             if (!pk) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
             npuc_pack_bits(codes, (size_t)t->numel, q->p.bits, pk);
-            st = npuc_writer_write(w, pk, pb);
+            st = npuc__drive_write(&dr, pk, pb);
         } else {
-            st = npuc_writer_write(w, codes, t->numel);
+            st = npuc__drive_write(&dr, codes, t->numel);
         }
         npuc_model_release(m, i);
         if (st != NPUC_OK) goto fail;
         if (!o->fake_quant) {
-            if ((st = npuc_writer_write(w, scales, q->qs.nscales * sizeof(float))) != NPUC_OK) goto fail;
+            if ((st = npuc__drive_write(&dr, scales, q->qs.nscales * sizeof(float))) != NPUC_OK) goto fail;
             if (!q->p.symmetric) {
                 uint8_t *z8 = npuc__scratch(&s_zp, q->qs.nscales);
                 if (!z8) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
                 for (uint64_t k = 0; k < q->qs.nscales; k++) z8[k] = (uint8_t)zps[k];
-                if ((st = npuc_writer_write(w, z8, q->qs.nscales)) != NPUC_OK) goto fail;
+                if ((st = npuc__drive_write(&dr, z8, q->qs.nscales)) != NPUC_OK) goto fail;
             }
         }
-        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+        npuc__drive_done(&dr, i);
     }
-    npuc_summary_finish(sum);
-    st = npuc_writer_finish(w);
-    w = NULL;
-    if (st != NPUC_OK) goto fail;
-    goto done;
 fail:
-    npuc__readahead_stop(ra);
-    ra = NULL;
-    npuc_writer_abort(w);
-    npuc_summary_free(sum);
-done:
-    npuc__readahead_stop(ra);
+    st = npuc__drive_end(&dr, st);
     if (names)
         for (size_t i = 0; i < 2 * n; i++) free(names[i]);
     free(names);
@@ -543,8 +503,6 @@ done:
     free(layer);
     free(scales);
     free(zps);
-    free(artjson);
-    json_decref(art);
     json_decref(prev);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_codes);

@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
-#include "passes/prune/prune_internal.h"
+#include "passes/pass_driver.h"
+#include "passes/pass_util.h"
+#include "passes/sparsify/sparsify_nm.h"
 
 npuc_sparsify_opts npuc_sparsify_opts_defaults(void) {
     npuc_sparsify_opts o;
@@ -87,9 +89,8 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
-    npuc_writer *w = NULL;
-    json_t *art = NULL;
-    char *artjson = NULL;
+    npuc__drive dr = {0};
+    const npuc__sink sink = {out, &o->write};
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0}, s_val = {0}, s_meta = {0};
     npuc_rules inc, exc;
     memset(&inc, 0, sizeof inc);
@@ -107,7 +108,8 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
     plan = calloc(n ? n : 1, sizeof *plan);
     shortl = calloc(n ? n : 1, sizeof *shortl);
     payl = calloc(n ? n : 1, sizeof *payl);
-    if (!plan || !shortl || !payl || npuc_summary_init(sum, "sparsify", n) != NPUC_OK) {
+    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "sparsify", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if (!plan || !shortl || !payl) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -120,7 +122,6 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
-        if (npuc_record_from_tensor(r, t) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
         const int named = inc.n && npuc__rules_match(&inc, t->name) >= 0;
         const int excluded = npuc__rules_match(&exc, t->name) >= 0;
         npuc_nm_geom g;
@@ -185,21 +186,14 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
         goto fail;
 
     /* Declare. */
-    if ((st = npuc_writer_open(ctx, out, &o->write, &w)) != NPUC_OK) goto fail;
-    if ((st = npuc__copy_meta(ctx, m, w)) != NPUC_OK) goto fail;
-    art = npuc__art_new();
-    if (!art) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK || (st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
-        if (plan[i].sparsify && o->compressed) st = declare_nm(ctx, w, art, t, &plan[i]);
-        else st = npuc_writer_declare(w, t);
+        if (plan[i].sparsify && o->compressed) st = declare_nm(ctx, dr.w, dr.art, t, &plan[i]);
+        else st = npuc__drive_declare(&dr, t);
         if (st != NPUC_OK) goto fail;
     }
-    if (json_object_size(json_object_get(art, "tensors"))) {
-        artjson = npuc__art_dumps(art);
-        if (!artjson) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-        if ((st = npuc_writer_meta(w, NPUC_ART_KEY, artjson)) != NPUC_OK) goto fail;
-    }
+    if ((st = npuc__drive_describe(&dr)) != NPUC_OK) goto fail;
 
     /* Stream. */
     for (size_t i = 0; i < n; i++) {
@@ -207,11 +201,8 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
         npuc_tensor_record *r = &sum->records[i];
         const void *raw;
         if (!plan[i].sparsify) {
-            if ((st = npuc_model_data(ctx, m, i, &raw)) != NPUC_OK) goto fail;
-            st = npuc_writer_write(w, raw, t->nbytes);
-            npuc_model_release(m, i);
-            if (st != NPUC_OK) goto fail;
-            if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+            if ((st = npuc__drive_pass_through(&dr, i)) != NPUC_OK) goto fail;
+            npuc__drive_done(&dr, i);
             continue;
         }
         const npuc_nm_geom *g = &plan[i].g;
@@ -232,10 +223,10 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
             uint8_t *meta = npuc__scratch(&s_meta, g->meta_bytes);
             if (!vals || !meta) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
             npuc_nm_pack(g, y, raw, es, vals, meta);
-            if ((st = npuc_writer_write(w, vals, g->kept * es)) == NPUC_OK)
-                st = npuc_writer_write(w, meta, g->meta_bytes);
+            if ((st = npuc__drive_write(&dr, vals, g->kept * es)) == NPUC_OK)
+                st = npuc__drive_write(&dr, meta, g->meta_bytes);
         } else {
-            st = npuc__write_pruned(ctx, w, t, raw, y, &s_cast);
+            st = npuc__write_pruned(ctx, dr.w, t, raw, y, &s_cast);
         }
         npuc_model_release(m, i);
         if (st != NPUC_OK) goto fail;
@@ -243,7 +234,7 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
         npuc_record_set(r, "sparsity", (double)ps.zeros / (double)t->numel);
         npuc_record_set(r, "zeros", (double)ps.zeros);
         npuc_record_set(r, "pruned", (double)ps.k);
-        if (o->on_tensor) o->on_tensor(o->user, i, n, r);
+        npuc__drive_done(&dr, i);
     }
 
     char names[400];
@@ -264,15 +255,8 @@ npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, c
                           "every layer usually costs accuracy that only fine-tuning recovers (2:4 recipes prune, "
                           "then retrain); consider --exclude for the first and last layers", o->n, o->m, first_sp,
                           last_sp);
-    npuc_summary_finish(sum);
-    st = npuc_writer_finish(w);
-    w = NULL;
-    if (st != NPUC_OK) goto fail;
-    goto done;
 fail:
-    npuc_writer_abort(w);
-    npuc_summary_free(sum);
-done:
+    st = npuc__drive_end(&dr, st);
     npuc__rules_free(&inc);
     npuc__rules_free(&exc);
     if (plan)
@@ -280,8 +264,6 @@ done:
     free(plan);
     free(shortl);
     free(payl);
-    free(artjson);
-    json_decref(art);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_out);
     npuc__scratch_free(&s_cast);

@@ -15,7 +15,8 @@
 
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
-#include "passes/prune/prune_internal.h"
+#include "passes/pass_util.h"
+#include "passes/sparsify/sparsify_nm.h"
 
 static int packed_of(const npuc_quant_params *p) { return p->bits < 8; }
 
