@@ -82,13 +82,7 @@ static void write_small(npuc_format id, const char *path) {
     npuc_writer *w;
     assert_int_equal(npuc_writer_open(ctx, path, &o, &w), NPUC_OK);
     assert_int_equal(npuc_writer_meta(w, "k", "v"), NPUC_OK);
-    npuc_tensor_info t;
-    memset(&t, 0, sizeof t);
-    t.name = "fc.weight";
-    t.dtype = NPUC_DTYPE_F32;
-    t.rank = 2;
-    t.shape[0] = 3;
-    t.shape[1] = 4;
+    npuc_tensor_info t = {.name = "fc.weight", .dtype = NPUC_DTYPE_F32, .rank = 2, .shape = {3, 4}};
     assert_int_equal(npuc_writer_declare(w, &t), NPUC_OK);
     t.name = "fc.bias";
     t.rank = 1;
