@@ -109,10 +109,9 @@ static int write_model(npuc_ctx *ctx, const char *dir, const char *file, const s
     snprintf(path, sizeof path, "%s/%s", dir, file);
     npuc_write_opts o = npuc_write_opts_defaults();
     o.overwrite = 1;
-    if (npuc_format_from_path(path) == NPUC_FORMAT_HDF5) {
-        o.h5_style = keras ? NPUC_H5_KERAS2 : NPUC_H5_PLAIN;
-        o.h5_style_set = 1;
-    }
+    if (npuc_format_accepts(npuc_format_from_path(path), "structure") &&
+        npuc_write_opts_set(ctx, &o, "structure", keras ? "keras2" : "plain") != NPUC_OK)
+        return report(ctx, path);
     npuc_writer *w;
     if (npuc_writer_open(ctx, path, &o, &w) != NPUC_OK) return report(ctx, path);
     for (size_t i = 0; meta && meta[i]; i += 2)

@@ -1,8 +1,8 @@
 /*
- * h5_common.h - what the HDF5 reader (h5_reader.c) and writer (h5_writer.c)
- * share: keeping HDF5 from printing, capturing its error text for npuc
- * messages, the npuc dtype <-> HDF5 type mapping, string attributes, and a
- * small string map.
+ * h5_common.h - what the HDF5 reader (h5_reader.c), writer (h5_writer.c) and
+ * registry row (h5_format.c) share: their entry points, keeping HDF5 from
+ * printing, capturing its error text for npuc messages, the npuc dtype <->
+ * HDF5 type mapping, string attributes, and a small string map.
  *
  * HDF5 (1.10, serial build) is not thread-safe and keeps global state, so the
  * HDF5 backend must not be entered from two threads at once; npuc contexts
@@ -16,7 +16,8 @@
 
 #include <hdf5.h>
 
-#include "npuc_internal.h"
+#include "format_row.h"
+#include "npuc/hdf5.h"
 
 /* Limits that bound what a hostile file can make us do.  See docs/hdf5.md. */
 #define NPUC_H5_MAX_DEPTH 64              /* group nesting */
@@ -25,6 +26,21 @@
 #define NPUC_H5_MAX_LIST (1u << 24)       /* entries in layer_names / weight_names */
 #define NPUC_H5_FILL_SLACK (64ull << 20)  /* bytes a dataset may hold beyond its storage */
 #define NPUC_H5_MAX_RATIO 1032ull         /* deflate's best compression ratio */
+
+/* ------------------------------------------------------------ entry points */
+
+/* Opens an HDF5 file (h5_reader.c). */
+npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
+/* The row's describe hook (h5_reader.c): "structure" -> the tree m was read
+ * from ("plain", "keras2", "keras3"). */
+const char *npuc__h5_describe(const npuc_model *m, const char *key);
+/* The writer (h5_writer.c); it reads the options "deflate" and "structure"
+ * (h5_format.c declares them). */
+extern const npuc_writer_backend npuc__h5_writer_backend;
+/* The tree w writes: its "structure" option as an npuc_h5_style. */
+npuc_h5_style npuc__h5_writer_style(const npuc_writer *w);
+/* The registry row (h5_format.c). */
+extern const npuc__format_row npuc__h5_format;
 
 /* ------------------------------------------------------------ quiet */
 

@@ -32,6 +32,7 @@
 
 typedef struct h5r_state {
     hid_t file;
+    npuc_h5_style style; /* the tree the file holds */
 } h5r_state;
 
 /* An open-addressing set of object addresses. */
@@ -48,6 +49,7 @@ typedef struct walker {
     addrset seen;  /* objects the plain walk entered */
     addrset added; /* datasets that became tensors */
     size_t nobj;   /* links followed, bounded by NPUC_H5_MAX_OBJECTS */
+    npuc_h5_style style;
     int keras3;
     char err[256];
 } walker;
@@ -774,14 +776,14 @@ static npuc_status build(walker *w, hid_t root) {
     if (base >= 0) {
         npuc_h5_strlist layers = {0};
         npuc_h5_attr r = read_names(base, "layer_names", &layers);
-        w->m->h5_style = NPUC_H5_KERAS2;
+        w->style = NPUC_H5_KERAS2;
         st = r == NPUC_H5_ATTR_OK ? keras2(w, base, bp, &layers)
                                   : attr_fail(w, r, bp ? "group 'model_weights'" : "root", "layer_names");
         npuc__h5_strlist_free(&layers);
         H5Oclose(base);
         if (st != NPUC_OK) return st;
     } else if (is_keras3(root)) {
-        w->m->h5_style = NPUC_H5_KERAS3;
+        w->style = NPUC_H5_KERAS3;
         w->keras3 = 1;
     }
     /* Everything the Keras lists did not reach (or the whole tree).  The
@@ -801,8 +803,7 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     npuc_model *m = npuc__model_new(path, NPUC_FORMAT_HDF5);
     if (!m) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
     m->file_size = (uint64_t)sb.st_size;
-    m->h5_style = NPUC_H5_PLAIN;
-    walker w = {.ctx = ctx, .m = m, .path = path, .file = H5I_INVALID_HID};
+    walker w = {.ctx = ctx, .m = m, .path = path, .file = H5I_INVALID_HID, .style = NPUC_H5_PLAIN};
     npuc_status st = NPUC_OK;
     hid_t fapl = H5I_INVALID_HID, root = H5I_INVALID_HID;
     h5r_state *s = calloc(1, sizeof *s);
@@ -834,6 +835,7 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
         goto fail_quiet;
     }
     if ((st = build(&w, root)) != NPUC_OK) goto fail_quiet;
+    s->style = w.style;
     H5Gclose(root);
     root = H5I_INVALID_HID;
     H5Pclose(fapl);
@@ -841,9 +843,9 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     npuc__h5_quiet_end();
 
     /* ONNX/PyTorch weights moved into a Keras layout keep OIHW: the file says
-     * so with format = "pt" (src/core/writer.c applies the same rule). */
+     * so with format = "pt" (h5_format.c applies the same rule when writing). */
     const char *fmt = npuc_model_meta_get(m, "format");
-    int keras = m->h5_style != NPUC_H5_PLAIN && !(fmt && strcmp(fmt, "pt") == 0);
+    int keras = w.style != NPUC_H5_PLAIN && !(fmt && strcmp(fmt, "pt") == 0);
     if ((st = npuc__model_finish(ctx, m, keras)) != NPUC_OK) goto fail;
     free(w.seen.slot);
     free(w.added.slot);
@@ -918,4 +920,17 @@ static void h5_close(npuc_model *m) {
     }
     free(s);
     m->be_state = NULL;
+}
+
+/* ------------------------------------------------------------ describing */
+
+/* Models whose backend is not this reader's (none today) are PLAIN. */
+npuc_h5_style npuc_model_h5_style(const npuc_model *m) {
+    const h5r_state *s = m && m->be == &H5_BACKEND ? m->be_state : NULL;
+    return s ? s->style : NPUC_H5_PLAIN;
+}
+
+const char *npuc__h5_describe(const npuc_model *m, const char *key) {
+    if (strcmp(key, "structure") != 0 || m->be != &H5_BACKEND) return NULL;
+    return npuc_h5_style_name(npuc_model_h5_style(m));
 }

@@ -18,8 +18,8 @@
  * generated ones; the attributes keep the real names.
  *
  * Datasets with elements and rank >= 1 are chunked (about 1 MiB, whole rows
- * where a row fits) with shuffle + deflate when deflate > 0; others are
- * contiguous.  Types are the reader's (h5_common.c); data is written with
+ * where a row fits) with shuffle + deflate when the "deflate" option is
+ * above 0; others are contiguous.  The "structure" option picks the tree.  Types are the reader's (h5_common.c); data is written with
  * the file type as the memory type, so bytes go through unchanged.
  *
  * Determinism: the same input gives the same bytes.  Object timestamps are
@@ -42,6 +42,7 @@ typedef struct h5w_state {
     char **dpath; /* dataset path of each tensor */
     size_t n;
     npuc_h5_strmap claimed; /* layer / vars groups that belong to a layer */
+    unsigned deflate;       /* the "deflate" option: 0 = contiguous */
     char err[256];
 } h5w_state;
 
@@ -169,10 +170,10 @@ static npuc_status create_ds(npuc_writer *w, h5w_state *s, size_t i, const char 
         st = hfail(w, s, "cannot set up the dataset", t->name);
         goto done;
     }
-    if (w->opts.h5_deflate > 0 && t->rank >= 1 && t->numel > 0) {
+    if (s->deflate > 0 && t->rank >= 1 && t->numel > 0) {
         chunk_dims(t, cd);
         if (H5Pset_chunk(dcpl, t->rank, cd) < 0 || H5Pset_shuffle(dcpl) < 0 ||
-            H5Pset_deflate(dcpl, (unsigned)w->opts.h5_deflate) < 0) {
+            H5Pset_deflate(dcpl, s->deflate) < 0) {
             st = hfail(w, s, "cannot set up compression", t->name);
             goto done;
         }
@@ -434,6 +435,7 @@ static npuc_status h5w_begin(npuc_writer *w) {
     if (!s) return nomem(w);
     s->file = s->gcpl = s->lcpl = H5I_INVALID_HID;
     s->n = w->n;
+    s->deflate = (unsigned)npuc__writer_opt_long(w, "deflate", 0);
     w->be_state = s;
     if (!(s->dpath = calloc(w->n ? w->n : 1, sizeof *s->dpath))) return nomem(w);
 
@@ -478,7 +480,7 @@ static npuc_status h5w_begin(npuc_writer *w) {
         }
     }
     if (st != NPUC_OK) goto done;
-    switch (w->opts.h5_style) {
+    switch (npuc__h5_writer_style(w)) {
     case NPUC_H5_KERAS2: st = write_keras2(w, s); break;
     case NPUC_H5_KERAS3: st = write_keras3(w, s); break;
     default: st = write_plain(w, s); break;

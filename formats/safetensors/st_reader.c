@@ -42,7 +42,7 @@
 
 #include <jansson.h>
 
-#include "npuc_internal.h"
+#include "st_format.h"
 
 typedef struct st_state {
     int fd;

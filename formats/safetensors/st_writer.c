@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "npuc_internal.h"
+#include "st_format.h"
 
 typedef struct stw_state {
     int fd;

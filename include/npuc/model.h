@@ -38,22 +38,25 @@
 extern "C" {
 #endif
 
+/* A file format.  Each format is one row of the library's format registry
+ * (docs/formats.md#the-format-registry); its id is its row's position, so
+ * the values below are pinned and a format added later has an id without a
+ * name here: find it with npuc_format_find("name"). */
 typedef enum npuc_format {
-    NPUC_FORMAT_AUTO = 0,        /* from the file's magic bytes, else its extension */
+    NPUC_FORMAT_AUTO = 0,        /* from the file's extension, else its magic bytes */
     NPUC_FORMAT_SAFETENSORS = 1,
     NPUC_FORMAT_HDF5 = 2
 } npuc_format;
 
-/* The kind of HDF5 tree a model came from or is written as. */
-typedef enum npuc_h5_style {
-    NPUC_H5_PLAIN = 0,   /* any tree: every dataset, its path as its name */
-    NPUC_H5_KERAS2 = 1,  /* Keras 2 save_weights: layer_names / weight_names */
-    NPUC_H5_KERAS3 = 2   /* Keras 3 .weights.h5: layers/<name>/vars/<i> */
-} npuc_h5_style;
-
-/* Guesses a format from a path's extension (.safetensors, .h5/.hdf5/.keras). */
+/* The format a path's extension names (.safetensors/.st; .h5/.hdf5/.keras/
+ * .he5), or NPUC_FORMAT_AUTO when none does. */
 NPUC_API npuc_format npuc_format_from_path(const char *path);
+/* "safetensors", "hdf5", ...; "auto" for NPUC_FORMAT_AUTO and unknown ids. */
 NPUC_API const char *npuc_format_name(npuc_format f);
+/* The format called name ("hdf5"), or NPUC_FORMAT_AUTO when there is none. */
+NPUC_API npuc_format npuc_format_find(const char *name);
+/* 1 when format f declares the write option key (see npuc_write_opts_set). */
+NPUC_API int npuc_format_accepts(npuc_format f, const char *key);
 
 typedef struct npuc_model npuc_model;
 
@@ -74,7 +77,16 @@ NPUC_API void npuc_model_close(npuc_model *m);
 
 NPUC_API const char *npuc_model_path(const npuc_model *m);
 NPUC_API npuc_format npuc_model_format(const npuc_model *m);
-NPUC_API npuc_h5_style npuc_model_h5_style(const npuc_model *m); /* PLAIN for safetensors */
+/* How m is stored, as the value of one of its format's write options: for
+ * HDF5, "structure" gives "plain", "keras2" or "keras3" (hdf5.h).  Writing
+ * with that value reproduces the layout, and npuc_model_convert carries it
+ * over to an output in the same format.  NULL when m's format does not
+ * describe key.  The string is static. */
+NPUC_API const char *npuc_model_format_opt(const npuc_model *m, const char *key);
+/* 1 when m's tensors are stored as Keras layers (a Keras 2 or Keras 3 weight
+ * tree: its "structure" is not "plain"), so names and layouts follow Keras
+ * conventions; 0 otherwise. */
+NPUC_API int npuc_model_is_keras(const npuc_model *m);
 /* Size of the file on disk in bytes. */
 NPUC_API uint64_t npuc_model_file_size(const npuc_model *m);
 
@@ -122,19 +134,46 @@ NPUC_API npuc_status npuc_model_read_f32(npuc_ctx *ctx, npuc_model *m, size_t i,
 
 typedef struct npuc_writer npuc_writer;
 
+/* Format-specific write options are key/value strings, declared by the
+ * formats that accept them (docs/formats.md#write-options): HDF5 takes
+ * "deflate" (0..9, default 4; 0 = contiguous storage) and "structure"
+ * (plain, keras2 or keras3; default keras2 when any tensor has a layer
+ * group, else plain).  The struct holds them inline, so it stays plain data:
+ * copy it, assign it, no freeing. */
+#define NPUC_WRITE_OPTS_MAX 8        /* options one npuc_write_opts holds */
+#define NPUC_WRITE_OPT_KEY_MAX 24    /* bytes of a key, NUL included */
+#define NPUC_WRITE_OPT_VALUE_MAX 40  /* bytes of a value, NUL included */
+
+typedef struct npuc_write_opt {
+    char key[NPUC_WRITE_OPT_KEY_MAX];
+    char value[NPUC_WRITE_OPT_VALUE_MAX];
+} npuc_write_opt;
+
 typedef struct npuc_write_opts {
     npuc_format format;          /* AUTO: from the output path's extension */
     int overwrite;               /* 0: an existing output is NPUC_ERR_EXISTS */
-    int h5_deflate;              /* HDF5 deflate level 0..9 (default 4); 0 = contiguous */
-    npuc_h5_style h5_style;      /* tree to write for HDF5 (default: KERAS2 if any
-                                    tensor has a group, else PLAIN) */
-    int h5_style_set;            /* 1 if h5_style was chosen explicitly */
+    unsigned nopt;               /* options set, in opt[0..nopt) */
+    npuc_write_opt opt[NPUC_WRITE_OPTS_MAX];
 } npuc_write_opts;
 
 NPUC_API npuc_write_opts npuc_write_opts_defaults(void);
+/* Sets write option key to value (replacing an earlier value), e.g.
+ *
+ *     npuc_write_opts o = npuc_write_opts_defaults();
+ *     npuc_write_opts_set(ctx, &o, "deflate", "9");
+ *
+ * A key no format declares, or a value the declaring format refuses
+ * ("deflate level 12 is outside 0..9"), is NPUC_ERR_ARG with the message in
+ * ctx (which may be NULL), and o is unchanged.  The output's format reads
+ * the keys it declares and ignores the others, so the same options serve
+ * outputs of any format. */
+NPUC_API npuc_status npuc_write_opts_set(npuc_ctx *ctx, npuc_write_opts *o, const char *key,
+                                         const char *value);
 
 /* Starts writing path.  opts may be NULL.  Nothing appears at path until
- * npuc_writer_finish() succeeds. */
+ * npuc_writer_finish() succeeds.  The options are checked against the
+ * output format's declarations (NPUC_ERR_ARG for an invalid value or a key
+ * no format declares). */
 NPUC_API npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
                              npuc_writer **out);
 /* Adds a model-level string metadata entry (before the first write). */
@@ -156,7 +195,9 @@ NPUC_API void npuc_writer_abort(npuc_writer *w);
 /* Copies a whole model to path (format from opts or extension), converting
  * float tensors to to_dtype when to_dtype_set is non-zero.  Metadata, layer
  * groups and layouts are kept; layouts that differ from what the target
- * format would guess are recorded in the "npuc.layout" metadata entry. */
+ * format would guess are recorded in the "npuc.layout" metadata entry.  An
+ * output in m's own format keeps how m is stored (npuc_model_format_opt,
+ * e.g. an HDF5 structure) for every option opts leaves unset. */
 NPUC_API npuc_status npuc_model_convert(npuc_ctx *ctx, npuc_model *m, const char *path,
                                const npuc_write_opts *opts, int to_dtype_set, npuc_dtype to_dtype);
 

@@ -7,6 +7,7 @@
  *   dtype.h   element types, f16/bf16/fp8 conversions
  *   tensor.h  tensor descriptions, roles and layouts
  *   model.h   reading and writing weight files
+ *   hdf5.h    HDF5 specifics: the Keras tree a file holds
  *   calib.h   range estimation for quantization
  *   quant.h   integer quantization of tensors and models, decompression
  *   record.h  what a pass did to each tensor: records and summaries
@@ -31,6 +32,7 @@
 #include "dtype.h"
 #include "tensor.h"
 #include "model.h"
+#include "hdf5.h"
 #include "metrics.h"
 #include "calib.h"
 #include "quant.h"

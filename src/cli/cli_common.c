@@ -274,23 +274,10 @@ int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_mode
     return CLI_EXIT_OK;
 }
 
-const char *cli_h5_style_name(npuc_h5_style s) {
-    switch (s) {
-    case NPUC_H5_PLAIN: return "plain";
-    case NPUC_H5_KERAS2: return "keras2";
-    case NPUC_H5_KERAS3: return "keras3";
-    }
-    return "?";
-}
-
-int cli_h5_style_parse(const char *s, npuc_h5_style *out) {
-    static const npuc_h5_style ALL[] = {NPUC_H5_PLAIN, NPUC_H5_KERAS2, NPUC_H5_KERAS3};
-    for (size_t i = 0; i < sizeof ALL / sizeof ALL[0]; i++)
-        if (strcmp(s, cli_h5_style_name(ALL[i])) == 0) {
-            *out = ALL[i];
-            return 0;
-        }
-    return -1;
+int cli_set_deflate(const cli_command *cmd, npuc_write_opts *w, const char *arg) {
+    if (npuc_write_opts_set(NULL, w, "deflate", arg) != NPUC_OK)
+        return cli_usage_error(cmd, "--deflate '%s': level must be 0..9", arg);
+    return CLI_CONTINUE;
 }
 
 /* ------------------------------------------------------------ formatting */

@@ -150,9 +150,10 @@ int cli_ctx_new(const cli_args *a, npuc_ctx **ctx);
  * set, or prints the error and returns its exit code with *m NULL. */
 int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_model **m);
 
-/* "plain", "keras2", "keras3"; and back (0, or -1 if unknown). */
-const char *cli_h5_style_name(npuc_h5_style s);
-int cli_h5_style_parse(const char *s, npuc_h5_style *out);
+/* --deflate N for the commands that write: sets the "deflate" write option
+ * (HDF5 outputs read it, other formats ignore it).  Returns CLI_CONTINUE, or
+ * prints "--deflate 'N': level must be 0..9" and returns CLI_EXIT_USAGE. */
+int cli_set_deflate(const cli_command *cmd, npuc_write_opts *w, const char *arg);
 
 /* Parses a decimal integer in [lo, hi]; returns 0, or -1 if it is not one. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);

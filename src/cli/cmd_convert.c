@@ -65,9 +65,8 @@ typedef struct convert_opts {
     int dtype_set;
     npuc_dtype dtype;
     int deflate_set;
-    int deflate;
     int style_set;
-    npuc_h5_style style;
+    npuc_write_opts write; /* --deflate, --h5-style */
 } convert_opts;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
@@ -82,16 +81,13 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         o->dtype = dt;
         return CLI_CONTINUE;
     }
-    case OPT_DEFLATE: {
-        long v;
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
+    case OPT_DEFLATE:
+        if (npuc_write_opts_set(NULL, &o->write, "deflate", arg) != NPUC_OK)
             return cli_usage_error(a->cmd, "--deflate: expected a level 0..9, got '%s'", arg);
         o->deflate_set = 1;
-        o->deflate = (int)v;
         return CLI_CONTINUE;
-    }
     case OPT_H5_STYLE:
-        if (cli_h5_style_parse(arg, &o->style) != 0)
+        if (npuc_write_opts_set(NULL, &o->write, "structure", arg) != NPUC_OK)
             return cli_usage_error(a->cmd, "--h5-style: expected plain, keras2 or keras3, got '%s'",
                                    arg);
         o->style_set = 1;
@@ -104,6 +100,7 @@ static int run(int argc, char **argv) {
     cli_args a;
     convert_opts co;
     memset(&co, 0, sizeof co);
+    co.write = npuc_write_opts_defaults();
     npuc_ctx *ctx = NULL;
     npuc_model *m = NULL;
     int rc = cli_parse(&cli_cmd_convert, argc, argv,
@@ -121,20 +118,16 @@ static int run(int argc, char **argv) {
                                     "(use .safetensors, .h5, .hdf5 or .keras)", out);
         goto done;
     }
-    if (ofmt != NPUC_FORMAT_HDF5 && (co.deflate_set || co.style_set))
+    if ((co.deflate_set && !npuc_format_accepts(ofmt, "deflate")) ||
+        (co.style_set && !npuc_format_accepts(ofmt, "structure")))
         cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
 
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;
 
-    npuc_write_opts wo = npuc_write_opts_defaults();
+    npuc_write_opts wo = co.write;
     wo.format = ofmt;
     wo.overwrite = a.force;
-    if (co.deflate_set) wo.h5_deflate = co.deflate;
-    if (co.style_set) {
-        wo.h5_style = co.style;
-        wo.h5_style_set = 1;
-    }
     npuc_status st = npuc_model_convert(ctx, m, out, &wo, co.dtype_set, co.dtype);
     if (st != NPUC_OK) {
         rc = cli_fail(ctx, st);

@@ -15,14 +15,8 @@ static const cli_option OPTIONS[] = {
 };
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
-    npuc_write_opts *wo = ud;
-    long v;
     (void)a;
-    if (id == OPT_DEFLATE) {
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
-            return cli_usage_error(&cli_cmd_decompress, "--deflate '%s': level must be 0..9", arg);
-        wo->h5_deflate = (int)v;
-    }
+    if (id == OPT_DEFLATE) return cli_set_deflate(&cli_cmd_decompress, ud, arg);
     return CLI_CONTINUE;
 }
 

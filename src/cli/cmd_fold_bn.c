@@ -72,13 +72,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_DRY_RUN: f->dry_run = 1; return CLI_CONTINUE;
     case OPT_NO_GUESS: f->p.no_guess = 1; return CLI_CONTINUE;
     case OPT_REPORT: f->report = arg; return CLI_CONTINUE;
-    case OPT_DEFLATE: {
-        long v;
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
-            return cli_usage_error(a->cmd, "--deflate '%s': level must be 0..9", arg);
-        f->p.write.h5_deflate = (int)v;
-        return CLI_CONTINUE;
-    }
+    case OPT_DEFLATE: return cli_set_deflate(a->cmd, &f->p.write, arg);
     }
     return cli_usage_error(a->cmd, "unhandled option (a bug in npuc)");
 }

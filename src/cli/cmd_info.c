@@ -120,8 +120,8 @@ static int info_collect(info *s, npuc_model *m) {
 }
 
 static const char *format_label(const npuc_model *m, char *buf, size_t n) {
-    if (npuc_model_format(m) == NPUC_FORMAT_HDF5)
-        snprintf(buf, n, "hdf5 (%s)", cli_h5_style_name(npuc_model_h5_style(m)));
+    const char *structure = npuc_model_format_opt(m, "structure");
+    if (structure) snprintf(buf, n, "%s (%s)", npuc_format_name(npuc_model_format(m)), structure);
     else snprintf(buf, n, "%s", npuc_format_name(npuc_model_format(m)));
     return buf;
 }
@@ -303,13 +303,12 @@ static json_t *info_json(const info *s, const cli_args *a) {
     json_t *doc = json_object();
     if (!doc) return NULL;
     int err = 0;
-    int h5 = npuc_model_format(m) == NPUC_FORMAT_HDF5;
+    const char *structure = npuc_model_format_opt(m, "structure");
     err |= jset(doc, "schema", json_string("npuc.info/1"));
     err |= jset(doc, "npuc_version", json_string(npuc_version()));
     err |= jset(doc, "file", cli_json_str(npuc_model_path(m)));
     err |= jset(doc, "format", json_string(npuc_format_name(npuc_model_format(m))));
-    err |= jset(doc, "h5_style",
-                h5 ? json_string(cli_h5_style_name(npuc_model_h5_style(m))) : json_null());
+    err |= jset(doc, "h5_style", structure ? json_string(structure) : json_null());
     err |= jset(doc, "file_size", json_integer((json_int_t)npuc_model_file_size(m)));
     err |= jset(doc, "n_tensors", json_integer((json_int_t)s->n));
     err |= jset(doc, "total_params", json_integer((json_int_t)s->params));

@@ -135,11 +135,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_EXCLUDE: if (cli_push(&q->exc, &q->nexc, arg)) return CLI_EXIT_FAIL; break;
     case OPT_LAYER_RANK: if (cli_push(&q->lr, &q->nlr, arg)) return CLI_EXIT_FAIL; break;
     case OPT_REPORT: q->report = arg; break;
-    case OPT_DEFLATE:
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
-            return cli_usage_error(&cli_cmd_lowrank, "--deflate '%s': level must be 0..9", arg);
-        q->o.write.h5_deflate = (int)v;
-        break;
+    case OPT_DEFLATE: return cli_set_deflate(&cli_cmd_lowrank, &q->o.write, arg);
     }
     return CLI_CONTINUE;
 }

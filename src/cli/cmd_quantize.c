@@ -112,11 +112,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
             return cli_usage_error(&cli_cmd_quantize, "--pattern '%s': expected N:M with 1 <= N < M <= 16", arg);
         break;
     case OPT_REPORT: q->report = arg; break;
-    case OPT_DEFLATE:
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
-            return cli_usage_error(&cli_cmd_quantize, "--deflate '%s': level must be 0..9", arg);
-        q->o.write.h5_deflate = (int)v;
-        break;
+    case OPT_DEFLATE: return cli_set_deflate(&cli_cmd_quantize, &q->o.write, arg);
     }
     return CLI_CONTINUE;
 }

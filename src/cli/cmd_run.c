@@ -30,21 +30,16 @@ static const cli_option OPTIONS[] = {
 
 typedef struct rargs {
     const char *report;
-    int deflate; /* -1: default */
+    npuc_write_opts write; /* --deflate */
     int no_stream;
 } rargs;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     rargs *r = ud;
-    long v;
     (void)a;
     if (id == OPT_REPORT) r->report = arg;
     if (id == OPT_NO_STREAM) r->no_stream = 1;
-    if (id == OPT_DEFLATE) {
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
-            return cli_usage_error(&cli_cmd_run, "--deflate '%s': level must be 0..9", arg);
-        r->deflate = (int)v;
-    }
+    if (id == OPT_DEFLATE) return cli_set_deflate(&cli_cmd_run, &r->write, arg);
     return CLI_CONTINUE;
 }
 
@@ -281,7 +276,7 @@ static npuc_status before_commit(void *user, npuc_ctx *ctx, const npuc_summary *
 
 static int run(int argc, char **argv) {
     cli_args a;
-    rargs ra = {NULL, -1, 0};
+    rargs ra = {NULL, npuc_write_opts_defaults(), 0};
     npuc_ctx *ctx = NULL;
     npuc_recipe *rc = NULL;
     npuc_summary sum;
@@ -308,8 +303,8 @@ static int run(int argc, char **argv) {
     r.progress = cli_progress_enabled(&a);
     if ((st = npuc_sha256_file(ctx, r.in, r.in_sha)) != NPUC_OK) { rcode = cli_fail(ctx, st); goto done; }
     npuc_run_opts o = npuc_run_opts_defaults();
+    o.write = ra.write;
     o.write.overwrite = a.force;
-    if (ra.deflate >= 0) o.write.h5_deflate = ra.deflate;
     o.no_stream = ra.no_stream;
     o.input_sha256 = r.in_sha;
     o.on_step = on_step;

@@ -58,7 +58,6 @@ static int positive(const char *flag, const char *arg, double *out) {
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     sargs *q = ud;
-    long v;
     (void)a;
     switch (id) {
     case OPT_PATTERN:
@@ -72,11 +71,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_BW: return positive("--bandwidth", arg, &q->o.cost.bandwidth_gbs);
     case OPT_TOKENS: return positive("--tokens", arg, &q->o.cost.tokens);
     case OPT_REPORT: q->report = arg; break;
-    case OPT_DEFLATE:
-        if (cli_parse_long(arg, 0, 9, &v) != 0)
-            return cli_usage_error(&cli_cmd_sparsify, "--deflate '%s': level must be 0..9", arg);
-        q->o.write.h5_deflate = (int)v;
-        break;
+    case OPT_DEFLATE: return cli_set_deflate(&cli_cmd_sparsify, &q->o.write, arg);
     }
     return CLI_CONTINUE;
 }

@@ -245,6 +245,7 @@ static int run(int argc, char **argv) {
     }
 
     int bad = tot.bad_tensors > 0 || art.nonfinite > 0;
+    const char *structure = npuc_model_format_opt(m, "structure"); /* HDF5: its tree */
     char msg[1024] = "";
     if (tot.bad_tensors)
         snprintf(msg, sizeof msg,
@@ -257,12 +258,10 @@ static int run(int argc, char **argv) {
 
     if (doc) {
         int err = 0;
-        int h5 = npuc_model_format(m) == NPUC_FORMAT_HDF5;
         err |= jset(doc, "ok", json_boolean(!bad));
         err |= jset(doc, "error", bad ? cli_json_str(msg) : json_null());
         err |= jset(doc, "format", json_string(npuc_format_name(npuc_model_format(m))));
-        err |= jset(doc, "h5_style",
-                    h5 ? json_string(cli_h5_style_name(npuc_model_h5_style(m))) : json_null());
+        err |= jset(doc, "h5_style", structure ? json_string(structure) : json_null());
         err |= jset(doc, "file_size", json_integer((json_int_t)npuc_model_file_size(m)));
         err |= jset(doc, "n_tensors", json_integer((json_int_t)n));
         err |= jset(doc, "total_params", json_integer((json_int_t)tot.params));
@@ -304,11 +303,7 @@ static int run(int argc, char **argv) {
             printf("ok: %s: %zu %s, %s params, %s, %s%s%s%s\n", path, n,
                    n == 1 ? "tensor" : "tensors", cli_fmt_count(tot.params, b1),
                    cli_fmt_size(tot.bytes, b2), npuc_format_name(npuc_model_format(m)),
-                   npuc_model_format(m) == NPUC_FORMAT_HDF5 ? " (" : "",
-                   npuc_model_format(m) == NPUC_FORMAT_HDF5
-                       ? cli_h5_style_name(npuc_model_h5_style(m))
-                       : "",
-                   npuc_model_format(m) == NPUC_FORMAT_HDF5 ? ")" : "");
+                   structure ? " (" : "", structure ? structure : "", structure ? ")" : "");
     }
     if (tot.sub_tensors)
         cli_warn(&a, "%s: %" PRIu64 " subnormal values in %zu %s (first: '%s')", path,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npuc_internal.h"
+#include "format_row.h"
 
 npuc_status npuc_model_convert(npuc_ctx *ctx, npuc_model *m, const char *path,
                                const npuc_write_opts *opts, int to_dtype_set, npuc_dtype to_dtype) {
@@ -17,11 +17,8 @@ npuc_status npuc_model_convert(npuc_ctx *ctx, npuc_model *m, const char *path,
     void *cast = NULL;
     npuc_status st = npuc_writer_open(ctx, path, &o, &w);
     if (st != NPUC_OK) return st;
-    if (w->format == NPUC_FORMAT_HDF5 && !o.h5_style_set && m->format == NPUC_FORMAT_HDF5) {
-        w->opts.h5_style = m->h5_style == NPUC_H5_KERAS3 ? NPUC_H5_KERAS3 :
-                           m->h5_style == NPUC_H5_KERAS2 ? NPUC_H5_KERAS2 : NPUC_H5_PLAIN;
-        w->opts.h5_style_set = 1;
-    }
+    /* Same format: keep how the input is stored (HDF5: its structure). */
+    if (w->format == m->format && (st = npuc__writer_inherit(w, m)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < m->nmeta; i++) {
         if (strcmp(m->meta_k[i], "npuc.layout") == 0) continue; /* the writer recomputes it */
         if ((st = npuc_writer_meta(w, m->meta_k[i], m->meta_v[i])) != NPUC_OK) goto fail;

@@ -1,7 +1,8 @@
 /*
  * model.c - the in-memory model container every reader fills and every pass
  * reads: the tensor table, the name index, metadata, Keras layer groups, and
- * lazy payload access through the format backend.
+ * lazy payload access through the format backend.  Which backend opens a
+ * file is the format registry's call (format.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,46 +15,13 @@
 
 #include <jansson.h>
 
-#include "npuc_internal.h"
+#include "format_row.h"
 
-/* ------------------------------------------------------------ formats */
-
-npuc_format npuc_format_from_path(const char *path) {
-    const char *dot = strrchr(path, '.');
-    if (!dot) return NPUC_FORMAT_AUTO;
-    if (strcmp(dot, ".safetensors") == 0 || strcmp(dot, ".st") == 0) return NPUC_FORMAT_SAFETENSORS;
-    if (strcmp(dot, ".h5") == 0 || strcmp(dot, ".hdf5") == 0 || strcmp(dot, ".keras") == 0 ||
-        strcmp(dot, ".he5") == 0)
-        return NPUC_FORMAT_HDF5;
-    return NPUC_FORMAT_AUTO;
-}
-
-const char *npuc_format_name(npuc_format f) {
-    switch (f) {
-    case NPUC_FORMAT_SAFETENSORS: return "safetensors";
-    case NPUC_FORMAT_HDF5: return "hdf5";
-    default: return "auto";
-    }
-}
+/* ------------------------------------------------------------ open */
 
 npuc_open_opts npuc_open_opts_defaults(void) {
     npuc_open_opts o = {.format = NPUC_FORMAT_AUTO, .max_header_bytes = 100000000u};
     return o;
-}
-
-/* HDF5 files start with an 8-byte signature at 0, 512, 1024, 2048... */
-static int has_hdf5_signature(const char *path) {
-    static const unsigned char SIG[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    int found = 0;
-    unsigned char b[8];
-    for (long off = 0; off <= 8192 && !found; off = off ? off * 2 : 512) {
-        if (fseek(f, off, SEEK_SET) != 0 || fread(b, 1, 8, f) != 8) break;
-        found = memcmp(b, SIG, 8) == 0;
-    }
-    fclose(f);
-    return found;
 }
 
 npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *opts,
@@ -66,18 +34,12 @@ npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
         return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: %s", path,
                          strerror(errno));
     if (!S_ISREG(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
-    npuc_format f = o.format;
-    if (f == NPUC_FORMAT_AUTO) {
-        /* The extension decides when it names a format (a safetensors payload
-         * may contain an HDF5 signature at offset 512); otherwise the bytes. */
-        f = npuc_format_from_path(path);
-        if (f == NPUC_FORMAT_AUTO)
-            f = has_hdf5_signature(path) ? NPUC_FORMAT_HDF5 : NPUC_FORMAT_SAFETENSORS;
-        else if (f == NPUC_FORMAT_HDF5 && !has_hdf5_signature(path))
-            return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: not an HDF5 file (no HDF5 signature)", path);
-    }
-    if (f == NPUC_FORMAT_HDF5) return npuc__h5_open(ctx, path, &o, out);
-    return npuc__st_open(ctx, path, &o, out);
+    const npuc__format_row *row;
+    npuc_status st = npuc__format_for_open(ctx, path, &o, &row);
+    if (st != NPUC_OK) return st;
+    if ((st = row->open(ctx, path, &o, out)) != NPUC_OK) return st;
+    (*out)->format = npuc__format_id(row);
+    return NPUC_OK;
 }
 
 /* ------------------------------------------------------------ builder */
@@ -291,7 +253,6 @@ void npuc_model_close(npuc_model *m) {
 
 const char *npuc_model_path(const npuc_model *m) { return m->path; }
 npuc_format npuc_model_format(const npuc_model *m) { return m->format; }
-npuc_h5_style npuc_model_h5_style(const npuc_model *m) { return m->h5_style; }
 uint64_t npuc_model_file_size(const npuc_model *m) { return m->file_size; }
 size_t npuc_model_count(const npuc_model *m) { return m->n; }
 

@@ -5,7 +5,8 @@
  *
  * Format backends (formats/safetensors, formats/hdf5) fill an npuc_model
  * through the npuc__model_* builders and provide an npuc_backend for loading
- * payloads; writers provide an npuc_writer_backend.  Nothing here is exported.
+ * payloads; writers provide an npuc_writer_backend.  The core reaches them
+ * only through the format registry (format_row.h).  Nothing here is exported.
  */
 #ifndef NPUC_INTERNAL_H
 #define NPUC_INTERNAL_H
@@ -72,7 +73,6 @@ typedef struct npuc_backend {
 struct npuc_model {
     char *path;
     npuc_format format;
-    npuc_h5_style h5_style;
     uint64_t file_size;
 
     npuc_tensor_info *t; /* tensors in storage order */
@@ -110,10 +110,6 @@ npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g);
  * layouts, then applies the "npuc.layout" metadata entry if present. */
 npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras);
 
-/* Format entry points (formats/). */
-npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
-npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
-
 /* ---------------------------------------------------------------- writers */
 
 typedef struct npuc_writer_backend {
@@ -132,8 +128,9 @@ typedef struct npuc_writer_backend {
 struct npuc_writer {
     npuc_ctx *ctx;
     char *path, *tmp;
-    npuc_write_opts opts;
+    npuc_write_opts opts; /* key/value options: read them with npuc__writer_opt (format_row.h) */
     npuc_format format;
+    const struct npuc__format_row *row; /* the output format's registry row */
 
     npuc_tensor_info *t; /* declared tensors (names, groups owned) */
     size_t n, cap, next;
@@ -147,9 +144,6 @@ struct npuc_writer {
     const npuc_writer_backend *be;
     void *be_state;
 };
-
-extern const npuc_writer_backend npuc__st_writer_backend;
-extern const npuc_writer_backend npuc__h5_writer_backend;
 
 /* The safetensors header st_writer.c writes for w's declared tensors and
  * metadata: 8-byte length + padded JSON, malloc'd in *out. */

@@ -1,7 +1,9 @@
 /*
  * writer.c - the format-independent half of writing a weight file: the
  * declared tensor table, the temporary file beside the output, and the
- * fsync + rename that makes the output appear whole or not at all.
+ * fsync + rename that makes the output appear whole or not at all.  The
+ * output format's registry row (format_row.h) supplies the backend and the
+ * write options it accepts.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,13 +14,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "npuc_internal.h"
+#include "format_row.h"
 #include "pipeline/pipe.h"
 
-npuc_write_opts npuc_write_opts_defaults(void) {
-    npuc_write_opts o = {.format = NPUC_FORMAT_AUTO, .overwrite = 0, .h5_deflate = 4,
-                         .h5_style = NPUC_H5_PLAIN, .h5_style_set = 0};
-    return o;
+/* "(use .safetensors or .h5)": the first extension of every writable
+ * format, for the message when a name has none of them. */
+static void ext_hint(char *buf, size_t cap) {
+    size_t n, k = 0, len = 0;
+    const npuc__format_row *const *t = npuc__format_table(&n);
+    for (size_t i = 0; i < n; i++) k += t[i]->writer != NULL;
+    buf[0] = 0;
+    for (size_t i = 0, j = 0; i < n && len < cap; i++) {
+        if (!t[i]->writer) continue;
+        const char *sep = j == 0 ? "" : j + 1 < k ? ", " : " or ";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, t[i]->ext[0]);
+        j++;
+    }
 }
 
 npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
@@ -27,12 +38,17 @@ npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_o
     npuc_write_opts o = opts ? *opts : npuc_write_opts_defaults();
     if (!path || !*path) return npuc_fail(ctx, NPUC_ERR_ARG, "no output file given");
     npuc_format f = o.format != NPUC_FORMAT_AUTO ? o.format : npuc_format_from_path(path);
-    if (f == NPUC_FORMAT_AUTO)
-        return npuc_fail(ctx, NPUC_ERR_ARG,
-                         "%s: cannot tell the output format from the name (use .safetensors or .h5)",
-                         path);
-    if (o.h5_deflate < 0 || o.h5_deflate > 9)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "deflate level %d is outside 0..9", o.h5_deflate);
+    if (f == NPUC_FORMAT_AUTO) {
+        char hint[256];
+        ext_hint(hint, sizeof hint);
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: cannot tell the output format from the name (use %s)",
+                         path, hint);
+    }
+    const npuc__format_row *row = npuc__format_by_id(f);
+    if (!row) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: unknown format id %d", path, (int)f);
+    if (!row->writer) return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: npuc cannot write %s files", path, row->name);
+    npuc_status st = npuc__write_opts_check(ctx, row, &o);
+    if (st != NPUC_OK) return st;
     npuc__pipe *pipe = npuc__pipe_find(path); /* npuc run: the next step reads it from memory */
     struct stat sb;
     if (!pipe && stat(path, &sb) == 0) {
@@ -45,7 +61,8 @@ npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_o
     w->ctx = ctx;
     w->opts = o;
     w->format = f;
-    w->be = f == NPUC_FORMAT_HDF5 ? &npuc__h5_writer_backend : &npuc__st_writer_backend;
+    w->row = row;
+    w->be = row->writer;
     if (pipe) {
         if (f != NPUC_FORMAT_SAFETENSORS) {
             free(w);
@@ -132,18 +149,8 @@ npuc_status npuc_writer_declare(npuc_writer *w, const npuc_tensor_info *info) {
 
 static npuc_status begin(npuc_writer *w) {
     if (w->begun) return NPUC_OK;
-    if (w->format == NPUC_FORMAT_HDF5 && !w->opts.h5_style_set) {
-        w->opts.h5_style = NPUC_H5_PLAIN;
-        for (size_t i = 0; i < w->n; i++)
-            if (w->t[i].group) { w->opts.h5_style = NPUC_H5_KERAS2; break; }
-    }
     /* Record layouts that a reader of this file would not guess. */
-    int keras = 0;
-    if (w->format == NPUC_FORMAT_HDF5 && w->opts.h5_style != NPUC_H5_PLAIN) {
-        keras = 1;
-        for (size_t i = 0; i < w->nmeta; i++)
-            if (strcmp(w->meta_k[i], "format") == 0 && strcmp(w->meta_v[i], "pt") == 0) keras = 0;
-    }
+    int keras = w->row->keras_layouts ? w->row->keras_layouts(w) : 0;
     int err;
     char *lj = npuc__layout_meta_json(w->t, w->n, keras, &err);
     if (err) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");

@@ -413,7 +413,10 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
         J->h.write = *wo;
         J->h.recipe = r->name;
         J->h.write.overwrite = 1; /* our own temporary names: a leftover is stale */
-        if (k + j + 1 < r->nsteps && wo->format == NPUC_FORMAT_HDF5) J->h.write.h5_deflate = 0;
+        /* A step's file is read once by the next step and deleted: not worth compressing. */
+        if (k + j + 1 < r->nsteps && npuc_format_accepts(wo->format, "deflate") &&
+            (J->st = npuc_write_opts_set(J->c, &J->h.write, "deflate", "0")) != NPUC_OK)
+            break;
         J->h.on_tensor = o->on_tensor ? on_tensor_hook : NULL;
         J->h.user = &J->hu;
         if (j + 1 < g) {

@@ -45,3 +45,25 @@ done
 bad=$(grep -Hn '#include "' "$NPUC_SRC"/src/cli/*.c "$NPUC_SRC"/src/cli/*.h |
       grep -v '#include "cli_[a-z_]*\.h"' || true)
 [ -z "$bad" ] || fail "src/cli includes a private header: $bad"
+
+# Core reaches the formats only through the registry (src/core/format_row.h,
+# table in formats/format_registry.c): no file under src/core/ includes a
+# header from formats/, whether spelled with the folder ("formats/...",
+# "hdf5/h5_common.h", "safetensors/...") or by a file name that only a
+# formats/ folder has (h5_*.h, st_*.h, or any header found under formats/).
+fmt_dirs=$(cd "$NPUC_SRC/formats" && find . -mindepth 1 -maxdepth 1 -type d -printf '%f\n')
+fmt_headers=$(cd "$NPUC_SRC/formats" && find . -name '*.h' -printf '%f\n')
+bad=""
+while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    inc=$(printf '%s\n' "$line" | sed -E 's/.*#[[:space:]]*include[[:space:]]*[<"]([^>"]*)[>"].*/\1/')
+    base=${inc##*/}
+    first=${inc%%/*}
+    hit=0
+    case "$inc" in *formats/*) hit=1 ;; esac
+    case "$base" in h5_*.h|st_*.h) hit=1 ;; esac
+    [ "$inc" != "$first" ] && printf '%s\n' "$fmt_dirs" | grep -qxF "$first" && hit=1
+    printf '%s\n' "$fmt_headers" | grep -qxF "$base" && hit=1
+    [ "$hit" = 1 ] && bad="$bad $line"
+done < <(grep -HnE '^[[:space:]]*#[[:space:]]*include' "$NPUC_SRC"/src/core/*.c "$NPUC_SRC"/src/core/*.h)
+[ -z "$bad" ] || fail "src/core includes a formats/ header (use the registry, format_row.h):$bad"

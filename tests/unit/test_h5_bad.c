@@ -142,8 +142,7 @@ static void int_array_attr(hid_t obj, const char *name) {
 static void write_valid(const char *path, int style) {
     npuc_write_opts o = npuc_write_opts_defaults();
     o.overwrite = 1;
-    o.h5_style = (npuc_h5_style)style;
-    o.h5_style_set = 1;
+    assert_int_equal(npuc_write_opts_set(g_ctx, &o, "structure", npuc_h5_style_name((npuc_h5_style)style)), NPUC_OK);
     npuc_writer *w;
     assert_int_equal(npuc_writer_open(g_ctx, path, &o, &w), NPUC_OK);
     assert_int_equal(npuc_writer_meta(w, "k", "v"), NPUC_OK);

@@ -127,9 +127,10 @@ static char *big_meta(void) {
 
 static void write_specs(npuc_ctx *ctx, const char *path, const specs *s, int style, int deflate) {
     npuc_write_opts o = npuc_write_opts_defaults();
-    o.h5_style = (npuc_h5_style)style;
-    o.h5_style_set = 1;
-    o.h5_deflate = deflate;
+    char level[16];
+    snprintf(level, sizeof level, "%d", deflate);
+    assert_int_equal(npuc_write_opts_set(ctx, &o, "structure", npuc_h5_style_name((npuc_h5_style)style)), NPUC_OK);
+    assert_int_equal(npuc_write_opts_set(ctx, &o, "deflate", level), NPUC_OK);
     o.overwrite = 1;
     npuc_writer *w;
     assert_int_equal(npuc_writer_open(ctx, path, &o, &w), NPUC_OK);

@@ -135,7 +135,7 @@ static npuc_status build_modules(npuc_ctx *ctx, npuc__graph *g) {
     npuc_model *m = g->m;
     const size_t n = npuc_model_count(m);
     npuc_status st;
-    g->keras = npuc_model_h5_style(m) != NPUC_H5_PLAIN;
+    g->keras = npuc_model_is_keras(m);
     for (size_t i = 0; i < n && !g->keras; i++) g->keras = is_keras_leaf(npuc_model_tensor(m, i)->name);
     g->alphabetical = n >= 3;
     for (size_t i = 1; i < n && g->alphabetical; i++)
@@ -711,7 +711,7 @@ npuc_status npuc__graph_build(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opt
     if (!g->mod_of) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     if ((st = build_modules(ctx, g)) != NPUC_OK) goto fail;
     if ((st = read_topology(ctx, g)) != NPUC_OK) goto fail;
-    g->layer_order = g->keras && !g->topo && npuc_model_h5_style(m) != NPUC_H5_PLAIN;
+    g->layer_order = g->keras && !g->topo && npuc_model_is_keras(m);
     if ((st = npuc__graph_edges(ctx, g, o)) != NPUC_OK) goto fail;
     /* Walk every explicit producer now, so a bad edge fails before anything
      * is written. */
