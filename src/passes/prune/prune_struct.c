@@ -546,7 +546,7 @@ npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out
         (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK)
         goto fail;
     if ((st = npuc__layer_sparsity(ctx, m, o, target, NULL)) != NPUC_OK) goto fail;
-    if ((st = npuc__graph_build(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
+    if ((st = npuc__chain_graph(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
     if ((st = plan_chains(ctx, &P, sel, named, sum->records, &sa)) != NPUC_OK) goto fail;
 
     uint64_t maxb = 1;
