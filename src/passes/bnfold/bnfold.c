@@ -286,7 +286,7 @@ static npuc_status fold_producer(driver *d, size_t k, scratch_set *s, const void
 /* ------------------------------------------------------------ metadata */
 
 static int keras_kernel(const char *name) {
-    const char *leaf = npuc__bnf_leaf(name);
+    const char *leaf = npuc__graph_leaf(name);
     return strncmp(leaf, "kernel", 6) == 0 || strncmp(leaf, "depthwise_kernel", 16) == 0 ||
            strncmp(leaf, "pointwise_kernel", 16) == 0;
 }
@@ -359,7 +359,7 @@ static char *rewritten_config(const driver *d, int *err) {
         if (!owned[k]) { *err = 1; goto done; }
         convs[k] = owned[k];
     }
-    out = npuc__bnf_topo_rewrite(cfg, bns, convs, n, err);
+    out = npuc__graph_keras_fold(cfg, bns, convs, n, err);
 done:
     if (owned)
         for (size_t k = 0; k < n; k++) free(owned[k]);

@@ -5,8 +5,8 @@
  *   prune_select.c    k-smallest-magnitude selection (sampled bracket, exact
  *                     radix fallback) and applying a threshold with ties
  *   prune_model.c     unstructured pruning of a model (layer / global)
- *   prune_graph.c     who consumes a layer's channels: chains of producer,
- *                     BatchNorm, depthwise convs and consumers
+ *   prune_chain.c     what shares a producer's channels: its bias, BatchNorms,
+ *                     depthwise convs and consumers, along the graph's edges
  *   prune_struct.c    structured pruning of a model along those chains
  *   sparsify_nm.c     (passes/sparsify/) N:M sparsity; it shares the
  *                     magnitude selection and the error sums of prune_select.c
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph/graph.h"
 #include "kernels/nm_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
@@ -71,26 +72,9 @@ npuc_status npuc__prune_bad_values(npuc_ctx *ctx, const char *name, uint64_t nba
 npuc_status npuc__layer_sparsity(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, double *sp,
                                  unsigned char *own);
 
-/* ------------------------------------------------------------ chains (prune_graph.c) */
+/* ------------------------------------------------------------ chains (prune_chain.c) */
 
-#define NPUC_CHAIN_MAX 32
-
-/* A BatchNorm's tensors, -1 when absent. */
-typedef struct npuc__bn {
-    int64_t gamma, beta, mean, var, count;
-    size_t mod; /* its module */
-} npuc__bn;
-
-/* A module (PyTorch) or layer (Keras): the tensors sharing a name prefix. */
-typedef struct npuc__mod {
-    char *key;        /* "features.3", "Conv1", "conv2d_6" (owned) */
-    int64_t weight;   /* float tensor of rank >= 2 with a layout, or -1 */
-    int64_t bias;     /* its rank-1 bias, or -1 */
-    int is_bn;        /* a BatchNorm: bn holds its tensors */
-    npuc__bn bn;
-    int other;        /* holds tensors that are none of these (LayerNorm, ...) */
-    size_t first;     /* storage index of its first tensor */
-} npuc__mod;
+#define NPUC_CHAIN_MAX NPUC_GRAPH_MAX_NEXT
 
 /* A weight that a channel space passes through (a depthwise convolution). */
 typedef struct npuc__dw {
@@ -110,79 +94,17 @@ typedef struct npuc__chain {
     int ok;                          /* consumers found: the space can shrink */
     int guess;                       /* found by storage / layer order only */
     int output;                      /* the space reaches the model output */
-    char how[40];                    /* "--next", "sequential naming", "keras topology", ... */
+    char how[40];                    /* "--next/--graph", "sequential naming", "keras topology", ... */
     char why[200];                   /* when !ok: why not */
 } npuc__chain;
 
-/* A Keras model_config layer and its edges (prune_graph.c). */
-typedef struct npuc__klayer {
-    char *name, *cls;
-    size_t *in;       /* producer layers */
-    size_t nin;
-    size_t *out;      /* consumer layers */
-    size_t nout, capout;
-    int is_output;
-    int64_t mod;      /* module holding its weights, or -1 */
-    long groups;      /* Conv "groups" (1 when absent) */
-} npuc__klayer;
-
-typedef struct npuc__xedge {
-    size_t prod;      /* module */
-    size_t *cons;     /* modules */
-    size_t ncons;
-    char *text;       /* the statement, for messages */
-} npuc__xedge;
-
-typedef struct npuc__xbn {
-    size_t prod;      /* module */
-    size_t bn;        /* BatchNorm module */
-} npuc__xbn;
-
-typedef struct npuc__graph {
-    npuc_model *m;
-    npuc__mod *mods;
-    size_t nmods, capmods;
-    size_t *mod_of;
-    int keras, alphabetical, no_guess, layer_order;
-    npuc__klayer *kl;
-    size_t nkl;
-    int topo;
-    npuc__xedge *xe;
-    size_t nxe;
-    npuc__xbn *xb;
-    size_t nxb;
-} npuc__graph;
-
-static inline const npuc_tensor_info *npuc__gt(const npuc__graph *g, int64_t i) {
-    return npuc_model_tensor(g->m, (size_t)i);
-}
-/* Output channels of a weight (its layout view's C), input channels (the
- * layout's input axis), a BatchNorm's channel count; 0 when undefined. */
-uint64_t npuc__out_channels(const npuc_tensor_info *t);
-uint64_t npuc__in_channels(const npuc_tensor_info *t);
-uint64_t npuc__bn_channels(const npuc__graph *g, const npuc__bn *b);
-/* A depthwise conv passing `channels` channels through (0: any). */
-int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels);
-/* The module with this key, or -1; the explicit edge of module x, or NULL. */
-int64_t npuc__find_mod(const npuc__graph *g, const char *key);
-const npuc__xedge *npuc__explicit_of(const npuc__graph *g, size_t x);
-/* Reads --graph and --next into g (prune_edges.c). */
-npuc_status npuc__graph_edges(npuc_ctx *ctx, npuc__graph *g, const npuc_prune_opts *o);
-
-/* Reads names, shapes, roles, metadata (Keras model_config) and the
- * explicit edges of o (--next, --graph) of m.  Explicit edges are checked
- * here: a name that matches no tensor or layer, a producer without a weight,
- * or channel counts that do not match are NPUC_ERR_ARG naming the edge. */
-npuc_status npuc__graph_build(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, npuc__graph **g);
-void npuc__graph_free(npuc__graph *g);
-/* The module of tensor i. */
-const npuc__mod *npuc__graph_mod(const npuc__graph *g, size_t tensor);
-/* 1 when weight tensor w is a depthwise convolution passing `channels`
- * channels through one to one (channels 0: any depthwise convolution). */
-int npuc__graph_is_dw(const npuc__graph *g, size_t w, uint64_t channels);
-/* Output / input channel axis of a weight tensor, -1 when it has none. */
-int npuc__out_axis(const npuc_tensor_info *t);
-int npuc__in_axis(const npuc_tensor_info *t);
+/* The graph structured pruning walks (src/graph/graph.h): modules, the
+ * Keras model_config and the explicit edges of o (--next, --graph), with
+ * o->no_guess refusing order-only consumers.  Explicit edges are checked
+ * here: a name that matches no tensor or layer, a producer without a
+ * weight, or channel counts that do not match are NPUC_ERR_ARG naming the
+ * edge. */
+npuc_status npuc__chain_graph(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, npuc__graph **g);
 /* Finds the chain of the producer whose weight tensor is w.  Returns
  * NPUC_OK with c->ok = 0 and c->why set when the consumers cannot be found
  * (the caller falls back to zeroing); NPUC_ERR_ARG for an explicit edge that

@@ -3,7 +3,7 @@
  * input channels) and shrinking every tensor that shares them.
  *
  * Three phases, like the other passes:
- *   plan     find each selected layer's chain (prune_graph.c), rank its
+ *   plan     find each selected layer's chain (prune_chain.c), rank its
  *            channels by the L1 or L2 norm of the weights (the producer's
  *            filters, or in channel mode the consumers' input slices), pick
  *            the weakest to remove, rounded so the kept count is a multiple
@@ -543,7 +543,7 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK)
         goto fail;
     if ((st = npuc__layer_sparsity(ctx, m, o, target, NULL)) != NPUC_OK) goto fail;
-    if ((st = npuc__graph_build(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
+    if ((st = npuc__chain_graph(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
     if ((st = plan_chains(ctx, &P, sel, named, sum->records, &sa)) != NPUC_OK) goto fail;
 
     uint64_t maxb = 1;

@@ -1,5 +1,6 @@
 /*
- * bnfold_explicit.c - reading stated conv -> BatchNorm pairs: "CONV=BN"
+ * graph_file.c - reading what the caller states about the graph: whole
+ * files (pairs files, graph files), and conv -> BatchNorm pairs: "CONV=BN"
  * strings (--pair) and --pairs files.
  *
  * A pairs file is either text, one "CONV=BN" per line (blank lines and
@@ -9,20 +10,74 @@
  * BatchNorm may also be named by one of its tensors ("gamma", "mean", "var",
  * "beta"), which makes the shared data catalogs usable as they are, and
  * `npuc fold-bn --dry-run --json` output can be edited and fed back.
- * Names are only parsed here; bnfold_pairs.c resolves them against the model.
+ * Names are only parsed here; graph_bn_rules.c resolves them against the
+ * model.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
+#include "graph/graph_internal.h"
 
-#include "passes/bnfold/bnfold_internal.h"
+/* ------------------------------------------------------------ files */
+
+int npuc__graph_slurp(const char *path, size_t limit, char **buf, size_t *len, int *read_errno) {
+    FILE *fp = fopen(path, "rb");
+    *buf = NULL;
+    *len = 0;
+    *read_errno = 0;
+    if (!fp) return -1;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap + 1);
+    int rc = 0;
+    while (b) {
+        if (n >= limit) {
+            rc = -2;
+            break;
+        }
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        size_t r = fread(b + n, 1, cap - n, fp);
+        n += r;
+        if (r == 0) {
+            if (ferror(fp)) *read_errno = errno;
+            break;
+        }
+    }
+    fclose(fp);
+    if (!b) return -3;
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+void npuc__graph_json_pair(const json_t *o, const char **conv, const char **bn) {
+    static const char *const BN_KEYS[] = {"bn", "gamma", "mean", "var", "beta"};
+    *conv = json_string_value(json_object_get(o, "conv"));
+    *bn = NULL;
+    for (size_t k = 0; k < sizeof BN_KEYS / sizeof BN_KEYS[0] && !*bn; k++)
+        *bn = json_string_value(json_object_get(o, BN_KEYS[k]));
+}
+
+/* ------------------------------------------------------------ stated pairs */
 
 #define PAIRS_FILE_MAX (64u << 20)
 
-void npuc__bnf_statements_free(npuc__bnf_stmt *s, size_t n) {
+void npuc__graph_pair_statements_free(npuc__pair_stmt *s, size_t n) {
     if (!s) return;
     for (size_t i = 0; i < n; i++) {
         free(s[i].conv);
@@ -33,7 +88,7 @@ void npuc__bnf_statements_free(npuc__bnf_stmt *s, size_t n) {
 }
 
 typedef struct stmts {
-    npuc__bnf_stmt *s;
+    npuc__pair_stmt *s;
     size_t n, cap;
 } stmts;
 
@@ -50,7 +105,7 @@ static char *trimmed(const char *s, size_t n) {
 static npuc_status push(npuc_ctx *ctx, stmts *v, char *conv, char *bn, char *origin) {
     if (v->n == v->cap) {
         size_t cap = v->cap ? 2 * v->cap : 16;
-        npuc__bnf_stmt *p = realloc(v->s, cap * sizeof *p);
+        npuc__pair_stmt *p = realloc(v->s, cap * sizeof *p);
         if (!p) goto oom;
         v->s = p;
         v->cap = cap;
@@ -118,10 +173,8 @@ static npuc_status parse_json(npuc_ctx *ctx, stmts *v, const char *path, const c
     size_t i;
     json_t *o;
     json_array_foreach(arr, i, o) {
-        static const char *const BN_KEYS[] = {"bn", "gamma", "mean", "var", "beta"};
-        const char *conv = json_string_value(json_object_get(o, "conv")), *bn = NULL;
-        for (size_t k = 0; k < sizeof BN_KEYS / sizeof BN_KEYS[0] && !bn; k++)
-            bn = json_string_value(json_object_get(o, BN_KEYS[k]));
+        const char *conv, *bn;
+        npuc__graph_json_pair(o, &conv, &bn);
         if (!conv || !bn || !*conv || !*bn) {
             st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: pair %zu: needs string fields \"conv\" and \"bn\"", path, i + 1);
             goto done;
@@ -135,46 +188,25 @@ done:
     return st;
 }
 
-static npuc_status read_file(npuc_ctx *ctx, const char *path, char **out, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    *out = NULL;
-    if (!fp)
+/* The pairs file's text (NUL-terminated). */
+static npuc_status read_pairs_file(npuc_ctx *ctx, const char *path, char **out, size_t *len) {
+    int rerr;
+    int rc = npuc__graph_slurp(path, PAIRS_FILE_MAX, out, len, &rerr);
+    if (rc == -1)
         return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: cannot read the pairs file: %s",
                          path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    npuc_status st = NPUC_OK;
-    while (buf) {
-        if (n == cap) {
-            if (cap >= PAIRS_FILE_MAX) {
-                st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: pairs file larger than %u MiB", path, PAIRS_FILE_MAX >> 20);
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) break;
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, fp);
-        n += r;
-        if (r == 0) {
-            if (ferror(fp)) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            break;
-        }
+    if (rc == -2) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: pairs file larger than %u MiB", path, PAIRS_FILE_MAX >> 20);
+    if (rc != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (rerr) {
+        free(*out);
+        *out = NULL;
+        return npuc_fail(ctx, NPUC_ERR_IO, "%s: read error: %s", path, strerror(rerr));
     }
-    fclose(fp);
-    if (!buf) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    if (st != NPUC_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *len = n;
     return NPUC_OK;
 }
 
-npuc_status npuc__bnf_statements(npuc_ctx *ctx, const char *const *pairs, size_t npairs, const char *file,
-                                 npuc__bnf_stmt **out, size_t *n) {
+npuc_status npuc__graph_pair_statements(npuc_ctx *ctx, const char *const *pairs, size_t npairs, const char *file,
+                                        npuc__pair_stmt **out, size_t *n) {
     stmts v = {NULL, 0, 0};
     npuc_status st = NPUC_OK;
     *out = NULL;
@@ -184,7 +216,7 @@ npuc_status npuc__bnf_statements(npuc_ctx *ctx, const char *const *pairs, size_t
     if (st == NPUC_OK && file) {
         char *text = NULL;
         size_t len = 0;
-        if ((st = read_file(ctx, file, &text, &len)) == NPUC_OK) {
+        if ((st = read_pairs_file(ctx, file, &text, &len)) == NPUC_OK) {
             size_t k = 0;
             while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r' || text[k] == '\n')) k++;
             if (k < len && (text[k] == '[' || text[k] == '{')) {
@@ -209,11 +241,11 @@ npuc_status npuc__bnf_statements(npuc_ctx *ctx, const char *const *pairs, size_t
         }
     }
     if (st != NPUC_OK) {
-        npuc__bnf_statements_free(v.s, v.n);
+        npuc__graph_pair_statements_free(v.s, v.n);
         return st;
     }
     if (v.n == 0) {
-        npuc__bnf_statements_free(v.s, v.n);
+        npuc__graph_pair_statements_free(v.s, v.n);
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: no pairs stated", file ? file : "--pair");
     }
     *out = v.s;

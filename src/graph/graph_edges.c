@@ -1,12 +1,12 @@
 /*
- * prune_edges.c - the explicit half of the consumer search (prune_graph.c
- * has the automatic half): --next PRODUCER=CONSUMER[,...] statements and
- * --graph FILE (lines "A=B[,C]" with # comments, or JSON {"next": {...},
- * "bn_pairs": [...]}, which the data catalogs already are).  Every edge is
- * checked when it is read: names must resolve to a tensor or a module /
- * layer, and the consumer must read as many channels (or, a depthwise
- * conv, pass as many through) as the producer makes.  Failures are
- * NPUC_ERR_ARG naming the statement, before anything is written.
+ * graph_edges.c - stated consumer edges (graph_next.c has the automatic
+ * ones): --next PRODUCER=CONSUMER[,...] statements and --graph FILE (lines
+ * "A=B[,C]" with # comments, or JSON {"next": {...}, "bn_pairs": [...]},
+ * which the data catalogs already are).  Every edge is checked when it is
+ * read: names must resolve to a tensor or a module / layer, and the
+ * consumer must read as many channels (or, a depthwise conv, pass as many
+ * through) as the producer makes.  Failures are NPUC_ERR_ARG naming the
+ * statement, before anything is written.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -14,8 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/prune/prune_internal.h"
+#include "graph/graph_internal.h"
 
+/* A graph file holds less than this (the NUL after it must fit 64 MiB). */
+#define GRAPH_FILE_MAX ((size_t)(64u << 20) - 1)
+
+const npuc__xedge *npuc__graph_stated_next(const npuc__graph *g, size_t x) {
+    for (size_t i = 0; i < g->nxe; i++)
+        if (g->xe[i].prod == x) return &g->xe[i];
+    return NULL;
+}
+
+int64_t npuc__graph_stated_bn(const npuc__graph *g, size_t x) {
+    for (size_t i = 0; i < g->nxb; i++)
+        if (g->xb[i].prod == x) return (int64_t)g->xb[i].bn;
+    return -1;
+}
 
 /* The module a name means: a tensor's module, or a module / layer key. */
 static int64_t resolve(const npuc__graph *g, const char *name, size_t len) {
@@ -68,7 +82,7 @@ static npuc_status add_edge(npuc_ctx *ctx, npuc__graph *g, const char *text, con
     int64_t x = resolve(g, lhs, ll);
     if (x < 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: no tensor or layer '%.*s'", path, text, (int)ll, lhs);
-    if (npuc__explicit_of(g, (size_t)x))
+    if (npuc__graph_stated_next(g, (size_t)x))
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: '%s' has consumers stated twice", path, text, g->mods[x].key);
     npuc__xedge *p = realloc(g->xe, (g->nxe + 1) * sizeof *p);
     if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
@@ -77,7 +91,7 @@ static npuc_status add_edge(npuc_ctx *ctx, npuc__graph *g, const char *text, con
     memset(e, 0, sizeof *e);
     e->prod = (size_t)x;
     e->text = npuc__strdup(text);
-    e->cons = calloc(NPUC_CHAIN_MAX, sizeof *e->cons);
+    e->cons = calloc(NPUC_GRAPH_MAX_NEXT, sizeof *e->cons);
     if (!e->text || !e->cons) {
         free(e->text);
         free(e->cons);
@@ -93,7 +107,7 @@ static npuc_status add_edge(npuc_ctx *ctx, npuc__graph *g, const char *text, con
         if (len == 0) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: empty consumer name", path, text);
         int64_t y = resolve(g, s, len);
         if (y < 0) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: no tensor or layer '%.*s'", path, text, (int)len, s);
-        if (e->ncons >= NPUC_CHAIN_MAX) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: too many consumers", path, text);
+        if (e->ncons >= NPUC_GRAPH_MAX_NEXT) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s: too many consumers", path, text);
         npuc_status st = check_edge(ctx, g, text, (size_t)x, (size_t)y);
         if (st != NPUC_OK) return st;
         e->cons[e->ncons++] = (size_t)y;
@@ -113,10 +127,8 @@ static npuc_status add_statement(npuc_ctx *ctx, npuc__graph *g, const char *text
 }
 
 static npuc_status add_bn_pair(npuc_ctx *ctx, npuc__graph *g, const char *file, const json_t *p) {
-    const char *conv = json_string_value(json_object_get(p, "conv"));
-    const char *bn = json_string_value(json_object_get(p, "bn"));
-    static const char *const KEYS[] = {"gamma", "mean", "var", "beta"};
-    for (int k = 0; k < 4 && !bn; k++) bn = json_string_value(json_object_get(p, KEYS[k]));
+    const char *conv, *bn;
+    npuc__graph_json_pair(p, &conv, &bn);
     if (!conv || !bn)
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: a bn_pairs entry needs \"conv\" and \"bn\" (or \"gamma\"/\"mean\")",
                          file);
@@ -142,28 +154,16 @@ static npuc_status add_bn_pair(npuc_ctx *ctx, npuc__graph *g, const char *file, 
 /* --graph FILE: JSON {"next": {"A": "B" | ["B", ...]}, "bn_pairs": [...]}
  * or text lines "A=B[,C...]" with # comments. */
 static npuc_status read_graph_file(npuc_ctx *ctx, npuc__graph *g, const char *file) {
-    FILE *f = fopen(file, "rb");
-    if (!f)
+    char *buf;
+    size_t len;
+    int rerr; /* a read error ends the text there */
+    int rc = npuc__graph_slurp(file, GRAPH_FILE_MAX, &buf, &len, &rerr);
+    if (rc == -1)
         return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "--graph %s: %s", file,
                          strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
+    if (rc != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "--graph %s: out of memory (or larger than 64 MiB)", file);
     npuc_status st = NPUC_OK;
     json_t *root = NULL;
-    while (buf) {
-        if (len + 1 == cap) {
-            char *nb = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + len, 1, cap - 1 - len, f);
-        len += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    if (!buf) return npuc_fail(ctx, NPUC_ERR_NOMEM, "--graph %s: out of memory (or larger than 64 MiB)", file);
-    buf[len] = 0;
     const char *p = buf;
     while (*p && isspace((unsigned char)*p)) p++;
     if (*p == '{') {
@@ -226,10 +226,11 @@ done:
     return st;
 }
 
-npuc_status npuc__graph_edges(npuc_ctx *ctx, npuc__graph *g, const npuc_prune_opts *o) {
+npuc_status npuc__graph_read_next(npuc_ctx *ctx, npuc__graph *g, const char *const *next, size_t nnext,
+                                  const char *file) {
     npuc_status st;
-    if (o->graph_file && (st = read_graph_file(ctx, g, o->graph_file)) != NPUC_OK) return st;
-    for (size_t i = 0; i < o->nnext; i++)
-        if ((st = add_statement(ctx, g, o->next[i])) != NPUC_OK) return st;
+    if (file && (st = read_graph_file(ctx, g, file)) != NPUC_OK) return st;
+    for (size_t i = 0; i < nnext; i++)
+        if ((st = add_statement(ctx, g, next[i])) != NPUC_OK) return st;
     return NPUC_OK;
 }

@@ -1,0 +1,313 @@
+/*
+ * graph.h - what a weight file tells about its network (library-private):
+ * modules and their roles, producer -> consumer edges, and which layer feeds
+ * each BatchNorm.  Every edge and attachment records its evidence.
+ *
+ * A weight file has no graph.  What it does carry, from most to least
+ * certain:
+ *   explicit     what the caller states: --pair/--pairs (conv -> BatchNorm),
+ *                --next/--graph (producer -> consumers, bn_pairs)
+ *   config       a Keras model_config (HDF5 root attribute or safetensors
+ *                metadata): inbound nodes name each layer's inputs exactly
+ *   name         naming conventions: nn.Sequential indices (features.0 ->
+ *                features.1), conv1 / bn1, X / X_BN, Keras numbering
+ *   layer-order  Keras layer_names order (HDF5 Keras files)
+ *   order        tensor storage order (a guess); alphabetical storage says
+ *                nothing about the graph, and then only the numbers in the
+ *                names (conv2d_9 before conv2d_10) can stand in for it
+ * Evidence below config can be wrong: such a decision is also marked a
+ * guess where the passes let the user refuse guesses (--no-guess).
+ *
+ * The graph holds no pass knowledge: it answers "which BatchNorm follows
+ * which producer" (fold-bn) and "which layers consume a module's channels"
+ * (structured pruning); what a pass does with the answer is the pass's.
+ * The two questions grew up separately and still group tensors their own
+ * way: modules (npuc__graph_read_modules) key on the Keras group, else the
+ * name up to its last '/' (Keras) or '.'; BatchNorms (npuc__graph_read_bns)
+ * on the name up to its last '.' or '/' without a Keras ":0" suffix.  Both
+ * are kept so each pass decides exactly as it did.
+ *
+ *     npuc__graph *g;
+ *     npuc_status st = npuc__graph_open(ctx, m, &g);
+ *     if (st == NPUC_OK) st = npuc__graph_read_bns(ctx, g);
+ *     npuc__bn_attachments a;
+ *     if (st == NPUC_OK) st = npuc__graph_attach_bns(ctx, g, NULL, 0, NULL, &a);
+ *     ... a.links[k]: BatchNorm g->bns[a.links[k].bn] follows tensor a.links[k].producer
+ *     npuc__bn_attachments_free(&a);
+ *     npuc__graph_free(g);
+ */
+#ifndef NPUC_GRAPH_H
+#define NPUC_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "npuc_internal.h"
+
+/* ------------------------------------------------------------ evidence */
+
+/* What a decision rests on, most certain first. */
+typedef enum npuc__evidence {
+    NPUC_EVIDENCE_EXPLICIT = 0,    /* stated by the caller */
+    NPUC_EVIDENCE_CONFIG = 1,      /* Keras model_config inbound nodes */
+    NPUC_EVIDENCE_NAME = 2,        /* a naming convention */
+    NPUC_EVIDENCE_LAYER_ORDER = 3, /* Keras layer_names order */
+    NPUC_EVIDENCE_ORDER = 4        /* tensor storage order */
+} npuc__evidence;
+
+/* "explicit", "config", "name", "layer-order", "order"; "?" if invalid. */
+const char *npuc__evidence_name(npuc__evidence e);
+
+/* ------------------------------------------------------------ the graph */
+
+#define NPUC_GRAPH_MAX_NEXT 32 /* consumers of one module, BatchNorms on one space */
+
+/* A BatchNorm's tensors as indices into the model, -1 when absent. */
+typedef struct npuc__bn {
+    int64_t gamma, beta, mean, var, count;
+    size_t mod; /* its module */
+} npuc__bn;
+
+/* A module (PyTorch) or layer (Keras): the tensors sharing a name prefix.
+ * Its role comes from the roles core guessed for its tensors, i.e. from
+ * names and shapes (evidence: name). */
+typedef struct npuc__mod {
+    char *key;        /* "features.3", "Conv1", "conv2d_6" (owned) */
+    int64_t weight;   /* float tensor of rank >= 2 with a layout, or -1 */
+    int64_t bias;     /* its rank-1 bias, or -1 */
+    int is_bn;        /* a BatchNorm: bn holds its tensors */
+    npuc__bn bn;
+    int other;        /* holds tensors that are none of these (LayerNorm, ...) */
+    size_t first;     /* storage index of its first tensor */
+    npuc__evidence evidence; /* of its role */
+} npuc__mod;
+
+/* A Keras model_config layer and its edges (consumer view, graph_keras.c). */
+typedef struct npuc__klayer {
+    char *name, *cls;
+    size_t *in;       /* producer layers */
+    size_t nin;
+    size_t *out;      /* consumer layers */
+    size_t nout, capout;
+    int is_output;
+    int64_t mod;      /* module holding its weights, or -1 */
+    long groups;      /* Conv "groups" (1 when absent) */
+} npuc__klayer;
+
+/* A stated producer -> consumers edge (--next, --graph). */
+typedef struct npuc__xedge {
+    size_t prod;      /* module */
+    size_t *cons;     /* modules */
+    size_t ncons;
+    char *text;       /* the statement, for messages */
+} npuc__xedge;
+
+/* A stated producer -> BatchNorm attachment (--graph bn_pairs). */
+typedef struct npuc__xbn {
+    size_t prod;      /* module */
+    size_t bn;        /* BatchNorm module */
+} npuc__xbn;
+
+/* One BatchNorm of the BatchNorm view (graph_bn.c): tensors sharing a
+ * prefix with a running mean and variance. */
+typedef struct npuc__graph_bn {
+    char *name;       /* module prefix or Keras layer: "features.1", "bn_Conv1"; owned */
+    int64_t gamma, beta, mean, var, count; /* count: PyTorch num_batches_tracked */
+    int64_t channels;
+    int keras;        /* Keras names (gamma, moving_mean...) */
+    size_t first;     /* its first tensor in storage order */
+    double config_eps; /* its epsilon in model_config, NaN when none */
+    npuc__evidence evidence; /* of its role: name, or config when model_config lists the layer */
+} npuc__graph_bn;
+
+/* A BatchNormalization layer of a Keras model_config and what feeds it
+ * (graph_keras_bn.c). */
+typedef struct npuc__kbn_edge {
+    char *bn;             /* the BatchNorm layer's name */
+    char *producer;       /* the layer feeding it, or NULL (several inputs, none) */
+    char *producer_class; /* its class_name, or NULL */
+    char skip[160];       /* why the producer's output cannot be taken as the BatchNorm's input
+                             alone; "" when it can */
+    double eps;           /* the layer's epsilon, NaN when the config has none */
+    int shared;           /* the BatchNorm layer is applied to several inputs */
+} npuc__kbn_edge;
+
+typedef struct npuc__graph {
+    npuc_model *m;
+    const char *path;
+    size_t n;             /* tensors */
+    int alphabetical;     /* storage order is name order: it says nothing about the graph */
+    int no_guess;         /* set by the caller: consumer queries refuse what only order supports */
+
+    /* Modules and consumer edges (npuc__graph_read_modules, _read_next). */
+    npuc__mod *mods;
+    size_t nmods, capmods;
+    size_t *mod_of;       /* tensor -> module */
+    int keras;            /* Keras names or an HDF5 Keras tree */
+    int layer_order;      /* Keras layer order without model_config */
+    npuc__klayer *kl;     /* model_config layers, when topo */
+    size_t nkl;
+    int topo;             /* model_config understood */
+    npuc__xedge *xe;
+    size_t nxe;
+    npuc__xbn *xb;
+    size_t nxb;
+
+    /* BatchNorms (npuc__graph_read_bns). */
+    npuc__graph_bn *bns;
+    size_t nbn, capbn;
+    int64_t *bn_of;       /* tensor -> BatchNorm, or -1 */
+    const char **sorted;  /* tensor names in strcmp order, for prefix searches */
+    npuc__kbn_edge *kbn;  /* model_config BatchNorm layers and their inputs */
+    size_t nkbn;
+    int kbn_understood;   /* model_config parsed and had a layer list */
+} npuc__graph;
+
+/* Opens the graph of m: names and storage order only.  The views are read
+ * on demand by the functions below.  NPUC_ERR_NOMEM only. */
+npuc_status npuc__graph_open(npuc_ctx *ctx, npuc_model *m, npuc__graph **out);
+/* Frees g and everything it read; NULL is a no-op. */
+void npuc__graph_free(npuc__graph *g);
+
+static inline const npuc_tensor_info *npuc__gt(const npuc__graph *g, int64_t i) {
+    return npuc_model_tensor(g->m, (size_t)i);
+}
+
+/* ------------------------------------------------------------ tensors */
+
+/* Output / input channel axis of a weight tensor, -1 when it has none. */
+int npuc__out_axis(const npuc_tensor_info *t);
+int npuc__in_axis(const npuc_tensor_info *t);
+/* Output channels of a weight (its layout view's C), input channels (the
+ * layout's input axis); 0 when undefined. */
+uint64_t npuc__out_channels(const npuc_tensor_info *t);
+uint64_t npuc__in_channels(const npuc_tensor_info *t);
+/* A depthwise conv passing `channels` channels through one to one
+ * (channels 0: any depthwise convolution). */
+int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels);
+
+/* ------------------------------------------------------------ modules and consumers */
+
+/* Groups the tensors into modules, reads a Keras model_config into layers
+ * with their edges (a config it does not understand leaves g->topo = 0,
+ * never an error), and notes whether Keras layer order is available.
+ * NPUC_ERR_NOMEM only. */
+npuc_status npuc__graph_read_modules(npuc_ctx *ctx, npuc__graph *g);
+/* The module with this key, or -1. */
+int64_t npuc__find_mod(const npuc__graph *g, const char *key);
+/* The module of tensor i. */
+const npuc__mod *npuc__graph_mod(const npuc__graph *g, size_t tensor);
+/* 1 when weight tensor w is a depthwise convolution passing `channels`
+ * channels through one to one (channels 0: any depthwise convolution). */
+int npuc__graph_is_dw(const npuc__graph *g, size_t w, uint64_t channels);
+/* A BatchNorm module's channel count, 0 when undefined. */
+uint64_t npuc__bn_channels(const npuc__graph *g, const npuc__bn *b);
+
+/* Reads stated consumer edges (graph_edges.c): "PRODUCER=CONSUMER[,...]"
+ * statements (--next) and a graph file (JSON {"next": {...}, "bn_pairs":
+ * [...]} or lines "A=B[,C]").  Each edge is checked as it is read: names
+ * must resolve to a tensor or module, and the consumer must read (or, a
+ * depthwise conv, pass through) as many channels as the producer makes.
+ * Failures are NPUC_ERR_ARG naming the statement; NPUC_ERR_NOT_FOUND /
+ * NPUC_ERR_IO when the file cannot be read.  Needs the modules. */
+npuc_status npuc__graph_read_next(npuc_ctx *ctx, npuc__graph *g, const char *const *next, size_t nnext,
+                                  const char *file);
+/* The stated edge out of module x, or NULL; the stated BatchNorm module
+ * after x, or -1. */
+const npuc__xedge *npuc__graph_stated_next(const npuc__graph *g, size_t x);
+int64_t npuc__graph_stated_bn(const npuc__graph *g, size_t x);
+
+/* The modules directly after a module by the automatic evidence
+ * (graph_next.c). */
+typedef struct npuc__next {
+    size_t mod[NPUC_GRAPH_MAX_NEXT]; /* weighted modules (BatchNorms included) */
+    size_t n;
+    npuc__evidence evidence;  /* config, layer-order or name */
+    int guess;                /* order only supports it (set even when the search then failed) */
+    int output;               /* the space reaches the model output */
+    char why[200];            /* when no answer: why not */
+} npuc__next;
+
+/* Fills r with the modules consuming module x's output: from model_config
+ * when understood (through channel-preserving weightless layers), else the
+ * next Keras layer (a guess), else nn.Sequential naming.  Returns 0, or 1
+ * with r->why when the consumers cannot be told; g->no_guess refuses what
+ * only order supports. */
+int npuc__graph_next(const npuc__graph *g, size_t x, npuc__next *r);
+/* The evidence npuc__graph_next uses for this file. */
+npuc__evidence npuc__graph_next_evidence(const npuc__graph *g);
+
+/* ------------------------------------------------------------ BatchNorm attachment */
+
+/* Collects the BatchNorms (tensors sharing a prefix with running mean and
+ * variance; gamma/beta alone are a LayerNorm and left out) and reads the
+ * Keras model_config's BatchNorm layers.  NPUC_ERR_FORMAT for BatchNorm
+ * tensors whose shapes disagree or two tensors of one kind,
+ * NPUC_ERR_UNSUPPORTED for a non-float one, NPUC_ERR_NOMEM. */
+npuc_status npuc__graph_read_bns(npuc_ctx *ctx, npuc__graph *g);
+/* The BatchNorm named by a module / layer name (exactly, or as the last
+ * component of a nested Keras name), or -1. */
+int64_t npuc__graph_find_bn(const npuc__graph *g, const char *layer);
+
+/* BatchNorm b follows producer weight tensor `producer`. */
+typedef struct npuc__bn_link {
+    size_t bn;            /* index into g->bns */
+    size_t producer;      /* the producer's weight tensor */
+    int groups;           /* > 1 only for grouped transposed convs (IOHW) */
+    npuc__evidence evidence;
+    int guess;            /* only order or numbering supports it */
+    int dropped;          /* a later rule gave the producer a second BatchNorm: neither holds */
+    char why[200];        /* the evidence, for a reader */
+} npuc__bn_link;
+
+/* A BatchNorm left without a producer (or a link dropped), and why. */
+typedef struct npuc__bn_refusal {
+    size_t bn;            /* index into g->bns */
+    char *producer;       /* the producer or layer considered, or NULL; owned */
+    char why[200];
+} npuc__bn_refusal;
+
+typedef struct npuc__bn_attachments {
+    npuc__bn_link *links;       /* in the order they were found */
+    size_t nlinks;
+    npuc__bn_refusal *refusals; /* in the order they were decided */
+    size_t nrefusals;
+} npuc__bn_attachments;
+
+/* Finds the producer of every BatchNorm (graph_bn.c; docs/fold-bn.md has
+ * the rules).  With stated pairs ("CONV=BN" strings and/or a pairs file),
+ * only they link and every other BatchNorm is refused; else each BatchNorm
+ * goes through model_config, names, Keras layer order and storage order, and
+ * the first rule with an answer decides.  A producer two BatchNorms reach
+ * through automatic rules links to neither (both refused, the first link
+ * marked dropped).  Errors: NPUC_ERR_ARG for a bad statement (unknown name,
+ * not a float conv/linear weight, stated twice, channels that differ),
+ * NPUC_ERR_NOT_FOUND / NPUC_ERR_IO for an unreadable pairs file,
+ * NPUC_ERR_FORMAT for model_config contradicting the file; *out is then
+ * empty.  Needs npuc__graph_read_bns. */
+npuc_status npuc__graph_attach_bns(npuc_ctx *ctx, npuc__graph *g, const char *const *pairs, size_t npairs,
+                                   const char *pairs_file, npuc__bn_attachments *out);
+void npuc__bn_attachments_free(npuc__bn_attachments *a);
+
+/* ------------------------------------------------------------ names */
+
+/* The last component of a Keras or PyTorch path ("model/bn_Conv1" ->
+ * "bn_Conv1"). */
+const char *npuc__graph_leaf(const char *s);
+/* The bias belonging to producer weight name w: "X.weight" -> "X.bias",
+ * "X.w_0" -> "X.b_0", "L/kernel:0" -> "L/bias:0", else "w.bias"; malloc'd,
+ * NULL when out of memory.  The name is returned whether or not such a
+ * tensor exists. */
+char *npuc__graph_bias_name(const char *w);
+
+/* ------------------------------------------------------------ Keras model_config */
+
+/* Rewrites a model_config after folding: the BatchNorm layers bns[k] are
+ * removed, their consumers (and the model outputs) wired to what fed them,
+ * and the producer layers convs[k] get use_bias = true.  Returns the new
+ * JSON (malloc'd) or NULL: *err = 0 when the config was not understood or
+ * nothing changed, 1 on allocation failure. */
+char *npuc__graph_keras_fold(const char *json, const char *const *bns, const char *const *convs, size_t n,
+                             int *err);
+
+#endif

@@ -1,0 +1,177 @@
+/*
+ * graph_internal.h - what the graph's own files share (graph.h is what the
+ * passes see):
+ *
+ *   graph_build.c      the object, storage order, channel facts of a tensor
+ *   graph_modules.c    the module view
+ *   graph_names.c      name rules: prefixes, leaves, PyTorch / Keras / Paddle
+ *                      naming conventions, numeric order
+ *   graph_keras.c      model_config JSON: scopes, layers, inbound references,
+ *                      class families; the consumer view of its layers
+ *   graph_keras_bn.c   model_config: what feeds each BatchNormalization layer
+ *   graph_keras_edit.c model_config rewritten after folding
+ *   graph_file.c       reading stated pairs and graph files
+ *   graph_edges.c      stated consumer edges (--next, --graph)
+ *   graph_next.c       automatic consumer edges
+ *   graph_bn.c         the BatchNorm view and the books of attachment
+ *   graph_bn_rules.c   attachment rules: stated pairs, model_config, names
+ *   graph_order.c      attachment rules: Keras layer order, storage order
+ */
+#ifndef NPUC_GRAPH_INTERNAL_H
+#define NPUC_GRAPH_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+
+/* snprintf that may cut (reasons are for reading, not parsing). */
+void npuc__graph_fmt(char *buf, size_t n, const char *fmt, ...) NPUC_PRINTF(3, 4);
+
+/* ------------------------------------------------------------ names (graph_names.c) */
+
+/* Position of the last '.' or '/' in the first n bytes of s, or -1. */
+long npuc__graph_last_sep(const char *s, size_t n);
+char *npuc__graph_strndup(const char *s, size_t n);
+char *npuc__graph_concat3(const char *a, const char *b, const char *c);
+/* The prefix naming the layer or module a tensor belongs to:
+ * "features.1.running_mean" -> "features.1", "bn_Conv1/gamma:0" -> "bn_Conv1";
+ * a name without a separator belongs to its Keras group, if any.  malloc'd. */
+char *npuc__graph_module_of(const npuc_tensor_info *t);
+/* 1 when the last component of name (without ":0") is leaf. */
+int npuc__graph_leaf_is(const char *name, const char *leaf);
+/* 1 for Keras weight leaves (kernel, gamma, moving_mean...). */
+int npuc__graph_is_keras_leaf(const char *name);
+/* strcmp, except that runs of digits compare as numbers ("conv2d_9" <
+ * "conv2d_10"); ties fall back to strcmp. */
+int npuc__graph_natcmp(const char *a, const char *b);
+int npuc__graph_all_digits(const char *s);
+/* 1 if some tensor is module.x or module/x (needs g->sorted). */
+int npuc__graph_has_prefix(const npuc__graph *g, const char *module);
+/* The weight tensor of a module or Keras layer ("features.0" ->
+ * "features.0.weight"; "Conv1" -> "Conv1/kernel"), or -1. */
+int64_t npuc__graph_module_weight(const npuc__graph *g, const char *module);
+/* BatchNorm names that name their producer: the BatchNorm word replaced by
+ * "conv" (bn1 -> conv1, _batch_norm -> _conv), Keras X_BN / bn_X -> X.
+ * malloc'd; NULL when the name has no such form. */
+char *npuc__graph_conv_for_bn_leaf(const char *leaf);
+char *npuc__graph_keras_producer_name(const char *leaf);
+/* A global Paddle/Keras counter name (batch_norm_3, batch_normalization_2). */
+int npuc__graph_counter_name(const char *leaf);
+/* Keras' automatic layer families ("conv2d", "dense"...), NULL after the last. */
+const char *npuc__graph_keras_family(size_t k);
+/* batch_normalization_7 and conv2d_7 (or dense_7...) carry the same counter. */
+int npuc__graph_same_counter(const char *bn_leaf, const char *layer_leaf);
+
+/* ------------------------------------------------------------ model_config (graph_keras.c) */
+
+/* References followed per node; a node with more (a huge Concatenate) counts
+ * the rest as consumers, which can only make an edge look unsafe. */
+#define NPUC_KJSON_MAX_REFS 4096
+
+/* The layer list of a model or nested model, or NULL; *sequential for a
+ * Sequential model (no inbound nodes: each layer consumes the one before). */
+json_t *npuc__kjson_scope_layers(json_t *model, int *sequential);
+const char *npuc__kjson_layer_name(json_t *l);
+const char *npuc__kjson_layer_class(json_t *l); /* "" when absent */
+/* The input references of one node: arrays whose element 0 is the producing
+ * layer's name (Keras 2 entries or Keras 3 keras_history).  Returns how many
+ * there are; at most max are stored. */
+size_t npuc__kjson_node_refs(json_t *node, json_t **out, size_t max);
+/* How many times the layer is called (its inbound nodes). */
+size_t npuc__kjson_node_count(json_t *l);
+/* The model outputs as references. */
+size_t npuc__kjson_output_refs(json_t *model, json_t **out, size_t max);
+/* The first layer of the list with this name, or NULL. */
+json_t *npuc__kjson_find_layer(json_t *layers, const char *name, size_t *idx);
+
+/* Class families. */
+int npuc__kclass_is_bn(const char *c);
+int npuc__kclass_is_fold_producer(const char *c); /* Conv*D, Depthwise/SeparableConv*D, Dense */
+int npuc__kclass_channel_axis(const char *c);     /* channels_last output axis, -1 unknown */
+int npuc__kclass_passthrough(const char *c);      /* weightless, channel i stays channel i */
+int npuc__kclass_weighted(const char *c);         /* a consumer with weights (BatchNorm included) */
+
+/* The consumer view of the top-level layers (g->kl, g->topo). */
+npuc_status npuc__graph_read_klayers(npuc_ctx *ctx, npuc__graph *g);
+int64_t npuc__graph_find_klayer(const npuc__graph *g, const char *name);
+
+/* The BatchNorm layers and their inputs (g->kbn; graph_keras_bn.c).
+ * NPUC_ERR_NOMEM only. */
+npuc_status npuc__graph_read_kbn(npuc__graph *g);
+void npuc__kbn_edges_free(npuc__graph *g);
+
+/* ------------------------------------------------------------ files (graph_file.c) */
+
+/* Reads a whole file of less than `limit` bytes, NUL-terminated.  Returns
+ * 0; or -1 when it cannot be opened (errno kept), -2 when it is too large,
+ * -3 out of memory.  *read_errno gets the errno of a read error (0 when
+ * none; what was read before it is returned). */
+int npuc__graph_slurp(const char *path, size_t limit, char **buf, size_t *len, int *read_errno);
+
+/* Reads the conv and BatchNorm names of a JSON pair object: "conv", and
+ * "bn" or one of the BatchNorm's tensors ("gamma", "mean", "var", "beta"). */
+void npuc__graph_json_pair(const json_t *o, const char **conv, const char **bn);
+
+/* One stated pair, from "CONV=BN" or a pairs file. */
+typedef struct npuc__pair_stmt {
+    char *conv, *bn;
+    char *origin;         /* "--pair A=B", "pairs.txt:3", "pairs.json: pair 2" */
+} npuc__pair_stmt;
+
+/* Parses the statements: "CONV=BN" strings, then the file's lines or JSON.
+ * Errors: NPUC_ERR_ARG for a malformed statement, NPUC_ERR_NOT_FOUND /
+ * NPUC_ERR_IO when the file cannot be read. */
+npuc_status npuc__graph_pair_statements(npuc_ctx *ctx, const char *const *pairs, size_t npairs, const char *file,
+                                        npuc__pair_stmt **out, size_t *n);
+void npuc__graph_pair_statements_free(npuc__pair_stmt *s, size_t n);
+
+/* ------------------------------------------------------------ attachment (graph_bn.c) */
+
+/* A float weight with an output-channel axis that can feed a BatchNorm. */
+int npuc__graph_is_producer(const npuc_tensor_info *t);
+
+#define ATTACH_UNDECIDED (-1) /* state: no rule has decided yet */
+#define ATTACH_SKIPPED (-2)   /* state: refused, reason recorded */
+#define ATTACH_CONTESTED (-2) /* claim: two BatchNorms wanted this producer */
+
+/* The books of npuc__graph_attach_bns, shared with its rules. */
+typedef struct npuc__attach {
+    npuc_ctx *ctx;
+    npuc__graph *g;
+    npuc__bn_attachments *out;
+    int64_t *state;       /* BatchNorm -> link, ATTACH_UNDECIDED or ATTACH_SKIPPED */
+    int64_t *claim;       /* tensor -> link it produces for, -1 free, ATTACH_CONTESTED */
+    size_t caplinks, caprefusals;
+} npuc__attach;
+
+npuc_status npuc__attach_nomem(npuc__attach *a);
+const char *npuc__attach_tname(const npuc__attach *a, size_t i);
+/* Whether producer t can feed a BatchNorm of `channels` channels; *groups
+ * is set for grouped transposed convs, whose view holds out/groups channels. */
+int npuc__attach_channels_match(const npuc_tensor_info *t, int64_t channels, int *groups);
+void npuc__attach_describe_channels(const npuc_tensor_info *t, char *buf, size_t n);
+/* The existing bias tensor of producer weight conv, or -1. */
+int64_t npuc__attach_existing_bias(const npuc__attach *a, size_t conv);
+
+/* A refusal of BatchNorm b (the state is the caller's); refuse also marks b
+ * decided.  link records a link; propose links unless the shapes disagree
+ * or another BatchNorm claimed conv (then neither holds). */
+npuc_status npuc__attach_refusal(npuc__attach *a, size_t b, const char *conv, const char *fmt, ...) NPUC_PRINTF(4, 5);
+npuc_status npuc__attach_refuse(npuc__attach *a, size_t b, const char *conv, const char *why);
+npuc_status npuc__attach_link(npuc__attach *a, size_t conv, size_t b, int groups, npuc__evidence ev, int guess,
+                              const char *why);
+npuc_status npuc__attach_propose(npuc__attach *a, size_t conv, size_t b, npuc__evidence ev, int guess,
+                                 const char *why);
+
+/* The rules, in the order npuc__graph_attach_bns runs them (graph_bn_rules.c,
+ * graph_order.c). */
+npuc_status npuc__attach_rule_explicit(npuc__attach *a, const char *const *pairs, size_t npairs, const char *file);
+npuc_status npuc__attach_rule_topology(npuc__attach *a);
+npuc_status npuc__attach_rule_names(npuc__attach *a, size_t b);
+npuc_status npuc__attach_rule_keras_order(npuc__attach *a);
+npuc_status npuc__attach_rule_nearest(npuc__attach *a, size_t b);
+npuc_status npuc__attach_rule_aligned(npuc__attach *a, const size_t *bns, size_t nb);
+
+#endif
