@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
 #include "passes/prune/prune_internal.h"
 
 npuc_status npuc__structured_prune(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
@@ -88,7 +89,7 @@ npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what
         json_t *v;
         json_object_foreach(json_object_get(prev, "tensors"), k, v) {
             json_t *enc = json_object_get(v, "encoding");
-            if (!json_is_string(enc) || strcmp(json_string_value(enc), "fake_quant") != 0) {
+            if (!json_is_string(enc) || strcmp(json_string_value(enc), npuc__codec_fake_quant.name) != 0) {
                 st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: already an npuc artifact (tensor '%s' is encoded); "
                                "decompress it before %s", npuc_model_path(m), k, what);
                 break;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
 #include "passes/prune/prune_internal.h"
 
 npuc_sparsify_opts npuc_sparsify_opts_defaults(void) {
@@ -56,11 +57,8 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     v.group = t->group;
     npuc_status st = npuc_writer_declare(w, &v);
     if (st != NPUC_OK) return st;
-    size_t nl = strlen(t->name);
-    p->meta_name = malloc(nl + 9);
+    p->meta_name = npuc__codec_part_dup(&npuc__codec_nm_sparse, "meta", t->name);
     if (!p->meta_name) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    memcpy(p->meta_name, t->name, nl);
-    memcpy(p->meta_name + nl, ".nm_meta", 9);
     npuc_tensor_info mt;
     memset(&mt, 0, sizeof mt);
     mt.name = p->meta_name;
@@ -69,7 +67,7 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     mt.shape[0] = (int64_t)g->meta_bytes;
     mt.group = t->group;
     if ((st = npuc_writer_declare(w, &mt)) != NPUC_OK) return st;
-    json_t *e = npuc__art_add(art, t, "nm_sparse");
+    json_t *e = npuc__art_add(art, t, npuc__codec_nm_sparse.name);
     if (!e || json_object_set_new(e, "n", json_integer(g->n)) || json_object_set_new(e, "m", json_integer(g->m)) ||
         json_object_set_new(e, "in_axis", json_integer(g->in_axis)) ||
         json_object_set_new(e, "groups", json_integer((json_int_t)g->groups)) ||
