@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "codecs/codec.h"
-#include "codecs/quant_entry.h"
+#include "codecs/entry_fields.h"
 
 static long long jint(const json_t *e, const char *key, long long dflt) {
     const json_t *v = json_object_get(e, key);

@@ -16,7 +16,7 @@
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
 #include "codecs/decoders.h"
-#include "codecs/quant_entry.h"
+#include "codecs/entry_fields.h"
 #include "passes/prune/prune_internal.h"
 
 typedef struct nmq {

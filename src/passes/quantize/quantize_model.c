@@ -31,7 +31,7 @@
 
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
-#include "codecs/quant_entry.h"
+#include "codecs/entry_fields.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"

@@ -16,6 +16,7 @@
 
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
+#include "codecs/entry_fields.h"
 #include "passes/prune/prune_internal.h"
 
 npuc_sparsify_opts npuc_sparsify_opts_defaults(void) {
@@ -68,13 +69,7 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     mt.group = t->group;
     if ((st = npuc_writer_declare(w, &mt)) != NPUC_OK) return st;
     json_t *e = npuc__art_add(art, t, npuc__codec_nm_sparse.name);
-    if (!e || json_object_set_new(e, "n", json_integer(g->n)) || json_object_set_new(e, "m", json_integer(g->m)) ||
-        json_object_set_new(e, "in_axis", json_integer(g->in_axis)) ||
-        json_object_set_new(e, "groups", json_integer((json_int_t)g->groups)) ||
-        json_object_set_new(e, "values", json_string(t->name)) ||
-        json_object_set_new(e, "meta", json_string(p->meta_name)) ||
-        json_object_set_new(e, "meta_bits", json_integer(g->meta_bits)) ||
-        json_object_set_new(e, "quant", json_null()) ||
+    if (!e || npuc__nm_entry_set(e, g, t->name, p->meta_name, NULL) ||
         json_object_set_new(e, "parts", json_pack("[ss]", t->name, p->meta_name)))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     return NPUC_OK;

@@ -15,7 +15,7 @@
 
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
-#include "codecs/quant_entry.h"
+#include "codecs/entry_fields.h"
 #include "kernels/npuc_kernels.h"
 #include "passes/prune/prune_internal.h"
 
@@ -85,14 +85,7 @@ npuc_status npuc__nmq_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     int bad = !q || !parts || !e;
     if (!bad) {
         bad |= npuc__quant_entry_set(q, p, qs, packed, NULL, c.dtype, names[0], p->symmetric ? NULL : names[1]);
-        bad |= json_object_set_new(e, "n", json_integer(g->n));
-        bad |= json_object_set_new(e, "m", json_integer(g->m));
-        bad |= json_object_set_new(e, "in_axis", json_integer(g->in_axis));
-        bad |= json_object_set_new(e, "groups", json_integer((json_int_t)g->groups));
-        bad |= json_object_set_new(e, "values", json_string(t->name));
-        bad |= json_object_set_new(e, "meta", json_string(names[2]));
-        bad |= json_object_set_new(e, "meta_bits", json_integer(g->meta_bits));
-        bad |= json_object_set_new(e, "quant", q);
+        bad |= npuc__nm_entry_set(e, g, t->name, names[2], q);
         q = NULL;
         bad |= json_object_set_new(e, "parts", parts);
         parts = NULL;

@@ -1,11 +1,11 @@
 /*
- * quant_entry.c - writing and reading the quantization fields of an artifact
- * entry (quant_entry.h).
+ * entry_fields.c - writing and reading the encoding-specific fields of
+ * artifact entries (entry_fields.h).
  */
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
-#include "codecs/quant_entry.h"
+#include "codecs/entry_fields.h"
 
 static const struct {
     const char *name;
@@ -97,4 +97,16 @@ npuc_quant_params npuc__quant_entry_params(const json_t *e) {
         p.group_size = G > 0 && G <= UINT32_MAX ? (uint32_t)G : 0;
     }
     return p;
+}
+
+int npuc__nm_entry_set(json_t *e, const npuc_nm_geom *g, const char *values, const char *meta, json_t *quant) {
+    int bad = json_object_set_new(e, "n", json_integer(g->n));
+    bad |= json_object_set_new(e, "m", json_integer(g->m));
+    bad |= json_object_set_new(e, "in_axis", json_integer(g->in_axis));
+    bad |= json_object_set_new(e, "groups", json_integer((json_int_t)g->groups));
+    bad |= json_object_set_new(e, "values", json_string(values));
+    bad |= json_object_set_new(e, "meta", json_string(meta));
+    bad |= json_object_set_new(e, "meta_bits", json_integer(g->meta_bits));
+    bad |= json_object_set_new(e, "quant", quant ? quant : json_null());
+    return bad ? -1 : 0;
 }

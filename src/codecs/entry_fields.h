@@ -1,7 +1,10 @@
 /*
- * quant_entry.h - the quantization fields of an artifact entry
- * (library-private): how a "quant" entry, and the "quant" object of an
- * "nm_sparse" entry, record the scheme (docs/artifact.md, encoding "quant"):
+ * entry_fields.h - the encoding-specific fields of artifact entries
+ * (library-private), written by the passes and read by the decoders and
+ * reports, so each is spelled once.  docs/artifact.md is the specification.
+ *
+ * Quantization: how a "quant" entry, and the "quant" object of an
+ * "nm_sparse" entry, record the scheme (encoding "quant"):
  *
  *   "bits": 8, "symmetric": true, "granularity": "channel", "axis": 0,
  *   "group_size": 0, "view": [1, 8, 27], "range": "minmax", "packed": false,
@@ -11,8 +14,8 @@
  * npuc__quant_entry_set, the decoders read them back strictly
  * (npuc__quant_entry_read), reports leniently (npuc__quant_entry_params).
  */
-#ifndef NPUC_QUANT_ENTRY_H
-#define NPUC_QUANT_ENTRY_H
+#ifndef NPUC_ENTRY_FIELDS_H
+#define NPUC_ENTRY_FIELDS_H
 
 #include <jansson.h>
 
@@ -42,5 +45,13 @@ npuc_status npuc__quant_entry_gran(npuc_ctx *ctx, const char *path, const char *
 /* The parameters an entry records, for reports: missing or malformed fields
  * keep their defaults (8 bits, symmetric, per channel, axis -1). */
 npuc_quant_params npuc__quant_entry_params(const json_t *e);
+
+/* N:M sparsity: sets the fields of an "nm_sparse" entry e after its
+ * geometry g, in the order "n", "m", "in_axis", "groups", "values",
+ * "meta", "meta_bits", "quant": values and meta are the part names, quant
+ * the codes' description (an object with the quantization fields, whose
+ * reference is taken even on failure) or NULL (JSON null: float values).
+ * Returns 0, or -1 when out of memory. */
+int npuc__nm_entry_set(json_t *e, const npuc_nm_geom *g, const char *values, const char *meta, json_t *quant);
 
 #endif
