@@ -5,8 +5,9 @@
  * tensor, an "encoding".  Everything npuc knows about an encoding sits in its
  * row here, and every reader and writer of artifacts asks the row:
  *   - the passes that write an encoding name their entries with c->name and
- *     their stored parts with npuc__codec_part_name (the ".scale", ".lr_a"...
- *     suffixes are spelled in codec_table.c only);
+ *     their stored parts with npuc__codec_part_dup / _part_name (the
+ *     ".scale", ".lr_a"... suffixes are spelled in codec_table.c only), and
+ *     set the encoding's fields with entry_fields.h;
  *   - the logical view, `npuc decompress`, `npuc validate` and
  *     npuc_artifact_check decode (or, with out == NULL, validate) through
  *     c->decode;

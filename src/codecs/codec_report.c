@@ -26,11 +26,18 @@ static void fake_scheme_name(const npuc_quant_params *p, char *buf, size_t n) {
 
 /* ------------------------------------------------------------ records */
 
-void npuc__codec_describe_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors) {
-    (void)tensors;
+/* The parameters of a quant or fake_quant entry, and the extras both show
+ * first: "bits", "symmetric". */
+static npuc_quant_params quant_extras(npuc_tensor_record *r, const json_t *e) {
     npuc_quant_params p = npuc__quant_entry_params(e);
     npuc_record_set(r, "bits", p.bits);
     npuc_record_set(r, "symmetric", p.symmetric);
+    return p;
+}
+
+void npuc__codec_describe_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors) {
+    (void)tensors;
+    npuc_quant_params p = quant_extras(r, e);
     npuc_quant_scheme_name(&p, r->scheme, sizeof r->scheme);
     npuc_record_set(r, "group_size", p.gran == NPUC_GRAN_GROUP ? p.group_size : 0);
     npuc_record_set(r, "axis", (double)jint(e, "axis", -1));
@@ -38,9 +45,7 @@ void npuc__codec_describe_quant(npuc_tensor_record *r, const json_t *e, const js
 
 void npuc__codec_describe_fake_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors) {
     (void)tensors;
-    npuc_quant_params p = npuc__quant_entry_params(e);
-    npuc_record_set(r, "bits", p.bits);
-    npuc_record_set(r, "symmetric", p.symmetric);
+    npuc_quant_params p = quant_extras(r, e);
     fake_scheme_name(&p, r->scheme, sizeof r->scheme);
 }
 
