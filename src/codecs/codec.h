@@ -27,10 +27,12 @@
  *     char *scale = npuc__codec_part_dup(&npuc__codec_quant, "scale", t->name);
  *     json_t *e = npuc__art_add(art, t, npuc__codec_quant.name);
  *
- * To add an encoding: a decoder file (decode_<name>.c, declared in
- * decoders.h), a row in codec_table.c (parts, decoder, action), its report
+ * To add an encoding: a decoder file (decode_<name>.c), a row in
+ * codec_table.c (name, parts, decoder, action) with its declarations below
+ * (the decoder, and the row itself when a pass names it), its report
  * description in codec_report.c when the encoding name alone is not enough,
- * and a section in docs/artifact.md.
+ * and a section in docs/artifact.md.  Nothing outside src/codecs changes
+ * but the pass that writes it.
  */
 #ifndef NPUC_CODEC_H
 #define NPUC_CODEC_H
@@ -119,7 +121,14 @@ void npuc__codec_describe(npuc_tensor_record *r, const char *encoding, const jso
  * (nested_scheme), else its encoding name; *bits as for npuc__codec_scheme_fn. */
 void npuc__codec_nested_scheme(const json_t *entry, char *buf, size_t n, int *bits);
 
-/* The rows' report functions (codec_report.c). */
+/* The rows' functions: the decoders, one file each (decode_<name>.c), and
+ * the report functions (codec_report.c). */
+npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                               const json_t *entry, const npuc_tensor_info *orig, float *out);
+npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                                 const json_t *entry, const npuc_tensor_info *orig, float *out);
+npuc_status npuc__decode_nm(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
+                            const json_t *entry, const npuc_tensor_info *orig, float *out);
 void npuc__codec_describe_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors);
 void npuc__codec_describe_fake_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors);
 void npuc__codec_describe_lowrank(npuc_tensor_record *r, const json_t *e, const json_t *tensors);

@@ -15,7 +15,7 @@
 
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
-#include "codecs/decoders.h"
+#include "codecs/codec.h"
 #include "codecs/entry_fields.h"
 #include "passes/prune/prune_internal.h"
 

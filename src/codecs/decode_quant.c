@@ -8,7 +8,7 @@
 
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
-#include "codecs/decoders.h"
+#include "codecs/codec.h"
 #include "codecs/entry_fields.h"
 
 npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,

@@ -71,12 +71,4 @@ npuc_status npuc__part_read_f32(npuc_ctx *ctx, npuc_model *m, const npuc__nest *
  * NPUC_ERR_FORMAT (a decodable encoding needs its parts). */
 npuc_status npuc__entry_no_parts(npuc_ctx *ctx, const char *path, const char *name, const char *encoding);
 
-/* The decoders, one file each; the codec table (codec.h) names them. */
-npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
-                               const json_t *entry, const npuc_tensor_info *orig, float *out);
-npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
-                                 const json_t *entry, const npuc_tensor_info *orig, float *out);
-npuc_status npuc__decode_nm(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
-                            const json_t *entry, const npuc_tensor_info *orig, float *out);
-
 #endif
