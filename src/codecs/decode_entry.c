@@ -6,8 +6,8 @@
  *   - an entry with "parts" owns them; a part named like another entry (not
  *     like the entry itself: "quant" codes are stored under the entry's own
  *     name) is a nested entry, owned with everything it owns;
- *   - an entry without parts ("fake_quant") describes a stored tensor of the
- *     same name that is already dense;
+ *   - an entry without parts of a dense encoding ("fake_quant", codec.h)
+ *     describes a stored tensor of the same name that is already dense;
  *   - a stored tensor, and a nested entry, belong to one entry only; nesting
  *     may neither loop nor go deeper than NPUC_NEST_MAX (decoders.h);
  *   - each outermost entry is one logical tensor, in file order at its first
@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
 #include "codecs/decode_entry.h"
 
 static int by_name_cmp(const void *a, const void *b) {
@@ -44,6 +45,7 @@ typedef struct ent {
     const char *key;
     const json_t *e;
     const char *enc;
+    const npuc__codec *codec; /* enc's row, or NULL */
     const json_t *parts; /* NULL: a dense tensor stored under key */
     long parent;         /* the entry this one is a part of, or -1 */
     long lt;             /* its logical tensor (outermost entries), else -1 */
@@ -95,9 +97,11 @@ static npuc_status parse_entries(npuc_ctx *ctx, const char *path, const json_t *
         for (size_t p = 0; x->parts && p < json_array_size(x->parts); p++)
             if (!json_is_string(json_array_get(x->parts, p)))
                 return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': a part name is not a string", path, key);
-        /* Without parts: dense when fake_quant; a known encoding without parts
-         * is malformed, which the outer entry's validation reports. */
-        x->known = npuc__decoder_find(x->enc) != NULL || (!x->parts && strcmp(x->enc, "fake_quant") == 0);
+        /* Without parts: dense when the row says so (fake_quant); a decodable
+         * encoding without parts is malformed, which the outer entry's
+         * validation reports. */
+        x->codec = npuc__codec_find(x->enc);
+        x->known = x->codec && (x->codec->decode || (!x->parts && x->codec->dense));
         x->unknown = x->known ? NULL : x->enc;
         E->by_key[E->n] = x;
         E->n++;
@@ -172,6 +176,7 @@ static npuc_status add_entries(npuc_ctx *ctx, npuc__lview *v, long *owner) {
         t->name = x->key;
         t->entry = x->e;
         t->encoding = x->enc;
+        t->codec = x->codec;
         t->stored = npuc_model_count(m);
         if (!x->parts) {
             /* A dense tensor described by the entry (fake_quant): it is stored
@@ -187,7 +192,7 @@ static npuc_status add_entries(npuc_ctx *ctx, npuc__lview *v, long *owner) {
         } else {
             if ((st = npuc__art_orig(ctx, path, x->key, x->e, &t->info)) != NPUC_OK) goto done;
             t->info.name = x->key;
-            t->fn = x->known ? npuc__decoder_find(x->enc) : NULL;
+            t->fn = x->known ? x->codec->decode : NULL;
             t->unknown = x->unknown;
         }
         x->lt = (long)v->n++;

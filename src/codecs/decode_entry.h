@@ -9,7 +9,7 @@
  * file order of their first stored tensor, with the original dtype, shape and
  * layout, and the bytes the tensor costs in the file (the sum of its parts).
  * Any logical tensor whose encoding npuc knows can be read back as float32;
- * the decoders are the ones `npuc decompress` uses (decompress.c's table).
+ * the decoders are the ones `npuc decompress` uses (the codec table, codec.h).
  *
  * Nested entries (decoders.h): an entry that is a part of another entry is
  * no logical tensor of its own; its stored tensors belong to the outermost
@@ -29,12 +29,13 @@
 #include <jansson.h>
 
 #include "npuc_internal.h"
-#include "codecs/decoders.h"
+#include "codecs/codec.h"
 
 typedef struct npuc__ltensor {
     const char *name;       /* borrowed from the model or the artifact JSON */
     npuc_tensor_info info;  /* original dtype, shape, layout (name = .name) */
     const char *encoding;   /* NULL: stored as is; else the (outer) entry's encoding ("quant", "lowrank") */
+    const npuc__codec *codec; /* the encoding's row (codec.h), or NULL when stored as is or unknown */
     const json_t *entry;    /* the artifact entry, or NULL */
     npuc_decode_fn fn;      /* the decoder; NULL for dense tensors and unknown encodings */
     const char *unknown;    /* fn == NULL for an entry: the encoding without a decoder (its own or nested) */

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
-#include "codecs/decoders.h"
+#include "codecs/codec.h"
 #include "passes/lowrank/lowrank_internal.h"
 #include "passes/pass_util.h"
 

@@ -15,7 +15,8 @@
 
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
-#include "codecs/decoders.h"
+#include "codecs/codec.h"
+#include "codecs/entry_fields.h"
 #include "passes/prune/prune_internal.h"
 
 typedef struct nmq {
@@ -29,26 +30,14 @@ static npuc_status parse_quant(npuc_ctx *ctx, npuc_model *m, const char *name, c
                                const npuc_tensor_info *orig, const npuc_nm_geom *g, size_t iv, nmq *out) {
     const char *path = npuc_model_path(m);
     npuc_status st;
-    long long bits, axis, gs;
+    npuc_quant_params p;
     const char *gran, *scale_name;
-    int sym, packed;
-    if ((st = npuc__art_int(ctx, path, name, q, "bits", 2, 8, &bits)) != NPUC_OK ||
-        (st = npuc__art_bool(ctx, path, name, q, "symmetric", &sym)) != NPUC_OK ||
-        (st = npuc__art_str(ctx, path, name, q, "granularity", &gran)) != NPUC_OK ||
-        (st = npuc__art_int(ctx, path, name, q, "axis", -1, NPUC_MAX_RANK - 1, &axis)) != NPUC_OK ||
-        (st = npuc__art_int(ctx, path, name, q, "group_size", 0, UINT32_MAX, &gs)) != NPUC_OK ||
-        (st = npuc__art_bool(ctx, path, name, q, "packed", &packed)) != NPUC_OK ||
-        (st = npuc__art_str(ctx, path, name, q, "scale", &scale_name)) != NPUC_OK)
+    int packed;
+    if ((st = npuc__quant_entry_read(ctx, path, name, q, &p, &gran, &packed)) != NPUC_OK ||
+        (st = npuc__art_str(ctx, path, name, q, "scale", &scale_name)) != NPUC_OK ||
+        (st = npuc__quant_entry_gran(ctx, path, name, gran, &p)) != NPUC_OK)
         return st;
-    npuc_quant_params p = npuc_quant_params_defaults();
-    p.bits = (int)bits;
-    p.symmetric = sym;
-    p.group_size = (uint32_t)gs;
-    p.axis = (int)axis;
-    if (strcmp(gran, "channel") == 0) p.gran = NPUC_GRAN_CHANNEL;
-    else if (strcmp(gran, "group") == 0) p.gran = NPUC_GRAN_GROUP;
-    else if (strcmp(gran, "tensor") == 0) p.gran = NPUC_GRAN_TENSOR;
-    else return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': unknown granularity '%s'", path, name, gran);
+    const int sym = p.symmetric;
     out->p = p;
     out->packed = packed;
     out->ic = iv;

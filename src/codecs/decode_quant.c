@@ -8,34 +8,23 @@
 
 #include "codecs/artifact_meta.h"
 #include "kernels/npuc_kernels.h"
-#include "codecs/decoders.h"
+#include "codecs/codec.h"
+#include "codecs/entry_fields.h"
 
 npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
                                const json_t *e, const npuc_tensor_info *orig, float *out) {
     (void)nest; /* codes, scales and zero points are raw stored tensors */
     const char *path = npuc_model_path(m);
     npuc_status st;
-    long long bits, axis, gs;
+    npuc_quant_params p;
     const char *gran, *codes_name, *scale_name;
-    int sym, packed;
-    if ((st = npuc__art_int(ctx, path, name, e, "bits", 2, 8, &bits)) != NPUC_OK ||
-        (st = npuc__art_bool(ctx, path, name, e, "symmetric", &sym)) != NPUC_OK ||
-        (st = npuc__art_str(ctx, path, name, e, "granularity", &gran)) != NPUC_OK ||
-        (st = npuc__art_int(ctx, path, name, e, "axis", -1, NPUC_MAX_RANK - 1, &axis)) != NPUC_OK ||
-        (st = npuc__art_int(ctx, path, name, e, "group_size", 0, UINT32_MAX, &gs)) != NPUC_OK ||
-        (st = npuc__art_bool(ctx, path, name, e, "packed", &packed)) != NPUC_OK ||
+    int packed;
+    if ((st = npuc__quant_entry_read(ctx, path, name, e, &p, &gran, &packed)) != NPUC_OK ||
         (st = npuc__art_str(ctx, path, name, e, "codes", &codes_name)) != NPUC_OK ||
-        (st = npuc__art_str(ctx, path, name, e, "scale", &scale_name)) != NPUC_OK)
+        (st = npuc__art_str(ctx, path, name, e, "scale", &scale_name)) != NPUC_OK ||
+        (st = npuc__quant_entry_gran(ctx, path, name, gran, &p)) != NPUC_OK)
         return st;
-    npuc_quant_params p = npuc_quant_params_defaults();
-    p.bits = (int)bits;
-    p.symmetric = sym;
-    p.group_size = (uint32_t)gs;
-    p.axis = (int)axis;
-    if (strcmp(gran, "channel") == 0) p.gran = NPUC_GRAN_CHANNEL;
-    else if (strcmp(gran, "group") == 0) p.gran = NPUC_GRAN_GROUP;
-    else if (strcmp(gran, "tensor") == 0) p.gran = NPUC_GRAN_TENSOR;
-    else return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': unknown granularity '%s'", path, name, gran);
+    const int sym = p.symmetric;
     npuc_quant_shape qs;
     if (npuc_quant_shape_of(ctx, orig, &p, &qs) != NPUC_OK)
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': inconsistent quantization entry", path, name);

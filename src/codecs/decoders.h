@@ -1,5 +1,7 @@
 /*
- * decoders.h - how `npuc decompress` rebuilds encoded tensors (library-private).
+ * decoders.h - how encoded tensors are rebuilt (library-private): the
+ * decoder signature the codec table (codec.h) holds, and the part readers
+ * every decoder uses (decode_part.c).
  *
  * An artifact's "npuc" entry (docs/artifact.md) maps each original tensor
  * name to an entry with its "encoding", original "dtype"/"shape"/"layout",
@@ -64,14 +66,9 @@ const json_t *npuc__part_entry(const npuc__nest *nest, const char *name, const c
 npuc_status npuc__part_read_f32(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
                                 const char *part, const npuc_tensor_info *want, float *out);
 
-/* The decoder registered for an encoding (decompress.c's table), or NULL. */
-npuc_decode_fn npuc__decoder_find(const char *encoding);
-
-npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
-                               const json_t *entry, const npuc_tensor_info *orig, float *out);
-npuc_status npuc__decode_lowrank(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
-                                 const json_t *entry, const npuc_tensor_info *orig, float *out);
-npuc_status npuc__decode_nm(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,
-                            const json_t *entry, const npuc_tensor_info *orig, float *out);
+/* Why an entry without "parts" that is not dense cannot be read:
+ * NPUC_ERR_UNSUPPORTED naming an encoding npuc cannot decode, else
+ * NPUC_ERR_FORMAT (a decodable encoding needs its parts). */
+npuc_status npuc__entry_no_parts(npuc_ctx *ctx, const char *path, const char *name, const char *encoding);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
 #include "passes/pass_driver.h"
 #include "passes/pass_util.h"
 #include "pipeline/readahead.h"
@@ -137,7 +138,7 @@ npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what
         json_t *v;
         json_object_foreach(json_object_get(prev, "tensors"), k, v) {
             json_t *enc = json_object_get(v, "encoding");
-            if (!json_is_string(enc) || strcmp(json_string_value(enc), "fake_quant") != 0) {
+            if (!json_is_string(enc) || strcmp(json_string_value(enc), npuc__codec_fake_quant.name) != 0) {
                 st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: already an npuc artifact (tensor '%s' is encoded); "
                                "decompress it %s%s", npuc_model_path(m), k, what ? "before " : "first",
                                what ? what : "");

@@ -7,17 +7,16 @@
  * parts (those of nested entries too: a lowrank tensor whose factors were
  * quantized is one tensor, "r=16+int8/ch").  One tensor pair is in memory
  * at a time, as float32, in scratch buffers reused between tensors.
- * Quantized entries also get the two figures only the scales can give, the
- * uniform-noise prediction and the count of clipped values, computed exactly
- * as the quantizer defines them (docs/quantization.md), so `npuc report` and
- * `npuc quantize` agree.
+ * What a record says about an encoded tensor (action, scheme, extras, and
+ * for quantized entries the noise prediction and clipped count) comes from
+ * its encoding's row of the codec table (codec.h, codec_report.c).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
 #include "codecs/decode_entry.h"
 #include "passes/pass_util.h"
 
@@ -26,188 +25,6 @@ npuc_compare_opts npuc_compare_opts_defaults(void) {
     memset(&o, 0, sizeof o);
     o.histograms = 1;
     return o;
-}
-
-/* What an encoding did, for the record's action.  Unknown encodings are
- * MODIFIED: npuc knows the values changed but not how. */
-static const struct {
-    const char *encoding;
-    npuc_action action;
-} ENCODING_ACTIONS[] = {
-    {"quant", NPUC_ACTION_QUANTIZED},   {"fake_quant", NPUC_ACTION_QUANTIZED},
-    {"lowrank", NPUC_ACTION_FACTORED},  {"nm_sparse", NPUC_ACTION_SPARSIFIED},
-    {"sparse", NPUC_ACTION_SPARSIFIED}, {"pruned", NPUC_ACTION_PRUNED},
-};
-
-static npuc_action encoding_action(const char *enc) {
-    for (size_t i = 0; i < sizeof ENCODING_ACTIONS / sizeof ENCODING_ACTIONS[0]; i++)
-        if (strcmp(enc, ENCODING_ACTIONS[i].encoding) == 0) return ENCODING_ACTIONS[i].action;
-    return NPUC_ACTION_MODIFIED;
-}
-
-static long long jint(const json_t *e, const char *key, long long dflt) {
-    const json_t *v = json_object_get(e, key);
-    return json_is_integer(v) ? json_integer_value(v) : dflt;
-}
-
-/* Quantization parameters recorded in an entry (quant or fake_quant). */
-static npuc_quant_params entry_params(const json_t *e) {
-    npuc_quant_params p = npuc_quant_params_defaults();
-    p.bits = (int)jint(e, "bits", 8);
-    p.symmetric = !json_is_false(json_object_get(e, "symmetric"));
-    p.axis = (int)jint(e, "axis", -1);
-    const json_t *g = json_object_get(e, "granularity");
-    const char *gs = json_is_string(g) ? json_string_value(g) : "channel";
-    if (strcmp(gs, "group") == 0) {
-        p.gran = NPUC_GRAN_GROUP;
-        long long G = jint(e, "group_size", 0);
-        p.group_size = G > 0 && G <= UINT32_MAX ? (uint32_t)G : 0;
-    } else if (strcmp(gs, "tensor") == 0) {
-        p.gran = NPUC_GRAN_TENSOR;
-    }
-    return p;
-}
-
-/* The entry describing part of t when it is nested, else NULL. */
-static const json_t *nested_entry(const json_t *art, const npuc__ltensor *t, const char *part) {
-    if (!part || strcmp(part, t->name) == 0) return NULL;
-    const json_t *e = json_object_get(json_object_get(art, "tensors"), part);
-    return json_is_string(json_object_get(e, "encoding")) ? e : NULL;
-}
-
-/* The scheme of a nested entry: "int8/ch" (quant), "int8/fake" (fake_quant),
- * "int8/ch+2:4" or "2:4" (nm_sparse), else its encoding; its bit width in
- * *bits (0 when not quantized). */
-static void nested_scheme(const json_t *e, char *buf, size_t n, int *bits) {
-    const char *enc = json_string_value(json_object_get(e, "encoding"));
-    const json_t *q = strcmp(enc, "nm_sparse") == 0 ? json_object_get(e, "quant") : e;
-    npuc_quant_params p = entry_params(json_is_object(q) ? q : e);
-    *bits = 0;
-    if (strcmp(enc, "quant") == 0 || (strcmp(enc, "nm_sparse") == 0 && json_is_object(q))) {
-        npuc_quant_scheme_name(&p, buf, n);
-        *bits = p.bits;
-    } else if (strcmp(enc, "fake_quant") == 0) {
-        snprintf(buf, n, "%s%d/fake", p.symmetric ? "int" : "uint", p.bits);
-        *bits = p.bits;
-    } else if (strcmp(enc, "nm_sparse") != 0) {
-        snprintf(buf, n, "%.20s", enc);
-        return;
-    }
-    if (strcmp(enc, "nm_sparse") == 0) {
-        const size_t l = *bits ? strlen(buf) : 0;
-        snprintf(buf + l, n - l, "%s%lld:%lld", *bits ? "+" : "", jint(e, "n", 0), jint(e, "m", 0));
-    }
-}
-
-/* A lowrank entry whose factors were encoded afterwards (nested entries)
- * shows both: "r=16+int8/ch", or "r=16+int8/ch,int4/g32" when the factors
- * differ, "-" for a factor stored as is; "bits" is the widest factor's. */
-static void describe_nested(npuc_tensor_record *r, const json_t *art, const npuc__ltensor *t) {
-    const json_t *parts = json_object_get(t->entry, "parts");
-    char s[2][24];
-    int bits = 0;
-    for (size_t p = 0; p < 2; p++) {
-        const json_t *e = nested_entry(art, t, json_string_value(json_array_get(parts, p)));
-        int b = 0;
-        snprintf(s[p], sizeof s[p], "-");
-        if (e) nested_scheme(e, s[p], sizeof s[p], &b);
-        if (b > bits) bits = b;
-    }
-    const size_t l = strlen(r->scheme);
-    if (strcmp(s[0], s[1]) == 0) snprintf(r->scheme + l, sizeof r->scheme - l, "+%s", s[0]);
-    else snprintf(r->scheme + l, sizeof r->scheme - l, "+%s,%s", s[0], s[1]);
-    if (bits) npuc_record_set(r, "bits", bits);
-}
-
-/* The scheme and extras a record shows for an encoded tensor. */
-static void describe_encoding(npuc_tensor_record *r, const json_t *art, const npuc__ltensor *t) {
-    const char *enc = t->encoding;
-    r->action = encoding_action(enc);
-    if (strcmp(enc, "quant") == 0 || strcmp(enc, "fake_quant") == 0) {
-        npuc_quant_params p = entry_params(t->entry);
-        npuc_record_set(r, "bits", p.bits);
-        npuc_record_set(r, "symmetric", p.symmetric);
-        if (strcmp(enc, "quant") == 0) {
-            npuc_quant_scheme_name(&p, r->scheme, sizeof r->scheme);
-            npuc_record_set(r, "group_size", p.gran == NPUC_GRAN_GROUP ? p.group_size : 0);
-            npuc_record_set(r, "axis", (double)jint(t->entry, "axis", -1));
-        } else {
-            snprintf(r->scheme, sizeof r->scheme, "%s%d/fake", p.symmetric ? "int" : "uint", p.bits);
-        }
-    } else if (strcmp(enc, "lowrank") == 0) {
-        long long rank = jint(t->entry, "rank", -1);
-        if (rank >= 0) {
-            snprintf(r->scheme, sizeof r->scheme, "r=%lld", rank);
-            npuc_record_set(r, "rank", (double)rank);
-            if (t->nested) describe_nested(r, art, t);
-        } else {
-            snprintf(r->scheme, sizeof r->scheme, "lowrank");
-        }
-    } else {
-        snprintf(r->scheme, sizeof r->scheme, "%.31s", enc);
-    }
-}
-
-/* The noise prediction sum (scale^2 / 12 per value) and the clipped count of
- * a "quant" entry, for the original values w: value w is clipped when
- * round_half_even(w * (1/scale)) + zp lies outside [qmin, qmax].  Leaves both
- * at 0 when the entry cannot be read (the decoder validated it already). */
-static void quant_noise_clipped(npuc_ctx *ctx, npuc_model *m, const npuc__ltensor *t, const float *w,
-                                double *noise, uint64_t *clipped) {
-    *noise = 0;
-    *clipped = 0;
-    npuc_quant_params p = entry_params(t->entry);
-    npuc_quant_shape qs;
-    const json_t *sn = json_object_get(t->entry, "scale"), *zn = json_object_get(t->entry, "zero_point");
-    size_t is, iz = 0;
-    if (!json_is_string(sn) || npuc_model_find(m, json_string_value(sn), &is) != 0) return;
-    if (!p.symmetric && (!json_is_string(zn) || npuc_model_find(m, json_string_value(zn), &iz) != 0)) return;
-    if (npuc_quant_shape_of(ctx, &t->info, &p, &qs) != NPUC_OK) { npuc_ctx_clear(ctx); return; }
-    const npuc_tensor_info *ts = npuc_model_tensor(m, is);
-    if (ts->dtype != NPUC_DTYPE_F32 || ts->numel != qs.nscales || qs.nscales == 0) return;
-    float *sc = malloc(sizeof(float) * (size_t)qs.nscales);
-    int32_t *zp = calloc((size_t)qs.nscales, sizeof *zp);
-    const void *d;
-    if (!sc || !zp || npuc_model_data(ctx, m, is, &d) != NPUC_OK) goto done;
-    memcpy(sc, d, sizeof(float) * (size_t)qs.nscales);
-    npuc_model_release(m, is);
-    if (!p.symmetric) {
-        const npuc_tensor_info *tz = npuc_model_tensor(m, iz);
-        if (tz->dtype != NPUC_DTYPE_U8 || tz->numel != qs.nscales || npuc_model_data(ctx, m, iz, &d) != NPUC_OK)
-            goto done;
-        for (uint64_t k = 0; k < qs.nscales; k++) zp[k] = ((const uint8_t *)d)[k];
-        npuc_model_release(m, iz);
-    }
-    const int32_t qmax = p.symmetric ? (1 << (p.bits - 1)) - 1 : (1 << p.bits) - 1;
-    const int32_t qmin = p.symmetric ? -qmax : 0;
-    const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
-    const uint64_t G = p.gran == NPUC_GRAN_GROUP ? p.group_size : (qs.per_channel ? qs.per_channel : 1);
-    /* The same sum, in the same order, as npuc_quantize_tensor. */
-    double nz = 0;
-    for (uint64_t c = 0; c < C; c++)
-        for (uint64_t g = 0; g < gpc; g++) {
-            uint64_t s = g * G, e = s + G < qs.per_channel ? s + G : qs.per_channel;
-            double s2 = sc[c * gpc + g];
-            nz += (double)(e - s) * s2 * s2 / 12.0;
-        }
-    uint64_t clip = 0;
-    for (uint64_t o = 0; o < qs.outer; o++)
-        for (uint64_t c = 0; c < C; c++)
-            for (uint64_t k = 0; k < qs.inner; k++) {
-                float x = w[(o * C + c) * qs.inner + k];
-                if (!isfinite(x)) continue;
-                uint64_t idx = c * gpc + (o * qs.inner + k) / G;
-                float v = x * (1.0f / sc[idx]);
-                if (v > 16777216.0f) v = 16777216.0f;
-                if (v < -16777216.0f) v = -16777216.0f;
-                long q = (long)nearbyintf(v) + zp[idx];
-                if (q < qmin || q > qmax) clip++;
-            }
-    *noise = nz;
-    *clipped = clip;
-done:
-    free(sc);
-    free(zp);
 }
 
 /* Whether every group of M = 4 values along the reduction axis keeps at most
@@ -267,6 +84,12 @@ typedef struct cmp_state {
     int bn_removed;           /* a BatchNorm of the original is gone from the other file */
 } cmp_state;
 
+/* The action, scheme and extras a record shows for an encoded tensor of
+ * view v: its encoding's row says (codec.h). */
+static void describe(npuc_tensor_record *r, const npuc__lview *v, const npuc__ltensor *t) {
+    npuc__codec_describe(r, t->encoding, t->entry, t->nested ? json_object_get(v->art, "tensors") : NULL);
+}
+
 static npuc_tensor_record *new_record(cmp_state *c, const npuc__ltensor *t) {
     npuc_tensor_record *r = npuc_summary_append(c->s);
     if (!r) return NULL;
@@ -283,7 +106,7 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
     r->bytes_before = ta->bytes;
     r->bytes_after = tb->bytes;
     r->params_after = tb->info.numel;
-    if (tb->encoding) describe_encoding(r, c->b.art, tb);
+    if (tb->encoding) describe(r, &c->b, tb);
     if (!same_shape(&ta->info, &tb->info)) {
         char s1[56], s2[56];
         fmt_shape(&ta->info, s1, sizeof s1);
@@ -361,10 +184,10 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
     }
     r->has_error = 1;
     npuc_error_measure(ma, mb, mn, &r->err);
-    if (tb->encoding && strcmp(tb->encoding, "quant") == 0 && tb->fn) {
+    if (tb->codec && tb->codec->noise && tb->fn) {
         double noise;
         uint64_t clipped;
-        quant_noise_clipped(ctx, c->b.m, tb, fa, &noise, &clipped);
+        tb->codec->noise(ctx, c->b.m, tb->entry, &tb->info, fa, &noise, &clipped);
         r->err.noise_pred = mn ? noise / (double)mn : 0;
         r->err.clipped = clipped;
     }
@@ -416,7 +239,7 @@ static npuc_status add_created(cmp_state *c, size_t k, const unsigned char *in_o
         r->bytes_before = r->params_before = 0;
         r->bytes_after = t->bytes;
         if (t->encoding) {
-            describe_encoding(r, c->b.art, t);
+            describe(r, &c->b, t);
             r->action = NPUC_ACTION_CREATED;
         }
         snprintf(r->note, sizeof r->note, "only in the compressed file");

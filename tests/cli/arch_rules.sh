@@ -5,6 +5,8 @@
 #   - the CLI includes only <npuc/*.h> and its own headers;
 #   - no file under src/core/ includes a formats/ header (core reaches the
 #     formats only through the registry table), nor pipeline/ or passes/.
+#   - part-name suffixes (".scale", ".lr_a"...) and encoding names of new
+#     artifact entries appear only in src/codecs (the codec table).
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 lib="$NPUC_BUILD/libnpuc.so"
@@ -67,3 +69,12 @@ while IFS= read -r line; do
     [ "$hit" = 1 ] && bad="$bad $line"
 done < <(grep -HnE '^[[:space:]]*#[[:space:]]*include' "$NPUC_SRC"/src/core/*.c "$NPUC_SRC"/src/core/*.h)
 [ -z "$bad" ] || fail "src/core includes a formats/ header (use the registry, format_row.h):$bad"
+# ---------------------------------------------------------------- codecs
+# The suffixes of an encoding's stored parts and the encoding names an entry
+# is written with are spelled in the codec table only (src/codecs/codec.h):
+# passes, decoders, validate and reports ask its rows.
+bad=$(grep -rn '"\.scale"\|"\.zero_point"\|"\.lr_a"\|"\.lr_b"\|"\.nm_meta"' \
+          "$NPUC_SRC"/src "$NPUC_SRC"/formats "$NPUC_SRC"/calib | grep -v "^$NPUC_SRC/src/codecs/" || true)
+[ -z "$bad" ] || fail "a part suffix is spelled outside src/codecs: $bad"
+bad=$(grep -rn 'npuc__art_add([^;]*"' "$NPUC_SRC"/src "$NPUC_SRC"/formats "$NPUC_SRC"/calib || true)
+[ -z "$bad" ] || fail "an artifact entry's encoding is spelled instead of taken from its codec row: $bad"

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
 #include "npuc_internal.h"
 #include "passes/lowrank/lowrank_internal.h"
 #include "passes/pass_driver.h"
@@ -174,8 +175,8 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_lowrank_op
             continue;
         }
         q->select = 1;
-        q->name_a = suffixed(t->name, ".lr_a");
-        q->name_b = suffixed(t->name, ".lr_b");
+        q->name_a = npuc__codec_part_dup(&npuc__codec_lowrank, "lr_a", t->name);
+        q->name_b = npuc__codec_part_dup(&npuc__codec_lowrank, "lr_b", t->name);
         if (!q->name_a || !q->name_b) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
         size_t dup;
         if (npuc_model_find(m, q->name_a, &dup) == 0 || npuc_model_find(m, q->name_b, &dup) == 0) {
@@ -358,7 +359,7 @@ static npuc_status factor_all(npuc__drive *d, const npuc_lowrank_opts *o, lrplan
 /* ------------------------------------------------------------- writing */
 
 static npuc_status describe(json_t *art, const npuc_tensor_info *t, const lrplan *q) {
-    json_t *e = npuc__art_add(art, t, "lowrank");
+    json_t *e = npuc__art_add(art, t, npuc__codec_lowrank.name);
     if (!e || json_object_set_new(e, "parts", json_pack("[ss]", q->name_a, q->name_b)) ||
         json_object_set_new(e, "rank", json_integer((json_int_t)q->rank)) ||
         json_object_set_new(e, "matrix", json_pack("[II]", (json_int_t)q->g.m, (json_int_t)q->g.n)) ||

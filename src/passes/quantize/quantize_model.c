@@ -30,6 +30,8 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
+#include "codecs/entry_fields.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_driver.h"
@@ -175,7 +177,7 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
     npuc_status st;
     if (!q->quantize || o->fake_quant) {
         if (q->quantize) {
-            json_t *e = npuc__art_add(art, t, "fake_quant");
+            json_t *e = npuc__art_add(art, t, npuc__codec_fake_quant.name);
             char range[48];
             npuc_range_format(&q->p.range, range, sizeof range);
             if (!e || json_object_set_new(e, "bits", json_integer(q->p.bits)) ||
@@ -193,14 +195,9 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
         c.shape[0] = (int64_t)npuc_packed_size(t->numel, q->p.bits);
     }
     if ((st = npuc_writer_declare(w, &c)) != NPUC_OK) return st;
-    size_t nl = strlen(t->name);
-    names[0] = malloc(nl + 8);
-    names[1] = malloc(nl + 13);
+    names[0] = npuc__codec_part_dup(&npuc__codec_quant, "scale", t->name);
+    names[1] = npuc__codec_part_dup(&npuc__codec_quant, "zero_point", t->name);
     if (!names[0] || !names[1]) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    memcpy(names[0], t->name, nl);
-    memcpy(names[0] + nl, ".scale", 7);
-    memcpy(names[1], t->name, nl);
-    memcpy(names[1] + nl, ".zero_point", 12);
     npuc_tensor_info s;
     memset(&s, 0, sizeof s);
     s.name = names[0];
@@ -213,26 +210,10 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
         s.dtype = NPUC_DTYPE_U8;
         if ((st = npuc_writer_declare(w, &s)) != NPUC_OK) return st;
     }
-    json_t *e = npuc__art_add(art, t, "quant");
-    char range[48];
-    npuc_range_format(&q->p.range, range, sizeof range);
-    const char *gran = q->p.gran == NPUC_GRAN_TENSOR ? "tensor" :
-                       q->p.gran == NPUC_GRAN_GROUP ? "group" : "channel";
-    json_t *view = json_pack("[III]", (json_int_t)q->qs.outer, (json_int_t)q->qs.channels,
-                             (json_int_t)q->qs.inner);
-    if (!e || !view ||
-        json_object_set_new(e, "bits", json_integer(q->p.bits)) ||
-        json_object_set_new(e, "symmetric", json_boolean(q->p.symmetric)) ||
-        json_object_set_new(e, "granularity", json_string(gran)) ||
-        json_object_set_new(e, "axis", json_integer(q->qs.axis)) ||
-        json_object_set_new(e, "group_size", json_integer(q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0)) ||
-        json_object_set_new(e, "view", view) ||
-        json_object_set_new(e, "range", json_string(range)) ||
-        json_object_set_new(e, "packed", json_boolean(q->packed)) ||
-        json_object_set_new(e, "codes", json_string(t->name)) ||
-        json_object_set_new(e, "codes_dtype", json_string(npuc_dtype_name(c.dtype))) ||
-        json_object_set_new(e, "scale", json_string(names[0])) ||
-        json_object_set_new(e, "zero_point", q->p.symmetric ? json_null() : json_string(names[1])) ||
+    json_t *e = npuc__art_add(art, t, npuc__codec_quant.name);
+    if (!e ||
+        npuc__quant_entry_set(e, &q->p, &q->qs, q->packed, t->name, c.dtype, names[0],
+                              q->p.symmetric ? NULL : names[1]) ||
         json_object_set_new(e, "parts", q->p.symmetric ? json_pack("[ss]", t->name, names[0])
                                                        : json_pack("[sss]", t->name, names[0], names[1])))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
@@ -339,14 +320,14 @@ static npuc_status input_layers(npuc_ctx *ctx, npuc_model *m, const json_t *prev
     json_object_foreach(json_object_get(prev, "tensors"), k, v) {
         json_t *enc = json_object_get(v, "encoding");
         const char *es = json_is_string(enc) ? json_string_value(enc) : "";
-        if (strcmp(es, "lowrank") == 0) {
+        if (strcmp(es, npuc__codec_lowrank.name) == 0) {
             json_t *parts = json_object_get(v, "parts");
             for (size_t p = 0; p < json_array_size(parts); p++) {
                 size_t idx;
                 const char *pn = json_string_value(json_array_get(parts, p));
                 if (pn && npuc_model_find(m, pn, &idx) == 0) layer[idx] = n + ent;
             }
-        } else if (strcmp(es, "fake_quant") != 0) {
+        } else if (strcmp(es, npuc__codec_fake_quant.name) != 0) {
             return npuc_fail(ctx, NPUC_ERR_ARG,
                              "%s: already an npuc artifact (tensor '%s' is encoded); decompress it first",
                              npuc_model_path(m), k);

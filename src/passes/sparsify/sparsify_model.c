@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
+#include "codecs/entry_fields.h"
 #include "passes/pass_driver.h"
 #include "passes/pass_util.h"
 #include "passes/sparsify/sparsify_nm.h"
@@ -58,11 +60,8 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     v.group = t->group;
     npuc_status st = npuc_writer_declare(w, &v);
     if (st != NPUC_OK) return st;
-    size_t nl = strlen(t->name);
-    p->meta_name = malloc(nl + 9);
+    p->meta_name = npuc__codec_part_dup(&npuc__codec_nm_sparse, "meta", t->name);
     if (!p->meta_name) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    memcpy(p->meta_name, t->name, nl);
-    memcpy(p->meta_name + nl, ".nm_meta", 9);
     npuc_tensor_info mt;
     memset(&mt, 0, sizeof mt);
     mt.name = p->meta_name;
@@ -71,14 +70,8 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     mt.shape[0] = (int64_t)g->meta_bytes;
     mt.group = t->group;
     if ((st = npuc_writer_declare(w, &mt)) != NPUC_OK) return st;
-    json_t *e = npuc__art_add(art, t, "nm_sparse");
-    if (!e || json_object_set_new(e, "n", json_integer(g->n)) || json_object_set_new(e, "m", json_integer(g->m)) ||
-        json_object_set_new(e, "in_axis", json_integer(g->in_axis)) ||
-        json_object_set_new(e, "groups", json_integer((json_int_t)g->groups)) ||
-        json_object_set_new(e, "values", json_string(t->name)) ||
-        json_object_set_new(e, "meta", json_string(p->meta_name)) ||
-        json_object_set_new(e, "meta_bits", json_integer(g->meta_bits)) ||
-        json_object_set_new(e, "quant", json_null()) ||
+    json_t *e = npuc__art_add(art, t, npuc__codec_nm_sparse.name);
+    if (!e || npuc__nm_entry_set(e, g, t->name, p->meta_name, NULL) ||
         json_object_set_new(e, "parts", json_pack("[ss]", t->name, p->meta_name)))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     return NPUC_OK;

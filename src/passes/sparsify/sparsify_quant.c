@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "codecs/codec.h"
+#include "codecs/entry_fields.h"
 #include "kernels/npuc_kernels.h"
 #include "passes/pass_util.h"
 #include "passes/sparsify/sparsify_nm.h"
@@ -23,15 +25,6 @@ static int packed_of(const npuc_quant_params *p) { return p->bits < 8; }
 uint64_t npuc__nmq_bytes(const npuc_quant_params *p, const npuc_quant_shape *qs, const npuc_nm_geom *g) {
     uint64_t codes = packed_of(p) ? npuc_packed_size(g->kept, p->bits) : g->kept;
     return codes + qs->nscales * 4 + (p->symmetric ? 0 : qs->nscales) + g->meta_bytes;
-}
-
-static char *suffixed(const char *name, const char *suf) {
-    size_t a = strlen(name), b = strlen(suf);
-    char *s = malloc(a + b + 1);
-    if (!s) return NULL;
-    memcpy(s, name, a);
-    memcpy(s + a, suf, b + 1);
-    return s;
 }
 
 npuc_status npuc__nmq_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npuc_tensor_info *t,
@@ -53,9 +46,9 @@ npuc_status npuc__nmq_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
         c.shape[1] = (int64_t)(g->kept / (g->channels ? g->channels : 1));
     }
     if ((st = npuc_writer_declare(w, &c)) != NPUC_OK) return st;
-    names[0] = suffixed(t->name, ".scale");
-    names[1] = suffixed(t->name, ".zero_point");
-    names[2] = suffixed(t->name, ".nm_meta");
+    names[0] = npuc__codec_part_dup(&npuc__codec_nm_sparse, "scale", t->name);
+    names[1] = npuc__codec_part_dup(&npuc__codec_nm_sparse, "zero_point", t->name);
+    names[2] = npuc__codec_part_dup(&npuc__codec_nm_sparse, "meta", t->name);
     if (!names[0] || !names[1] || !names[2]) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     npuc_tensor_info s;
     memset(&s, 0, sizeof s);
@@ -86,42 +79,19 @@ npuc_status npuc__nmq_declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     mt.group = t->group;
     if ((st = npuc_writer_declare(w, &mt)) != NPUC_OK) return st;
 
-    char range[48];
-    npuc_range_format(&p->range, range, sizeof range);
-    const char *gran = p->gran == NPUC_GRAN_TENSOR ? "tensor" : p->gran == NPUC_GRAN_GROUP ? "group" : "channel";
-    json_t *q = json_object(), *view = json_pack("[III]", (json_int_t)qs->outer, (json_int_t)qs->channels,
-                                                 (json_int_t)qs->inner);
+    json_t *q = json_object();
     json_t *parts = p->symmetric ? json_pack("[sss]", t->name, names[0], names[2])
                                  : json_pack("[ssss]", t->name, names[0], names[1], names[2]);
-    json_t *e = npuc__art_add(art, t, "nm_sparse");
-    int bad = !q || !view || !parts || !e;
+    json_t *e = npuc__art_add(art, t, npuc__codec_nm_sparse.name);
+    int bad = !q || !parts || !e;
     if (!bad) {
-        bad |= json_object_set_new(q, "bits", json_integer(p->bits));
-        bad |= json_object_set_new(q, "symmetric", json_boolean(p->symmetric));
-        bad |= json_object_set_new(q, "granularity", json_string(gran));
-        bad |= json_object_set_new(q, "axis", json_integer(qs->axis));
-        bad |= json_object_set_new(q, "group_size", json_integer(p->gran == NPUC_GRAN_GROUP ? p->group_size : 0));
-        bad |= json_object_set_new(q, "view", view);
-        view = NULL;
-        bad |= json_object_set_new(q, "range", json_string(range));
-        bad |= json_object_set_new(q, "packed", json_boolean(packed));
-        bad |= json_object_set_new(q, "codes_dtype", json_string(npuc_dtype_name(c.dtype)));
-        bad |= json_object_set_new(q, "scale", json_string(names[0]));
-        bad |= json_object_set_new(q, "zero_point", p->symmetric ? json_null() : json_string(names[1]));
-        bad |= json_object_set_new(e, "n", json_integer(g->n));
-        bad |= json_object_set_new(e, "m", json_integer(g->m));
-        bad |= json_object_set_new(e, "in_axis", json_integer(g->in_axis));
-        bad |= json_object_set_new(e, "groups", json_integer((json_int_t)g->groups));
-        bad |= json_object_set_new(e, "values", json_string(t->name));
-        bad |= json_object_set_new(e, "meta", json_string(names[2]));
-        bad |= json_object_set_new(e, "meta_bits", json_integer(g->meta_bits));
-        bad |= json_object_set_new(e, "quant", q);
+        bad |= npuc__quant_entry_set(q, p, qs, packed, NULL, c.dtype, names[0], p->symmetric ? NULL : names[1]);
+        bad |= npuc__nm_entry_set(e, g, t->name, names[2], q);
         q = NULL;
         bad |= json_object_set_new(e, "parts", parts);
         parts = NULL;
     }
     json_decref(q);
-    json_decref(view);
     json_decref(parts);
     return bad ? npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory") : NPUC_OK;
 }
