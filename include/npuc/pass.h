@@ -63,6 +63,7 @@ typedef enum npuc_opt_type {
 #define NPUC_OPT_LO_OPEN 0x4u /* lo is excluded */
 #define NPUC_OPT_HI_OPEN 0x8u /* hi is excluded */
 #define NPUC_OPT_PATH 0x10u   /* a file name; in a recipe, relative to the recipe's folder */
+#define NPUC_OPT_RULE_NUM 0x20u /* RULE: VALUE is a number (default: an integer) */
 
 /* One option of a pass. */
 typedef struct npuc_pass_option {
@@ -70,7 +71,7 @@ typedef struct npuc_pass_option {
     const char *flag;    /* the command-line long flag without "--": "group-size" */
     int short_flag;      /* 'g', or 0 */
     npuc_opt_type type;
-    double lo, hi;       /* INT, NUM: the bounds */
+    double lo, hi;       /* INT, NUM: the bounds; RULE lists: the bounds of VALUE */
     unsigned flags;      /* NPUC_OPT_* */
     const char *const *choices; /* STR: the allowed values (NULL-terminated), or NULL */
     const char *noun;    /* STR with choices: what a value is ("scope"), for messages */

@@ -71,4 +71,5 @@ const cli_command cli_cmd_decompress = {
     "  -h, --help             this help\n",
     "ART",
     run,
+    NULL,
 };

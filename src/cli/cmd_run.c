@@ -385,4 +385,5 @@ const cli_command cli_cmd_run = {
     "name the recipe's line and column; they and bad input exit 2, nothing written.\n",
     "RECIPE",
     run,
+    NULL,
 };

@@ -141,7 +141,9 @@ static json_t *option_table_json(const npuc_pass_option *o) {
         json_object_set_new(j, "short", json_string(sf));
     }
     json_object_set_new(j, "type", json_string((o->flags & NPUC_OPT_RULE) ? "rules" : TYPE_NAMES[o->type]));
-    if (o->type == NPUC_OPT_INT || o->type == NPUC_OPT_NUM) {
+    int num = o->type == NPUC_OPT_NUM || (o->flags & NPUC_OPT_RULE_NUM);
+    if (o->flags & NPUC_OPT_RULE) json_object_set_new(j, "value_type", json_string(num ? "number" : "int"));
+    if (o->type == NPUC_OPT_INT || o->type == NPUC_OPT_NUM || (o->flags & NPUC_OPT_RULE)) {
         json_object_set_new(j, "lo", bound_json(o->lo));
         json_object_set_new(j, "hi", bound_json(o->hi));
         json_object_set_new(j, "lo_open", json_boolean(o->flags & NPUC_OPT_LO_OPEN));

@@ -78,7 +78,9 @@ static npuc_status bad_value(npuc_ctx *ctx, const npuc_pass_option *o, const cha
     return npuc_fail(ctx, NPUC_ERR_ARG, "%s", why && *why ? why : "bad value");
 }
 
-static int in_bounds(const npuc_pass_option *o, double v) {
+/* long double holds every int64 exactly (x86-64's 64-bit mantissa), so an
+ * integer just above a bound of 2^53 is not rounded onto it. */
+static int in_bounds(const npuc_pass_option *o, long double v) {
     if (v < o->lo || v > o->hi) return 0;
     if ((o->flags & NPUC_OPT_LO_OPEN) && v == o->lo) return 0;
     if ((o->flags & NPUC_OPT_HI_OPEN) && v == o->hi) return 0;
@@ -94,7 +96,7 @@ static int type_text(const npuc_pass_option *o, const char *text, recipe_opt *v,
     case NPUC_OPT_INT: {
         errno = 0;
         long long x = text && *text ? strtoll(text, &end, 10) : 0;
-        if (!text || !*text || errno || *end || !in_bounds(o, (double)x)) return -1;
+        if (!text || !*text || errno || *end || !in_bounds(o, (long double)x)) return -1;
         v->i = x;
         v->d = (double)x;
         return 0;

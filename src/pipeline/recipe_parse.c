@@ -280,8 +280,10 @@ static npuc_status parse_value(pstate *ps, const char *ctxname, const recipe_key
         if (!(sc == SC_INT || (k->type == RT_NUM && sc == SC_NUM)))
             return perr(ps, m, "%s'%s' must be %s, got %s'%s'", ctxname, k->name, rng,
                         sc == SC_STR && fy_node_get_style(v) != FYNS_PLAIN ? "the string " : "", txt);
-        if (dv < k->lo || dv > k->hi || ((k->flags & RK_LO_OPEN) && dv == k->lo) ||
-            ((k->flags & RK_HI_OPEN) && dv == k->hi))
+        /* Integers compared exactly (long double holds every int64). */
+        long double lv = sc == SC_INT ? (long double)iv : (long double)dv;
+        if (lv < k->lo || lv > k->hi || ((k->flags & RK_LO_OPEN) && lv == k->lo) ||
+            ((k->flags & RK_HI_OPEN) && lv == k->hi))
             return perr(ps, m, "%s'%s' must be %s, got %s", ctxname, k->name, rng, txt);
         o->i = iv;
         o->d = dv;

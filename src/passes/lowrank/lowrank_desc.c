@@ -42,7 +42,8 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "round_to", .flag = "round-to", .type = NPUC_OPT_INT, .lo = 1, .hi = 1 << 30, .dflt = "1",
      .metavar = "M", .section = RULE, .help = "round ranks up to a multiple of M (default 1)",
      .bad = "must be a positive integer"},
-    {.name = "layer_rank", .flag = "layer-rank", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_RULE,
+    {.name = "layer_rank", .flag = "layer-rank", .type = NPUC_OPT_LIST, .lo = 1, .hi = 2147483647.0,
+     .flags = NPUC_OPT_RULE,
      .metavar = "REGEX=R", .section = RULE,
      .help = "rank R (>= 1) for selected tensors matching REGEX instead\n"
              "of the rule above, as if given --rank R (--round-to applies);\n"

@@ -43,7 +43,8 @@ static const npuc_pass_option OPTIONS[] = {
      .metavar = "layer|global",
      .help = "floor(S*n) zeros per tensor (default) or over all\nselected tensors together (unstructured only)",
      .bad = "expected layer or global"},
-    {.name = "layer_sparsity", .flag = "layer-sparsity", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_RULE,
+    {.name = "layer_sparsity", .flag = "layer-sparsity", .type = NPUC_OPT_LIST, .lo = 0, .hi = 1,
+     .flags = NPUC_OPT_RULE | NPUC_OPT_RULE_NUM | NPUC_OPT_HI_OPEN,
      .metavar = "REGEX=S",
      .help = "sparsity S in [0, 1) for selected tensors matching\n"
              "REGEX (repeatable; the first matching rule wins); with\n"

@@ -59,10 +59,11 @@ static const npuc_pass_option OPTIONS[] = {
      .section = "Selection", .help = "quantize only tensors matching REGEX (repeatable)"},
     {.name = "exclude", .flag = "exclude", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
      .section = "Selection", .help = "never quantize tensors matching REGEX (repeatable)", .override_key = "skip"},
-    {.name = "layer_bits", .flag = "layer-bits", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_RULE,
+    {.name = "layer_bits", .flag = "layer-bits", .type = NPUC_OPT_LIST, .lo = 2, .hi = 8, .flags = NPUC_OPT_RULE,
      .metavar = "REGEX=N", .section = "Selection", .help = "bit width for matching tensors; the first match wins",
      .check = check_rule_bits, .override_key = "bits"},
-    {.name = "layer_group_size", .flag = "layer-group-size", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_RULE,
+    {.name = "layer_group_size", .flag = "layer-group-size", .type = NPUC_OPT_LIST, .lo = 2, .hi = 1 << 30,
+     .flags = NPUC_OPT_RULE,
      .metavar = "REGEX=G", .section = "Selection", .help = "groups of G for matching tensors; the first match wins",
      .check = check_rule_group, .override_key = "group_size"},
     {.name = "quantize_all", .flag = "quantize-all", .type = NPUC_OPT_BOOL, .section = "Selection",
@@ -147,8 +148,9 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
     if (strcmp(name, "pattern") == 0) {
         const recipe_opt *o = npuc__pass_get(s, "pattern");
         int n, m;
-        if (!o || npuc_nm_parse(o->s, &n, &m) != 0) return 1;
         v->type = NPUC_OPT_STR;
+        v->null = !o || npuc_nm_parse(o->s, &n, &m) != 0;
+        if (v->null) return 0;
         snprintf(v->s, sizeof v->s, "%d:%d", n, m);
         return 0;
     }
