@@ -165,7 +165,7 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     npuc_ctx_set_threads(r->ctx, r->a.jobs);
     if ((rc = cli_open_model(r->ctx, &r->a, r->in, &r->m)) != CLI_EXIT_OK) return rc;
 
-    char tag[64];
+    char tag[64] = "";
     char *out_alloc = NULL;
     if (npuc_pass_output_tag(r->opts, tag, sizeof tag) == 0 || r->a.output) {
         rc = cli_output_path(&r->a, r->m, tag, &r->io.write, &r->out, &out_alloc);

@@ -99,6 +99,23 @@ void npuc__strv_free(npuc__strv *v);
 /* *out := the rules the overrides make for list option `name` (its
  * override_key), then its own values.  -1 out of memory. */
 int npuc__pass_list(const npuc_pass_optset *s, const char *name, npuc__strv *out);
+/* The lists of options names[0..n) into out[0..n) (zeroed by the caller),
+ * as npuc__pass_list.  -1 out of memory (out may hold some: free them). */
+int npuc__pass_lists(const npuc_pass_optset *s, const char *const *names, size_t n, npuc__strv *out);
+void npuc__strv_free_n(npuc__strv *v, size_t n);
+
+/* What every pass's options struct has under the same names: the
+ * include / exclude lists and the output options and callback. */
+#define NPUC__PASS_SELECT(o, inc, exc) \
+    ((o).include = (inc).v, (o).ninclude = (inc).n, (o).exclude = (exc).v, (o).nexclude = (exc).n)
+#define NPUC__PASS_IO(o, io) ((o).write = (io)->write, (o).on_tensor = (io)->on_tensor, (o).user = (io)->user)
+
+/* A descriptor's tables, when its file names them SECTIONS, OPTIONS,
+ * OVERRIDES, ECHO and BASE (every <pass>_desc.c does). */
+#define NPUC__PASS_TABLES                                                                                   \
+    .sections = SECTIONS, .options = OPTIONS, .noptions = sizeof OPTIONS / sizeof OPTIONS[0],                \
+    .override_keys = OVERRIDES, .echo = ECHO, .base = BASE
+
 /* A PATH option's value, relative to the recipe's folder in a recipe;
  * malloc'd into *out (NULL when absent).  -1 out of memory. */
 int npuc__pass_path(const npuc_pass_optset *s, const char *name, char **out);
@@ -121,9 +138,5 @@ int npuc__check_nm(const char *s, char *why, size_t n);
 int npuc__check_range(const char *s, char *why, size_t n);
 /* A STR option's choices: 0 when s is one, else -1 and "'s' is not a <noun> (a, b)". */
 int npuc__check_choice(const npuc_pass_option *o, const char *s, char *why, size_t n);
-
-/* The descriptors (pass_table.c). */
-extern const npuc_pass npuc__pass_fold_bn, npuc__pass_prune, npuc__pass_sparsify, npuc__pass_lowrank,
-    npuc__pass_quantize;
 
 #endif

@@ -264,6 +264,16 @@ int npuc__pass_list(const npuc_pass_optset *s, const char *name, npuc__strv *out
     return 0;
 }
 
+int npuc__pass_lists(const npuc_pass_optset *s, const char *const *names, size_t n, npuc__strv *out) {
+    for (size_t i = 0; i < n; i++)
+        if (npuc__pass_list(s, names[i], &out[i]) != 0) return -1;
+    return 0;
+}
+
+void npuc__strv_free_n(npuc__strv *v, size_t n) {
+    for (size_t i = 0; i < n; i++) npuc__strv_free(&v[i]);
+}
+
 int npuc__pass_path(const npuc_pass_optset *s, const char *name, char **out) {
     const recipe_opt *v = npuc__pass_get(s, name);
     *out = NULL;

@@ -9,6 +9,10 @@
 
 #include "passes/pass_desc.h"
 
+/* Each defined in src/passes/<pass>/<pass>_desc.c. */
+extern const npuc_pass npuc__pass_fold_bn, npuc__pass_prune, npuc__pass_sparsify, npuc__pass_lowrank,
+    npuc__pass_quantize;
+
 static const npuc_pass *const PASSES[] = {
     &npuc__pass_fold_bn, &npuc__pass_prune, &npuc__pass_sparsify, &npuc__pass_lowrank, &npuc__pass_quantize,
 };

@@ -428,11 +428,21 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
     return NPUC_OK;
 }
 
+/* "fold-bn, prune, sparsify, lowrank, quantize": the step names, in kind order. */
+static const char *step_names(char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < NPUC_STEP_COUNT && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", npuc_step_kind_name((npuc_step_kind)i));
+    return buf;
+}
+
 static npuc_status parse_step(pstate *ps, struct fy_node *item, recipe_mark fallback, recipe_step *st) {
     recipe_mark m = node_mark(item, fallback);
+    char names[160];
     if (!item || !fy_node_is_mapping(item) || fy_node_mapping_item_count(item) != 1)
-        return perr(ps, m, "each step must be a mapping with one key, the step's name (fold-bn, prune, "
-                           "sparsify, lowrank, quantize), got %s",
+        return perr(ps, m, "each step must be a mapping with one key, the step's name (%s), got %s",
+                    step_names(names, sizeof names),
                     item && fy_node_is_mapping(item) ? "several keys" : node_kind(item));
     void *it = NULL;
     struct fy_node_pair *p = fy_node_mapping_iterate(item, &it);
@@ -445,7 +455,7 @@ static npuc_status parse_step(pstate *ps, struct fy_node *item, recipe_mark fall
             (k == NPUC_STEP_FOLD_BN && strcmp(name, "fold_bn") == 0))
             kind = k;
     if (kind < 0)
-        return perr(ps, m, "unknown step '%s' (steps: fold-bn, prune, sparsify, lowrank, quantize)", name);
+        return perr(ps, m, "unknown step '%s' (steps: %s)", name, step_names(names, sizeof names));
     st->kind = (npuc_step_kind)kind;
     st->mark = m;
     const recipe_step_def *d = npuc__recipe_step_def(st->kind);

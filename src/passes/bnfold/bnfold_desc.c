@@ -64,9 +64,7 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     p.npairs = pairs.n;
     p.pairs_file = pf;
     p.no_guess = npuc__pass_bool(s, "no_guess");
-    p.write = io->write;
-    p.on_tensor = io->on_tensor;
-    p.user = io->user;
+    NPUC__PASS_IO(p, io);
     npuc_bnfold_plan *plan = calloc(1, sizeof *plan);
     npuc_status st = plan ? npuc_bnfold_find(ctx, m, &p, plan) : npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     if (st == NPUC_OK) st = npuc_bnfold_model(ctx, m, plan, &p, io->dry_run ? NULL : out, sum);
@@ -108,12 +106,7 @@ const npuc_pass npuc__pass_fold_bn = {
     .output_help = "the folded model; the format follows OUT's extension, else\nIN's format",
     .json_help = "print an npuc.report/1 document (with --dry-run: the plan,\n"
                  "npuc.bnfold.plan/1) instead of the tables",
-    .sections = SECTIONS,
-    .options = OPTIONS,
-    .noptions = sizeof OPTIONS / sizeof OPTIONS[0],
-    .override_keys = OVERRIDES,
-    .echo = ECHO,
-    .base = BASE,
+    NPUC__PASS_TABLES,
     .flags = NPUC_PASS_NO_SQNR_WARN,
     .tag = NULL,
     .validate = NULL,

@@ -164,25 +164,18 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.params = params_of(s);
     npuc_status st = npuc_lowrank_params_check(ctx, &o.params);
     if (st != NPUC_OK) return st;
-    npuc__strv inc = {0}, exc = {0}, lr = {0};
-    if (npuc__pass_list(s, "include", &inc) || npuc__pass_list(s, "exclude", &exc) ||
-        npuc__pass_list(s, "layer_rank", &lr)) {
+    static const char *const LISTS[] = {"include", "exclude", "layer_rank"};
+    npuc__strv l[3] = {{0}};
+    if (npuc__pass_lists(s, LISTS, 3, l) != 0) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
-        o.include = inc.v;
-        o.ninclude = inc.n;
-        o.exclude = exc.v;
-        o.nexclude = exc.n;
-        o.layer_rank = lr.v;
-        o.nlayer_rank = lr.n;
-        o.write = io->write;
-        o.on_tensor = io->on_tensor;
-        o.user = io->user;
+        NPUC__PASS_SELECT(o, l[0], l[1]);
+        o.layer_rank = l[2].v;
+        o.nlayer_rank = l[2].n;
+        NPUC__PASS_IO(o, io);
         st = npuc_lowrank_model(ctx, m, out, &o, sum);
     }
-    npuc__strv_free(&inc);
-    npuc__strv_free(&exc);
-    npuc__strv_free(&lr);
+    npuc__strv_free_n(l, 3);
     return st;
 }
 
@@ -207,12 +200,7 @@ const npuc_pass npuc__pass_lowrank = {
     .output_help = "the artifact (default: IN's name with .lr); the format follows\n"
                    "OUT's extension, else IN's format",
     .json_help = "print an npuc.report/1 JSON document instead of the table",
-    .sections = SECTIONS,
-    .options = OPTIONS,
-    .noptions = sizeof OPTIONS / sizeof OPTIONS[0],
-    .override_keys = OVERRIDES,
-    .echo = ECHO,
-    .base = BASE,
+    NPUC__PASS_TABLES,
     .flags = NPUC_PASS_WARNINGS,
     .tag = tag,
     .validate = validate,

@@ -138,32 +138,23 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.criterion = strcmp(npuc__pass_str(s, "criterion"), "l2") == 0 ? NPUC_PRUNE_L2 : NPUC_PRUNE_L1;
     o.round_to = (uint32_t)npuc__pass_int(s, "round_to");
     o.no_guess = npuc__pass_bool(s, "no_guess");
+    static const char *const LISTS[] = {"include", "exclude", "next", "layer_sparsity"};
     char *graph = NULL;
-    npuc__strv inc = {0}, exc = {0}, nx = {0}, ls = {0};
+    npuc__strv l[4] = {{0}};
     npuc_status rc;
-    if (npuc__pass_path(s, "graph", &graph) || npuc__pass_list(s, "include", &inc) ||
-        npuc__pass_list(s, "exclude", &exc) || npuc__pass_list(s, "next", &nx) ||
-        npuc__pass_list(s, "layer_sparsity", &ls)) {
+    if (npuc__pass_path(s, "graph", &graph) || npuc__pass_lists(s, LISTS, 4, l) != 0) {
         rc = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
         o.graph_file = graph;
-        o.include = inc.v;
-        o.ninclude = inc.n;
-        o.exclude = exc.v;
-        o.nexclude = exc.n;
-        o.next = nx.v;
-        o.nnext = nx.n;
-        o.layer_sparsity = ls.v;
-        o.nlayer_sparsity = ls.n;
-        o.write = io->write;
-        o.on_tensor = io->on_tensor;
-        o.user = io->user;
+        NPUC__PASS_SELECT(o, l[0], l[1]);
+        o.next = l[2].v;
+        o.nnext = l[2].n;
+        o.layer_sparsity = l[3].v;
+        o.nlayer_sparsity = l[3].n;
+        NPUC__PASS_IO(o, io);
         rc = npuc_prune_model(ctx, m, out, &o, sum);
     }
-    npuc__strv_free(&inc);
-    npuc__strv_free(&exc);
-    npuc__strv_free(&nx);
-    npuc__strv_free(&ls);
+    npuc__strv_free_n(l, 4);
     free(graph);
     return rc;
 }
@@ -189,12 +180,7 @@ const npuc_pass npuc__pass_prune = {
     .output_help = "the pruned model (default: IN's name with .pruned); the format\n"
                    "follows OUT's extension, else IN's format",
     .json_help = "print the npuc.report/1 JSON document instead of the table",
-    .sections = SECTIONS,
-    .options = OPTIONS,
-    .noptions = sizeof OPTIONS / sizeof OPTIONS[0],
-    .override_keys = OVERRIDES,
-    .echo = ECHO,
-    .base = BASE,
+    NPUC__PASS_TABLES,
     .flags = NPUC_PASS_WARNINGS | NPUC_PASS_NO_SQNR_WARN,
     .tag = tag,
     .validate = validate,

@@ -184,8 +184,9 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
 
 static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
                        const npuc_pass_io *io, npuc_summary *sum) {
+    static const char *const LISTS[] = {"include", "exclude", "layer_bits", "layer_group_size"};
     npuc_quantize_opts o = npuc_quantize_opts_defaults();
-    npuc__strv inc = {0}, exc = {0}, lb = {0}, lg = {0};
+    npuc__strv l[4] = {{0}};
     const recipe_opt *v;
     npuc_status st = quant_params(ctx, s, &o.params);
     if (st != NPUC_OK) return st;
@@ -193,27 +194,18 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.fake_quant = npuc__pass_bool(s, "fake_quant");
     if ((v = npuc__pass_get(s, "pattern")) && npuc_nm_parse(v->s, &o.pattern_n, &o.pattern_m) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "pattern '%s': not N:M", v->s);
-    if (npuc__pass_list(s, "include", &inc) || npuc__pass_list(s, "exclude", &exc) ||
-        npuc__pass_list(s, "layer_bits", &lb) || npuc__pass_list(s, "layer_group_size", &lg)) {
+    if (npuc__pass_lists(s, LISTS, 4, l) != 0) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
-        o.include = inc.v;
-        o.ninclude = inc.n;
-        o.exclude = exc.v;
-        o.nexclude = exc.n;
-        o.layer_bits = lb.v;
-        o.nlayer_bits = lb.n;
-        o.layer_group_size = lg.v;
-        o.nlayer_group_size = lg.n;
-        o.write = io->write;
-        o.on_tensor = io->on_tensor;
-        o.user = io->user;
+        NPUC__PASS_SELECT(o, l[0], l[1]);
+        o.layer_bits = l[2].v;
+        o.nlayer_bits = l[2].n;
+        o.layer_group_size = l[3].v;
+        o.nlayer_group_size = l[3].n;
+        NPUC__PASS_IO(o, io);
         st = npuc_quantize_model(ctx, m, out, &o, sum);
     }
-    npuc__strv_free(&inc);
-    npuc__strv_free(&exc);
-    npuc__strv_free(&lb);
-    npuc__strv_free(&lg);
+    npuc__strv_free_n(l, 4);
     return st;
 }
 
@@ -237,12 +229,7 @@ const npuc_pass npuc__pass_quantize = {
     .output_help = "the artifact (default: IN's name with .q<bits>); the format\n"
                    "follows OUT's extension, else IN's format",
     .json_help = "print an npuc.quantize/1 JSON document instead of the table",
-    .sections = SECTIONS,
-    .options = OPTIONS,
-    .noptions = sizeof OPTIONS / sizeof OPTIONS[0],
-    .override_keys = OVERRIDES,
-    .echo = ECHO,
-    .base = BASE,
+    NPUC__PASS_TABLES,
     .flags = 0,
     .tag = tag,
     .validate = validate,

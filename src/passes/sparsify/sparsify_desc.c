@@ -81,22 +81,17 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.cost.peak_tops = npuc__pass_num(s, "peak_tops");
     o.cost.bandwidth_gbs = npuc__pass_num(s, "bandwidth");
     o.cost.tokens = npuc__pass_num(s, "tokens");
-    npuc__strv inc = {0}, exc = {0};
+    static const char *const LISTS[] = {"include", "exclude"};
+    npuc__strv l[2] = {{0}};
     npuc_status st;
-    if (npuc__pass_list(s, "include", &inc) || npuc__pass_list(s, "exclude", &exc)) {
+    if (npuc__pass_lists(s, LISTS, 2, l) != 0) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
-        o.include = inc.v;
-        o.ninclude = inc.n;
-        o.exclude = exc.v;
-        o.nexclude = exc.n;
-        o.write = io->write;
-        o.on_tensor = io->on_tensor;
-        o.user = io->user;
+        NPUC__PASS_SELECT(o, l[0], l[1]);
+        NPUC__PASS_IO(o, io);
         st = npuc_sparsify_model(ctx, m, out, &o, sum);
     }
-    npuc__strv_free(&inc);
-    npuc__strv_free(&exc);
+    npuc__strv_free_n(l, 2);
     return st;
 }
 
@@ -116,12 +111,7 @@ const npuc_pass npuc__pass_sparsify = {
     .verb = "sparsifying",
     .output_help = "default: IN's name with .<N>of<M>",
     .json_help = "print the npuc.report/1 JSON document instead of the table",
-    .sections = SECTIONS,
-    .options = OPTIONS,
-    .noptions = sizeof OPTIONS / sizeof OPTIONS[0],
-    .override_keys = OVERRIDES,
-    .echo = ECHO,
-    .base = BASE,
+    NPUC__PASS_TABLES,
     .flags = NPUC_PASS_WARNINGS | NPUC_PASS_NO_SQNR_WARN,
     .tag = tag,
     .validate = NULL,
