@@ -67,6 +67,8 @@ struct npuc_pass_optset {
     int *log;                  /* CLI: the option index of every value given, in order */
     size_t nlog;
     int nseq;
+    const struct npuc__strv *lists; /* while a run lasts: every list option's strings
+                                       (npuc__pass_list), by option index */
 };
 
 /* A view of a recipe step's options as a pass option set (no allocation). */
@@ -99,15 +101,15 @@ void npuc__strv_free(npuc__strv *v);
 /* *out := the rules the overrides make for list option `name` (its
  * override_key), then its own values.  -1 out of memory. */
 int npuc__pass_list(const npuc_pass_optset *s, const char *name, npuc__strv *out);
-/* The lists of options names[0..n) into out[0..n) (zeroed by the caller),
- * as npuc__pass_list.  -1 out of memory (out may hold some: free them). */
-int npuc__pass_lists(const npuc_pass_optset *s, const char *const *names, size_t n, npuc__strv *out);
-void npuc__strv_free_n(npuc__strv *v, size_t n);
+/* Inside a pass's run: list option `name` as npuc__pass_list made it
+ * (npuc_pass_run gathers them all before the run and frees them after). */
+const npuc__strv *npuc__pass_strv(const npuc_pass_optset *s, const char *name);
 
-/* What every pass's options struct has under the same names: the
- * include / exclude lists and the output options and callback. */
-#define NPUC__PASS_SELECT(o, inc, exc) \
-    ((o).include = (inc).v, (o).ninclude = (inc).n, (o).exclude = (exc).v, (o).nexclude = (exc).n)
+/* What every pass's options struct has under the same names: the include /
+ * exclude lists (options "include" and "exclude") and the output options. */
+#define NPUC__PASS_SELECT(o, s)                                                                         \
+    ((o).include = npuc__pass_strv(s, "include")->v, (o).ninclude = npuc__pass_strv(s, "include")->n, \
+     (o).exclude = npuc__pass_strv(s, "exclude")->v, (o).nexclude = npuc__pass_strv(s, "exclude")->n)
 #define NPUC__PASS_IO(o, io) ((o).write = (io)->write, (o).on_tensor = (io)->on_tensor, (o).user = (io)->user)
 
 /* A descriptor's tables, when its file names them SECTIONS, OPTIONS,

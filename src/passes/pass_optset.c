@@ -264,14 +264,10 @@ int npuc__pass_list(const npuc_pass_optset *s, const char *name, npuc__strv *out
     return 0;
 }
 
-int npuc__pass_lists(const npuc_pass_optset *s, const char *const *names, size_t n, npuc__strv *out) {
-    for (size_t i = 0; i < n; i++)
-        if (npuc__pass_list(s, names[i], &out[i]) != 0) return -1;
-    return 0;
-}
-
-void npuc__strv_free_n(npuc__strv *v, size_t n) {
-    for (size_t i = 0; i < n; i++) npuc__strv_free(&v[i]);
+const npuc__strv *npuc__pass_strv(const npuc_pass_optset *s, const char *name) {
+    static const npuc__strv NONE = {0};
+    const npuc_pass_option *o = npuc_pass_option_find(s->pass, name);
+    return o && s->lists ? &s->lists[o - s->pass->options] : &NONE;
 }
 
 int npuc__pass_path(const npuc_pass_optset *s, const char *name, char **out) {

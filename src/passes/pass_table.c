@@ -5,6 +5,7 @@
  * The order is the recipe steps' (npuc_step_kind).  A new pass is one
  * src/passes/<pass>/<pass>_desc.c file and one line here.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes/pass_desc.h"
@@ -57,8 +58,25 @@ int npuc_pass_output_tag(const npuc_pass_optset *s, char *buf, size_t n) {
     return 0;
 }
 
+/* The lists (overrides' rules first) are made here once for every pass, so
+ * a pass's run only points its options struct at them. */
 npuc_status npuc_pass_run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
                           const npuc_pass_io *io, npuc_summary *sum) {
+    const npuc_pass *p = s->pass;
     npuc_pass_io dflt = npuc_pass_io_defaults();
-    return s->pass->run(ctx, s, m, out, io ? io : &dflt, sum);
+    npuc_pass_optset v = *s;
+    npuc__strv *lists = calloc(p->noptions ? p->noptions : 1, sizeof *lists);
+    npuc_status st = NPUC_OK;
+    for (size_t i = 0; lists && i < p->noptions && st == NPUC_OK; i++)
+        if (p->options[i].type == NPUC_OPT_LIST && npuc__pass_list(s, p->options[i].name, &lists[i]) != 0)
+            st = NPUC_ERR_NOMEM;
+    if (!lists || st != NPUC_OK) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    } else {
+        v.lists = lists;
+        st = p->run(ctx, &v, m, out, io ? io : &dflt, sum);
+    }
+    for (size_t i = 0; lists && i < p->noptions; i++) npuc__strv_free(&lists[i]);
+    free(lists);
+    return st;
 }

@@ -53,15 +53,12 @@ static const npuc_pass_echo ECHO[] = {
 static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
                        const npuc_pass_io *io, npuc_summary *sum) {
     npuc_bnfold_params p = npuc_bnfold_params_defaults();
-    npuc__strv pairs = {0};
+    const npuc__strv *pairs = npuc__pass_strv(s, "pair");
     char *pf = NULL;
-    if (npuc__pass_list(s, "pair", &pairs) || npuc__pass_path(s, "pairs", &pf)) {
-        npuc__strv_free(&pairs);
-        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    }
+    if (npuc__pass_path(s, "pairs", &pf) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     p.eps = npuc__pass_num(s, "eps"); /* 0 when absent: the source's own */
-    p.pairs = pairs.v;
-    p.npairs = pairs.n;
+    p.pairs = pairs->v;
+    p.npairs = pairs->n;
     p.pairs_file = pf;
     p.no_guess = npuc__pass_bool(s, "no_guess");
     NPUC__PASS_IO(p, io);
@@ -74,7 +71,6 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
         npuc_bnfold_plan_free(plan);
         free(plan);
     }
-    npuc__strv_free(&pairs);
     free(pf);
     return st;
 }

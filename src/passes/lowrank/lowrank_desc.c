@@ -164,19 +164,12 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.params = params_of(s);
     npuc_status st = npuc_lowrank_params_check(ctx, &o.params);
     if (st != NPUC_OK) return st;
-    static const char *const LISTS[] = {"include", "exclude", "layer_rank"};
-    npuc__strv l[3] = {{0}};
-    if (npuc__pass_lists(s, LISTS, 3, l) != 0) {
-        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    } else {
-        NPUC__PASS_SELECT(o, l[0], l[1]);
-        o.layer_rank = l[2].v;
-        o.nlayer_rank = l[2].n;
-        NPUC__PASS_IO(o, io);
-        st = npuc_lowrank_model(ctx, m, out, &o, sum);
-    }
-    npuc__strv_free_n(l, 3);
-    return st;
+    const npuc__strv *lr = npuc__pass_strv(s, "layer_rank");
+    NPUC__PASS_SELECT(o, s);
+    o.layer_rank = lr->v;
+    o.nlayer_rank = lr->n;
+    NPUC__PASS_IO(o, io);
+    return npuc_lowrank_model(ctx, m, out, &o, sum);
 }
 
 const npuc_pass npuc__pass_lowrank = {

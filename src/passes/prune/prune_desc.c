@@ -138,23 +138,17 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.criterion = strcmp(npuc__pass_str(s, "criterion"), "l2") == 0 ? NPUC_PRUNE_L2 : NPUC_PRUNE_L1;
     o.round_to = (uint32_t)npuc__pass_int(s, "round_to");
     o.no_guess = npuc__pass_bool(s, "no_guess");
-    static const char *const LISTS[] = {"include", "exclude", "next", "layer_sparsity"};
+    const npuc__strv *nx = npuc__pass_strv(s, "next"), *ls = npuc__pass_strv(s, "layer_sparsity");
     char *graph = NULL;
-    npuc__strv l[4] = {{0}};
-    npuc_status rc;
-    if (npuc__pass_path(s, "graph", &graph) || npuc__pass_lists(s, LISTS, 4, l) != 0) {
-        rc = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    } else {
-        o.graph_file = graph;
-        NPUC__PASS_SELECT(o, l[0], l[1]);
-        o.next = l[2].v;
-        o.nnext = l[2].n;
-        o.layer_sparsity = l[3].v;
-        o.nlayer_sparsity = l[3].n;
-        NPUC__PASS_IO(o, io);
-        rc = npuc_prune_model(ctx, m, out, &o, sum);
-    }
-    npuc__strv_free_n(l, 4);
+    if (npuc__pass_path(s, "graph", &graph) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    o.graph_file = graph;
+    NPUC__PASS_SELECT(o, s);
+    o.next = nx->v;
+    o.nnext = nx->n;
+    o.layer_sparsity = ls->v;
+    o.nlayer_sparsity = ls->n;
+    NPUC__PASS_IO(o, io);
+    npuc_status rc = npuc_prune_model(ctx, m, out, &o, sum);
     free(graph);
     return rc;
 }

@@ -184,9 +184,8 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
 
 static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
                        const npuc_pass_io *io, npuc_summary *sum) {
-    static const char *const LISTS[] = {"include", "exclude", "layer_bits", "layer_group_size"};
     npuc_quantize_opts o = npuc_quantize_opts_defaults();
-    npuc__strv l[4] = {{0}};
+    const npuc__strv *lb = npuc__pass_strv(s, "layer_bits"), *lg = npuc__pass_strv(s, "layer_group_size");
     const recipe_opt *v;
     npuc_status st = quant_params(ctx, s, &o.params);
     if (st != NPUC_OK) return st;
@@ -194,19 +193,13 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.fake_quant = npuc__pass_bool(s, "fake_quant");
     if ((v = npuc__pass_get(s, "pattern")) && npuc_nm_parse(v->s, &o.pattern_n, &o.pattern_m) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "pattern '%s': not N:M", v->s);
-    if (npuc__pass_lists(s, LISTS, 4, l) != 0) {
-        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    } else {
-        NPUC__PASS_SELECT(o, l[0], l[1]);
-        o.layer_bits = l[2].v;
-        o.nlayer_bits = l[2].n;
-        o.layer_group_size = l[3].v;
-        o.nlayer_group_size = l[3].n;
-        NPUC__PASS_IO(o, io);
-        st = npuc_quantize_model(ctx, m, out, &o, sum);
-    }
-    npuc__strv_free_n(l, 4);
-    return st;
+    NPUC__PASS_SELECT(o, s);
+    o.layer_bits = lb->v;
+    o.nlayer_bits = lb->n;
+    o.layer_group_size = lg->v;
+    o.nlayer_group_size = lg->n;
+    NPUC__PASS_IO(o, io);
+    return npuc_quantize_model(ctx, m, out, &o, sum);
 }
 
 const npuc_pass npuc__pass_quantize = {

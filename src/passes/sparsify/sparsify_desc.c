@@ -81,18 +81,9 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.cost.peak_tops = npuc__pass_num(s, "peak_tops");
     o.cost.bandwidth_gbs = npuc__pass_num(s, "bandwidth");
     o.cost.tokens = npuc__pass_num(s, "tokens");
-    static const char *const LISTS[] = {"include", "exclude"};
-    npuc__strv l[2] = {{0}};
-    npuc_status st;
-    if (npuc__pass_lists(s, LISTS, 2, l) != 0) {
-        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    } else {
-        NPUC__PASS_SELECT(o, l[0], l[1]);
-        NPUC__PASS_IO(o, io);
-        st = npuc_sparsify_model(ctx, m, out, &o, sum);
-    }
-    npuc__strv_free_n(l, 2);
-    return st;
+    NPUC__PASS_SELECT(o, s);
+    NPUC__PASS_IO(o, io);
+    return npuc_sparsify_model(ctx, m, out, &o, sum);
 }
 
 const npuc_pass npuc__pass_sparsify = {
