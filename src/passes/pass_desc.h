@@ -124,8 +124,6 @@ int npuc__pass_path(const npuc_pass_optset *s, const char *name, char **out);
 
 /* 1 when the set came from the command line (messages in flag terms). */
 int npuc__pass_is_cli(const npuc_pass_optset *s);
-/* "--flag" on the command line, "key" in a recipe, for messages. */
-const char *npuc__pass_optname(const npuc_pass_optset *s, const char *name);
 
 /* NPUC_ERR_ARG for a rule between options: on the command line `msg`; in a
  * recipe "<file>:<line>:<col>: step '<pass>': msg" at o's mark (the step's

@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,15 +283,6 @@ int npuc__pass_path(const npuc_pass_optset *s, const char *name, char **out) {
 }
 
 /* ------------------------------------------------------------ messages */
-
-const char *npuc__pass_optname(const npuc_pass_optset *s, const char *name) {
-    const npuc_pass_option *o = npuc_pass_option_find(s->pass, name);
-    static _Thread_local char buf[96];
-    if (!o) return name;
-    if (!npuc__pass_is_cli(s)) return o->name;
-    snprintf(buf, sizeof buf, "--%s", o->flag);
-    return buf;
-}
 
 npuc_status npuc__pass_fail(npuc_ctx *ctx, const npuc_pass_optset *s, const recipe_opt *o, const char *msg) {
     if (npuc__pass_is_cli(s)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s", msg);
