@@ -15,6 +15,7 @@
  *   compare.h two weight files tensor by tensor, as a summary (npuc report)
  *   metrics.h measuring tensor values (NaN/Inf/subnormal census)
  *   recipe.h  recipes (a YAML chain of passes) and batch work lists
+ *   pass.h    pass descriptors: each pass's options, shared by commands and recipes
  *   api.h     NPUC_API, the export marker (every header includes it)
  *
  * Conventions: functions return npuc_status and pass results through
@@ -44,5 +45,6 @@
 #include "bnfold.h"
 #include "prune.h"
 #include "artifact.h"
+#include "pass.h"
 
 #endif

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
-enum { ID_LAYOUT = 0x800, ID_JSON = 0x801 };
+enum { ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803 };
 
 /* ------------------------------------------------------------ messages */
 
@@ -142,8 +142,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     size_t nextra = 0;
     while (extra && extra[nextra].name) nextra++;
 
-    opt_tables t = {calloc(8 + nextra + 1, sizeof(struct option)), 0,
-                    malloc(2 * (8 + nextra) + 2), 0};
+    opt_tables t = {calloc(10 + nextra + 1, sizeof(struct option)), 0,
+                    malloc(2 * (10 + nextra) + 2), 0};
     if (!t.lo || !t.so) {
         free(t.lo);
         free(t.so);
@@ -160,6 +160,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_JOBS) add_opt(&t, "jobs", 'j', 1, 'j');
     if (common & CLI_OPT_LAYOUT) add_opt(&t, "layout", 0, 1, ID_LAYOUT);
     if (common & CLI_OPT_JSON) add_opt(&t, "json", 0, 0, ID_JSON);
+    if (common & CLI_OPT_REPORT) add_opt(&t, "report", 0, 1, ID_REPORT);
+    if (common & CLI_OPT_DEFLATE) add_opt(&t, "deflate", 0, 1, ID_DEFLATE);
     for (size_t i = 0; i < nextra; i++)
         add_opt(&t, extra[i].name, extra[i].short_name, extra[i].has_arg,
                 extra[i].short_name ? extra[i].short_name : extra[i].id);
@@ -184,7 +186,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         }
         switch (c) {
         case 'h':
-            fputs(cmd->usage, stdout);
+            cli_print_usage(cmd, stdout);
             rc = CLI_EXIT_OK;
             break;
         case 'q': a->quiet = 1; break;
@@ -200,6 +202,16 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         }
         case ID_LAYOUT: rc = add_layout(a, optarg); break;
         case ID_JSON: a->json = 1; break;
+        case ID_REPORT: a->report = optarg; break;
+        case ID_DEFLATE: {
+            /* Checked here against the option's declaration (the HDF5 row),
+             * kept as text for cli_write_opts. */
+            npuc_write_opts probe = npuc_write_opts_defaults();
+            if (npuc_write_opts_set(NULL, &probe, "deflate", optarg) != NPUC_OK)
+                rc = cli_usage_error(cmd, "--deflate '%s': level must be 0..9", optarg);
+            else a->deflate = optarg;
+            break;
+        }
         case ':':
             rc = cli_usage_error(cmd, "option '%s' needs a value",
                                  opt_text(lo, optopt, typed, tb, sizeof tb));
@@ -230,6 +242,17 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     free(t.lo);
     free(t.so);
     return rc;
+}
+
+void cli_print_usage(const cli_command *c, FILE *f) {
+    if (c->usage) fputs(c->usage, f);
+    else c->help(c, f);
+}
+
+void cli_write_opts(const cli_args *a, npuc_write_opts *w) {
+    w->overwrite = a->force;
+    /* Validated by cli_parse, so this cannot fail. */
+    if (a->deflate) (void)npuc_write_opts_set(NULL, w, "deflate", a->deflate);
 }
 
 void cli_args_free(cli_args *a) {
@@ -272,12 +295,6 @@ int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_mode
         }
     }
     return CLI_EXIT_OK;
-}
-
-int cli_set_deflate(const cli_command *cmd, npuc_write_opts *w, const char *arg) {
-    if (npuc_write_opts_set(NULL, w, "deflate", arg) != NPUC_OK)
-        return cli_usage_error(cmd, "--deflate '%s': level must be 0..9", arg);
-    return CLI_CONTINUE;
 }
 
 /* ------------------------------------------------------------ formatting */

@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 #include <npuc/npuc.h>
@@ -56,23 +57,29 @@ enum {
 typedef struct cli_command {
     const char *name;    /* "info" */
     const char *summary; /* one line for `npuc --help` */
-    const char *usage;   /* the full text of `npuc <name> --help` */
+    const char *usage;   /* the full text of `npuc <name> --help`, or NULL: help prints it */
     const char *operand; /* what a missing positional argument is called ("FILE") */
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    void (*help)(const struct cli_command *c, FILE *f); /* when usage is NULL */
 } cli_command;
 
 /* The commands, in the order `npuc --help` lists them (main.c holds the table). */
 extern const cli_command cli_cmd_info;
 extern const cli_command cli_cmd_validate;
 extern const cli_command cli_cmd_convert;
-extern const cli_command cli_cmd_quantize;
 extern const cli_command cli_cmd_decompress;
 extern const cli_command cli_cmd_run;
 extern const cli_command cli_cmd_batch;
 extern const cli_command cli_cmd_report;
-extern const cli_command cli_cmd_lowrank;
-extern const cli_command cli_cmd_fold_bn;
-extern const cli_command cli_cmd_prune, cli_cmd_sparsify;
+
+/* The pass commands, made from the pass descriptors (cmd_pass.c): the one
+ * for pass `name`, or NULL. */
+const cli_command *cli_pass_command(const char *name);
+/* `npuc help --options [--json]`: every pass's option table on stdout. */
+int cli_pass_print_options(int json);
+
+/* Prints a command's --help text to f. */
+void cli_print_usage(const cli_command *c, FILE *f);
 
 /* Common options a command may accept, as a bit set for cli_parse().
  * -h/--help, -q/--quiet and -v/--verbose are always accepted. */
@@ -81,7 +88,9 @@ enum {
     CLI_OPT_FORCE = 1u << 1,  /* -f, --force: overwrite an existing output */
     CLI_OPT_JOBS = 1u << 2,   /* -j, --jobs N: worker threads, 0 = all cores */
     CLI_OPT_LAYOUT = 1u << 3, /* --layout REGEX=NAME, repeatable */
-    CLI_OPT_JSON = 1u << 4    /* --json */
+    CLI_OPT_JSON = 1u << 4,   /* --json */
+    CLI_OPT_REPORT = 1u << 5, /* --report FILE */
+    CLI_OPT_DEFLATE = 1u << 6 /* --deflate N: HDF5 deflate level 0..9 */
 };
 
 /* A command's own option.  id is handed back to the command's callback; use
@@ -104,6 +113,8 @@ typedef struct cli_args {
     int json;     /* --json */
     int jobs;     /* -j N (0 when not given: all cores) */
     const char *output;   /* -o FILE, or NULL */
+    const char *report;   /* --report FILE, or NULL */
+    const char *deflate;  /* --deflate N (checked), or NULL */
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
     char **pos;           /* positional arguments */
@@ -150,10 +161,9 @@ int cli_ctx_new(const cli_args *a, npuc_ctx **ctx);
  * set, or prints the error and returns its exit code with *m NULL. */
 int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_model **m);
 
-/* --deflate N for the commands that write: sets the "deflate" write option
- * (HDF5 outputs read it, other formats ignore it).  Returns CLI_CONTINUE, or
- * prints "--deflate 'N': level must be 0..9" and returns CLI_EXIT_USAGE. */
-int cli_set_deflate(const cli_command *cmd, npuc_write_opts *w, const char *arg);
+/* The write options the common flags give: -f and --deflate.  The one
+ * place --deflate reaches the library. */
+void cli_write_opts(const cli_args *a, npuc_write_opts *w);
 
 /* Parses a decimal integer in [lo, hi]; returns 0, or -1 if it is not one. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);

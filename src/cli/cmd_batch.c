@@ -676,4 +676,5 @@ const cli_command cli_cmd_batch = {
     "--merge-summaries exits 1 when the merged summary has failed or missing files.\n",
     "RECIPE",
     run,
+    NULL,
 };

@@ -7,32 +7,19 @@
 
 #include "cli_common.h"
 
-enum { OPT_DEFLATE = CLI_OPT_USER };
-
-static const cli_option OPTIONS[] = {
-    {"deflate", 0, 1, OPT_DEFLATE},
-    {NULL, 0, 0, 0},
-};
-
-static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
-    (void)a;
-    if (id == OPT_DEFLATE) return cli_set_deflate(&cli_cmd_decompress, ud, arg);
-    return CLI_CONTINUE;
-}
-
 static int run(int argc, char **argv) {
     cli_args a;
     npuc_write_opts wo = npuc_write_opts_defaults();
     npuc_ctx *ctx = NULL;
     npuc_model *m = NULL;
     int rc = cli_parse(&cli_cmd_decompress, argc, argv,
-                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT, OPTIONS, on_opt,
-                       &wo, 1, 1, &a);
+                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_DEFLATE, NULL, NULL,
+                       NULL, 1, 1, &a);
     if (rc != CLI_CONTINUE) goto done;
     if (!a.output) { rc = cli_usage_error(&cli_cmd_decompress, "missing -o OUT"); goto done; }
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
-    wo.overwrite = a.force;
+    cli_write_opts(&a, &wo);
     if (npuc_format_from_path(a.output) == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
     npuc_status st = npuc_decompress_model(ctx, m, a.output, &wo);
     if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
@@ -65,4 +52,5 @@ const cli_command cli_cmd_decompress = {
     "  -h, --help             this help\n",
     "ART",
     run,
+    NULL,
 };

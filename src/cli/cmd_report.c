@@ -269,4 +269,5 @@ const cli_command cli_cmd_report = {
     "documents and the JSON schema.\n",
     "ORIGINAL COMPRESSED",
     run,
+    NULL,
 };

@@ -19,27 +19,22 @@
 
 #include "cli_common.h"
 
-enum { OPT_REPORT = CLI_OPT_USER, OPT_DEFLATE, OPT_NO_STREAM };
+enum { OPT_NO_STREAM = CLI_OPT_USER };
 
 static const cli_option OPTIONS[] = {
-    {"report", 0, 1, OPT_REPORT},
-    {"deflate", 0, 1, OPT_DEFLATE},
     {"no-stream", 0, 0, OPT_NO_STREAM},
     {NULL, 0, 0, 0},
 };
 
 typedef struct rargs {
-    const char *report;
-    npuc_write_opts write; /* --deflate */
     int no_stream;
 } rargs;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     rargs *r = ud;
     (void)a;
-    if (id == OPT_REPORT) r->report = arg;
+    (void)arg;
     if (id == OPT_NO_STREAM) r->no_stream = 1;
-    if (id == OPT_DEFLATE) return cli_set_deflate(&cli_cmd_run, &r->write, arg);
     return CLI_CONTINUE;
 }
 
@@ -235,19 +230,19 @@ static void on_tensor(void *user, size_t step, size_t i, size_t n, const npuc_te
 /* Text reports go through a temporary file and rename, like artifacts.
  * The library cannot name this failure, so the message goes to r->err. */
 static npuc_status write_text_report(runner *r, const npuc_summary *s) {
-    size_t n = strlen(r->ra->report);
+    size_t n = strlen(r->a->report);
     char *tmp = malloc(n + 5);
     if (!tmp) return NPUC_ERR_NOMEM;
-    snprintf(tmp, n + 5, "%s.tmp", r->ra->report);
+    snprintf(tmp, n + 5, "%s.tmp", r->a->report);
     FILE *f = fopen(tmp, "w");
     int bad = !f;
     if (f) {
         if (write_table(f, r->rc, s, r->cmdline) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) bad = 1;
         if (fclose(f) != 0) bad = 1;
-        if (!bad && rename(tmp, r->ra->report) != 0) bad = 1;
+        if (!bad && rename(tmp, r->a->report) != 0) bad = 1;
     }
     if (bad) {
-        snprintf(r->err, sizeof r->err, "%s: cannot write the report: %s", r->ra->report, strerror(errno));
+        snprintf(r->err, sizeof r->err, "%s: cannot write the report: %s", r->a->report, strerror(errno));
         unlink(tmp);
     }
     free(tmp);
@@ -257,8 +252,8 @@ static npuc_status write_text_report(runner *r, const npuc_summary *s) {
 static npuc_status before_commit(void *user, npuc_ctx *ctx, const npuc_summary *s) {
     runner *r = user;
     if (r->progress) fputs("\r\033[K", stderr);
-    if (!r->ra->report) return NPUC_OK;
-    npuc_report_format fmt = npuc_report_format_from_path(r->ra->report);
+    if (!r->a->report) return NPUC_OK;
+    npuc_report_format fmt = npuc_report_format_from_path(r->a->report);
     if (fmt == NPUC_REPORT_TEXT) return write_text_report(r, s);
     char *pj = npuc_recipe_params_json(r->rc, s, r->in_sha);
     npuc_report_info info = npuc_report_info_defaults();
@@ -269,20 +264,21 @@ static npuc_status before_commit(void *user, npuc_ctx *ctx, const npuc_summary *
     info.output = r->out;
     info.params_json = pj;
     info.threads = npuc_ctx_threads(ctx);
-    npuc_status st = npuc_report_write_file(ctx, r->ra->report, fmt, s, &info);
+    npuc_status st = npuc_report_write_file(ctx, r->a->report, fmt, s, &info);
     free(pj);
     return st;
 }
 
 static int run(int argc, char **argv) {
     cli_args a;
-    rargs ra = {NULL, npuc_write_opts_defaults(), 0};
+    rargs ra = {0};
     npuc_ctx *ctx = NULL;
     npuc_recipe *rc = NULL;
     npuc_summary sum;
     memset(&sum, 0, sizeof sum);
     char *cmdline = cli_join_command(argc, argv);
-    int rcode = cli_parse(&cli_cmd_run, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_JSON,
+    int rcode = cli_parse(&cli_cmd_run, argc, argv,
+                          CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_JSON | CLI_OPT_REPORT | CLI_OPT_DEFLATE,
                           OPTIONS, on_opt, &ra, 2, 2, &a);
     if (rcode != CLI_CONTINUE) goto done;
     if (!a.output) {
@@ -303,8 +299,7 @@ static int run(int argc, char **argv) {
     r.progress = cli_progress_enabled(&a);
     if ((st = npuc_sha256_file(ctx, r.in, r.in_sha)) != NPUC_OK) { rcode = cli_fail(ctx, st); goto done; }
     npuc_run_opts o = npuc_run_opts_defaults();
-    o.write = ra.write;
-    o.write.overwrite = a.force;
+    cli_write_opts(&a, &o.write);
     o.no_stream = ra.no_stream;
     o.input_sha256 = r.in_sha;
     o.on_step = on_step;
@@ -380,4 +375,5 @@ const cli_command cli_cmd_run = {
     "name the recipe's line and column; they and bad input exit 2, nothing written.\n",
     "RECIPE",
     run,
+    NULL,
 };

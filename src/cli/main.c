@@ -4,7 +4,8 @@
  * follows.
  *
  * A new command is a cmd_<name>.c defining a `const cli_command cli_cmd_<name>`
- * (declared in cli_common.h) plus one line in COMMANDS below.
+ * (declared in cli_common.h) plus one line in COMMANDS below.  A new pass
+ * needs nothing here: its command comes from its descriptor (cmd_pass.c).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -12,35 +13,54 @@
 
 #include "cli_common.h"
 
-static const cli_command *const COMMANDS[] = {
-    &cli_cmd_info,
-    &cli_cmd_validate,
-    &cli_cmd_convert,
-    &cli_cmd_quantize,
-    &cli_cmd_decompress,
-    &cli_cmd_run,
-    &cli_cmd_batch,
-    &cli_cmd_report,
-    &cli_cmd_lowrank,
-    &cli_cmd_fold_bn,
-    &cli_cmd_prune, &cli_cmd_sparsify,
+/* The commands in the order `npuc --help` lists them: a command of its own,
+ * or (name only) the command made from the pass descriptor of that name
+ * (cmd_pass.c).  Passes not named here follow at the end. */
+typedef struct command_entry {
+    const cli_command *cmd;
+    const char *pass;
+} command_entry;
+
+static const command_entry COMMANDS[] = {
+    {&cli_cmd_info, NULL},     {&cli_cmd_validate, NULL}, {&cli_cmd_convert, NULL}, {NULL, "quantize"},
+    {&cli_cmd_decompress, NULL}, {&cli_cmd_run, NULL},    {&cli_cmd_batch, NULL},   {&cli_cmd_report, NULL},
+    {NULL, "lowrank"},         {NULL, "fold-bn"},         {NULL, "prune"},          {NULL, "sparsify"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+#define MAX_COMMANDS 48
+
+/* The full list, fixed commands and pass commands resolved. */
+static size_t command_list(const cli_command *out[MAX_COMMANDS]) {
+    size_t n = 0;
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const cli_command *c = COMMANDS[i].cmd ? COMMANDS[i].cmd : cli_pass_command(COMMANDS[i].pass);
+        if (c) out[n++] = c;
+    }
+    for (size_t i = 0; i < npuc_pass_count() && n < MAX_COMMANDS; i++) {
+        const char *name = npuc_pass_at(i)->name;
+        int listed = 0;
+        for (size_t k = 0; k < NCOMMANDS; k++) listed |= COMMANDS[k].pass && strcmp(COMMANDS[k].pass, name) == 0;
+        if (!listed) out[n++] = cli_pass_command(name);
+    }
+    return n;
+}
 
 static void usage(FILE *f) {
     fputs("Usage: npuc <command> [options] <inputs>\n"
           "       npuc <command> --help\n"
+          "       npuc help --options [--json]\n"
           "       npuc --version\n"
           "\n"
           "Compresses neural-network weight files (safetensors, HDF5/Keras).\n"
           "\n"
           "Commands:\n",
           f);
+    const cli_command *cmds[MAX_COMMANDS];
+    size_t n = command_list(cmds);
     int w = 0;
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if ((int)strlen(COMMANDS[i]->name) > w) w = (int)strlen(COMMANDS[i]->name);
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %-*s  %s\n", w, COMMANDS[i]->name, COMMANDS[i]->summary);
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(cmds[i]->name) > w) w = (int)strlen(cmds[i]->name);
+    for (size_t i = 0; i < n; i++) fprintf(f, "  %-*s  %s\n", w, cmds[i]->name, cmds[i]->summary);
     fputs("\n"
           "Exit codes (every command):\n"
           "  0  success\n"
@@ -55,8 +75,10 @@ static void usage(FILE *f) {
 }
 
 static const cli_command *find_command(const char *name) {
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(COMMANDS[i]->name, name) == 0) return COMMANDS[i];
+    const cli_command *cmds[MAX_COMMANDS];
+    size_t n = command_list(cmds);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(cmds[i]->name, name) == 0) return cmds[i];
     return NULL;
 }
 
@@ -83,9 +105,14 @@ int main(int argc, char **argv) {
             usage(stdout);
             return cli_finish_stdout(CLI_EXIT_OK);
         }
+        if (strcmp(argv[2], "--options") == 0) {
+            int json = argc > 3 && strcmp(argv[3], "--json") == 0;
+            if (argc > 3 + json) return cli_usage_error(NULL, "unexpected argument '%s'", argv[3 + json]);
+            return cli_finish_stdout(cli_pass_print_options(json));
+        }
         const cli_command *c = find_command(argv[2]);
         if (!c) return cli_usage_error(NULL, "unknown command '%s'", argv[2]);
-        fputs(c->usage, stdout);
+        cli_print_usage(c, stdout);
         return cli_finish_stdout(CLI_EXIT_OK);
     }
     if (arg[0] == '-') return cli_usage_error(NULL, "unknown option '%s' (a command comes first)", arg);

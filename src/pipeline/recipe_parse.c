@@ -29,31 +29,26 @@
 
 #define RECIPE_MAX_BYTES (1u << 20)
 
+/* In canonical JSON order.  A value key has the bounds of its pass's option
+ * of the same name (test_pass_desc checks it). */
 const recipe_key npuc__recipe_override_keys[] = {
-    {"match", RT_STR, 0, 0, RK_REGEX, NULL},
-    {"bits", RT_INT, 2, 8, 0, NULL},
-    {"skip", RT_BOOL, 0, 0, 0, NULL},
-    {"group_size", RT_INT, 2, 1 << 30, 0, NULL},
-    {"rank", RT_INT, 1, 2147483647.0, 0, NULL},
-    {"sparsity", RT_NUM, 0, 1, RK_HI_OPEN, NULL},
-    {NULL, RT_BOOL, 0, 0, 0, NULL},
+    {.name = "match", .type = RT_STR, .flags = RK_REGEX},
+    {.name = "bits", .type = RT_INT, .lo = 2, .hi = 8},
+    {.name = "skip", .type = RT_BOOL},
+    {.name = "group_size", .type = RT_INT, .lo = 2, .hi = 1 << 30},
+    {.name = "rank", .type = RT_INT, .lo = 1, .hi = 2147483647.0},
+    {.name = "sparsity", .type = RT_NUM, .lo = 0, .hi = 1, .flags = RK_HI_OPEN},
+    {.name = NULL},
 };
 
-static const char *const KIND_NAMES[NPUC_STEP_COUNT] = {"fold-bn", "prune", "sparsify", "lowrank", "quantize"};
-
 const char *npuc_step_kind_name(npuc_step_kind k) {
-    return (unsigned)k < NPUC_STEP_COUNT ? KIND_NAMES[k] : "?";
+    const recipe_step_def *d = npuc__recipe_step_def(k);
+    return d ? d->name : "?";
 }
 
 int npuc_step_available(npuc_step_kind k) {
     const recipe_step_def *d = npuc__recipe_step_def(k);
     return d && d->run != NULL;
-}
-
-const char *npuc__recipe_where(const char *file, recipe_mark m, char *buf, size_t n) {
-    if (m.line > 0) snprintf(buf, n, "%s:%d:%d: ", file, m.line, m.col);
-    else snprintf(buf, n, "%s: ", file);
-    return buf;
 }
 
 int npuc__sha256_hex(const void *p, size_t n, char hex[65]) {
@@ -62,12 +57,6 @@ int npuc__sha256_hex(const void *p, size_t n, char hex[65]) {
     if (EVP_Digest(p, n, dig, &dl, EVP_sha256(), NULL) != 1 || dl != 32) return -1;
     for (unsigned i = 0; i < dl; i++) snprintf(hex + 2 * i, 3, "%02x", dig[i]);
     return 0;
-}
-
-const recipe_opt *npuc__ropt(const recipe_optset *s, const char *name) {
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->v[i].key->name, name) == 0) return &s->v[i];
-    return NULL;
 }
 
 /* ------------------------------------------------------------ parse state */
@@ -291,8 +280,10 @@ static npuc_status parse_value(pstate *ps, const char *ctxname, const recipe_key
         if (!(sc == SC_INT || (k->type == RT_NUM && sc == SC_NUM)))
             return perr(ps, m, "%s'%s' must be %s, got %s'%s'", ctxname, k->name, rng,
                         sc == SC_STR && fy_node_get_style(v) != FYNS_PLAIN ? "the string " : "", txt);
-        if (dv < k->lo || dv > k->hi || ((k->flags & RK_LO_OPEN) && dv == k->lo) ||
-            ((k->flags & RK_HI_OPEN) && dv == k->hi))
+        /* Integers compared exactly (long double holds every int64). */
+        long double lv = sc == SC_INT ? (long double)iv : (long double)dv;
+        if (lv < k->lo || lv > k->hi || ((k->flags & RK_LO_OPEN) && lv == k->lo) ||
+            ((k->flags & RK_HI_OPEN) && lv == k->hi))
             return perr(ps, m, "%s'%s' must be %s, got %s", ctxname, k->name, rng, txt);
         o->i = iv;
         o->d = dv;
@@ -304,33 +295,29 @@ static npuc_status parse_value(pstate *ps, const char *ctxname, const recipe_key
             npuc_status st = check_pattern(ps, ctxname, k, o->s, m);
             if (st != NPUC_OK) return st;
         }
-        if (k->check) {
-            char why[200];
-            if (k->check(o->s, why, sizeof why) != 0) return perr(ps, m, "%s'%s': %s", ctxname, k->name, why);
-        }
+        char why[200];
+        if (k->choices && npuc__check_choice(k, o->s, why, sizeof why) != 0)
+            return perr(ps, m, "%s'%s': %s", ctxname, k->name, why);
+        if (k->check && k->check(o->s, why, sizeof why) != 0)
+            return perr(ps, m, "%s'%s': %s", ctxname, k->name, why);
         break;
     case RT_LIST: break;
     }
     return NPUC_OK;
 }
 
-static void optset_free(recipe_optset *s) {
-    for (size_t i = 0; i < s->n; i++) {
-        recipe_opt *o = &s->v[i];
-        free(o->s);
-        for (size_t j = 0; j < o->nlist; j++) free(o->list[j]);
-        free(o->list);
-        free(o->lmark);
-    }
-    free(s->v);
-    memset(s, 0, sizeof *s);
+/* The keys of a table: nkeys rows, or up to a row without a name. */
+static size_t nkeys_of(const recipe_key *keys, size_t nkeys) {
+    size_t n = 0;
+    while (n < nkeys && keys[n].name) n++;
+    return n;
 }
 
-static const char *key_list(const recipe_key *keys, const char *extra, char *buf, size_t n) {
+static const char *key_list(const recipe_key *keys, size_t nkeys, const char *extra, char *buf, size_t n) {
     size_t k = 0;
     buf[0] = 0;
-    for (const recipe_key *p = keys; p->name && k < n; p++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", p->name);
+    for (size_t i = 0; i < nkeys_of(keys, nkeys) && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", keys[i].name);
     if (extra && k < n) snprintf(buf + k, n - k, "%s%s", k ? ", " : "", extra);
     return buf;
 }
@@ -340,7 +327,7 @@ static const char *key_list(const recipe_key *keys, const char *extra, char *buf
  * with the list of those that are.  A key "overrides" is handed to ov_fn. */
 typedef npuc_status (*ov_fn)(pstate *ps, recipe_step *st, struct fy_node *v, recipe_mark km);
 
-static npuc_status parse_optset(pstate *ps, const char *ctxname, const recipe_key *keys,
+static npuc_status parse_optset(pstate *ps, const char *ctxname, const recipe_key *keys, size_t nkeys,
                                 const char *const *allowed, struct fy_node *map,
                                 recipe_mark mark, recipe_optset *out, recipe_step *step, ov_fn ovf) {
     out->mark = mark;
@@ -364,21 +351,22 @@ static npuc_status parse_optset(pstate *ps, const char *ctxname, const recipe_ke
             continue;
         }
         const recipe_key *k = NULL;
-        for (const recipe_key *q = keys; q->name; q++)
-            if (strcmp(q->name, name) == 0) k = q;
+        nkeys = nkeys_of(keys, nkeys);
+        for (size_t q = 0; q < nkeys; q++)
+            if (strcmp(keys[q].name, name) == 0) k = &keys[q];
         if (!k) {
             char known[512];
             if (strchr(name, '-')) {
                 for (char *c = name; *c; c++)
                     if (*c == '-') *c = '_';
-                for (const recipe_key *q = keys; q->name; q++)
-                    if (strcmp(q->name, name) == 0)
+                for (size_t q = 0; q < nkeys; q++)
+                    if (strcmp(keys[q].name, name) == 0)
                         return perr(ps, km, "%sunknown key '%s' (option names use '_' for '-': '%s')", ctxname,
                                     scalar_text(kn, known, sizeof known), name);
                 scalar_text(kn, name, sizeof name);
             }
             return perr(ps, km, "%sunknown key '%s' (known: %s)", ctxname, name,
-                        key_list(keys, ovf ? "overrides" : NULL, known, sizeof known));
+                        key_list(keys, nkeys, ovf ? "overrides" : NULL, known, sizeof known));
         }
         if (allowed) {
             int ok = 0;
@@ -395,6 +383,7 @@ static npuc_status parse_optset(pstate *ps, const char *ctxname, const recipe_ke
             }
         }
         npuc_status st = parse_value(ps, ctxname, k, vn, km, &out->v[out->n]);
+        out->v[out->n].seq = (int)out->n + 1;
         out->n++;
         if (st != NPUC_OK) return st;
     }
@@ -415,7 +404,7 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
     const char *allowed[8];
     size_t na = 0;
     allowed[na++] = "match";
-    for (const char *const *a = d->override_keys; a && *a && na < 7; a++) allowed[na++] = *a;
+    for (const char *const *a = d->pass->override_keys; a && *a && na < 7; a++) allowed[na++] = *a;
     allowed[na] = NULL;
     void *it = NULL;
     struct fy_node *c;
@@ -424,8 +413,7 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
         if (!fy_node_is_mapping(c))
             return perr(ps, cm, "%seach override must be a mapping with 'match', got %s", cn, node_kind(c));
         recipe_optset *o = &st->ov[st->nov++];
-        npuc_status s = parse_optset(ps, cn, npuc__recipe_override_keys, allowed, c, cm, o,
-                                     NULL, NULL);
+        npuc_status s = parse_optset(ps, cn, npuc__recipe_override_keys, SIZE_MAX, allowed, c, cm, o, NULL, NULL);
         if (s != NPUC_OK) return s;
         const recipe_opt *match = npuc__ropt(o, "match"), *skip = npuc__ropt(o, "skip");
         if (!match) return perr(ps, cm, "%san override needs 'match: REGEX'", cn);
@@ -440,11 +428,21 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
     return NPUC_OK;
 }
 
+/* "fold-bn, prune, sparsify, lowrank, quantize": the step names, in kind order. */
+static const char *step_names(char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < NPUC_STEP_COUNT && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", npuc_step_kind_name((npuc_step_kind)i));
+    return buf;
+}
+
 static npuc_status parse_step(pstate *ps, struct fy_node *item, recipe_mark fallback, recipe_step *st) {
     recipe_mark m = node_mark(item, fallback);
+    char names[160];
     if (!item || !fy_node_is_mapping(item) || fy_node_mapping_item_count(item) != 1)
-        return perr(ps, m, "each step must be a mapping with one key, the step's name (fold-bn, prune, "
-                           "sparsify, lowrank, quantize), got %s",
+        return perr(ps, m, "each step must be a mapping with one key, the step's name (%s), got %s",
+                    step_names(names, sizeof names),
                     item && fy_node_is_mapping(item) ? "several keys" : node_kind(item));
     void *it = NULL;
     struct fy_node_pair *p = fy_node_mapping_iterate(item, &it);
@@ -453,17 +451,22 @@ static npuc_status parse_step(pstate *ps, struct fy_node *item, recipe_mark fall
     scalar_text(kn, name, sizeof name);
     int kind = -1;
     for (int k = 0; k < NPUC_STEP_COUNT; k++)
-        if (strcmp(name, KIND_NAMES[k]) == 0 || (k == NPUC_STEP_FOLD_BN && strcmp(name, "fold_bn") == 0)) kind = k;
+        if (strcmp(name, npuc_step_kind_name((npuc_step_kind)k)) == 0 ||
+            (k == NPUC_STEP_FOLD_BN && strcmp(name, "fold_bn") == 0))
+            kind = k;
     if (kind < 0)
-        return perr(ps, m, "unknown step '%s' (steps: fold-bn, prune, sparsify, lowrank, quantize)", name);
+        return perr(ps, m, "unknown step '%s' (steps: %s)", name, step_names(names, sizeof names));
     st->kind = (npuc_step_kind)kind;
     st->mark = m;
     const recipe_step_def *d = npuc__recipe_step_def(st->kind);
     char cn[64];
     snprintf(cn, sizeof cn, "step '%s': ", d->name);
-    npuc_status s = parse_optset(ps, cn, d->keys, NULL, vn, m, &st->opts, st, parse_overrides);
+    npuc_status s = parse_optset(ps, cn, d->pass->options, d->pass->noptions, NULL, vn, m, &st->opts, st,
+                                 parse_overrides);
     if (s != NPUC_OK) return s;
-    return d->validate ? d->validate(ps->ctx, ps->file, st) : NPUC_OK;
+    npuc_pass_optset view;
+    npuc__pass_optset_view(&view, d->pass, &st->opts, st->ov, st->nov, ps->file);
+    return npuc_pass_validate(ps->ctx, &view);
 }
 
 /* Order rules (docs/recipes.md#order): quantize writes codes, so it comes
@@ -476,7 +479,7 @@ static npuc_status check_order(pstate *ps) {
             return perr(ps, r->steps[i + 1].mark,
                         "step '%s' comes after 'quantize' (line %d): quantize must be the last step, "
                         "later steps would see integer codes",
-                        KIND_NAMES[r->steps[i + 1].kind], s->mark.line);
+                        npuc_step_kind_name(r->steps[i + 1].kind), s->mark.line);
         if (s->kind == NPUC_STEP_FOLD_BN)
             for (size_t j = 0; j < i; j++)
                 if (r->steps[j].kind == NPUC_STEP_LOWRANK)
@@ -507,9 +510,10 @@ static json_t *opt_json(const recipe_opt *o) {
 }
 
 /* Options in key-table order, so the file's key order does not matter. */
-static json_t *optset_json(const recipe_optset *s, const recipe_key *keys) {
+static json_t *optset_json(const recipe_optset *s, const recipe_key *keys, size_t nkeys) {
     json_t *o = json_object();
-    for (const recipe_key *k = keys; o && k->name; k++) {
+    nkeys = nkeys_of(keys, nkeys);
+    for (const recipe_key *k = keys; o && k < keys + nkeys; k++) {
         const recipe_opt *v = npuc__ropt(s, k->name);
         if (!v) continue;
         json_t *j = opt_json(v);
@@ -531,12 +535,12 @@ static char *canonical_json(const npuc_recipe *r) {
     for (size_t i = 0; i < r->nsteps; i++) {
         const recipe_step *s = &r->steps[i];
         const recipe_step_def *d = npuc__recipe_step_def(s->kind);
-        json_t *o = optset_json(&s->opts, d->keys);
+        json_t *o = optset_json(&s->opts, d->pass->options, d->pass->noptions);
         if (!o) goto done;
         if (s->nov) {
             json_t *ov = json_array();
             for (size_t k = 0; ov && k < s->nov; k++) {
-                json_t *e = optset_json(&s->ov[k], npuc__recipe_override_keys);
+                json_t *e = optset_json(&s->ov[k], npuc__recipe_override_keys, SIZE_MAX);
                 if (!e || json_array_append_new(ov, e)) { json_decref(ov); ov = NULL; }
             }
             if (!ov || json_object_set_new(o, "overrides", ov)) { json_decref(o); goto done; }
@@ -554,9 +558,9 @@ done:
 
 /* ------------------------------------------------------------ top level */
 
-static const recipe_key LAYOUT_KEY = {"layout", RT_LIST, 0, 0, RK_RULE, NULL};
-static const recipe_key VERSION_KEY = {"version", RT_INT, 1, 1, 0, NULL};
-static const recipe_key DESC_KEY = {"description", RT_STR, 0, 0, 0, NULL};
+static const recipe_key LAYOUT_KEY = {.name = "layout", .type = RT_LIST, .flags = RK_RULE};
+static const recipe_key VERSION_KEY = {.name = "version", .type = RT_INT, .lo = 1, .hi = 1};
+static const recipe_key DESC_KEY = {.name = "description", .type = RT_STR};
 
 static npuc_status parse_root(pstate *ps, struct fy_node *root) {
     npuc_recipe *r = ps->r;
@@ -697,8 +701,8 @@ void npuc_recipe_free(npuc_recipe *r) {
     if (!r) return;
     for (size_t i = 0; i < r->nsteps; i++) {
         recipe_step *s = &r->steps[i];
-        optset_free(&s->opts);
-        for (size_t k = 0; k < s->nov; k++) optset_free(&s->ov[k]);
+        npuc__optset_free_values(&s->opts);
+        for (size_t k = 0; k < s->nov; k++) npuc__optset_free_values(&s->ov[k]);
         free(s->ov);
     }
     free(r->steps);

@@ -1,0 +1,231 @@
+/*
+ * quantize_desc.c - the descriptor of the quantize pass (npuc/pass.h): its
+ * options, as `npuc quantize` flags and recipe keys, and the run that turns
+ * them into npuc_quantize_opts for npuc_quantize_model.
+ *
+ * The row order is the recipe's canonical key order (docs/recipes.md): keys
+ * added later go where they read best, since recipes written before them
+ * cannot hold them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/pass_desc.h"
+
+/* "REGEX=N" with N an integer in [lo, hi]: the recipe-side check of a
+ * rule's value (the pass checks it again, naming the flag). */
+static int rule_int(const char *s, long lo, long hi, const char *what, const char *range, char *why, size_t n) {
+    const char *eq = strrchr(s, '=');
+    char *end;
+    long b = eq ? strtol(eq + 1, &end, 10) : 0;
+    if (!eq || !eq[1] || *end || b < lo || b > hi) {
+        snprintf(why, n, "'%s': the %s after '=' must be %s", s, what, range);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_rule_bits(const char *s, char *why, size_t n) {
+    return rule_int(s, 2, 8, "bit width", "2..8", why, n);
+}
+static int check_rule_group(const char *s, char *why, size_t n) {
+    return rule_int(s, 2, 1L << 30, "group size", "an integer from 2 to 2^30", why, n);
+}
+
+enum { GRAN = 1 };
+
+static const npuc_pass_option OPTIONS[] = {
+    {.name = "bits", .flag = "bits", .short_flag = 'b', .type = NPUC_OPT_INT, .lo = 2, .hi = 8, .dflt = "8",
+     .metavar = "N", .section = "Scheme", .help = "bit width 2..8 (default 8); codes below 8 bits are bit-packed",
+     .bad = "bit width must be 2..8"},
+    {.name = "symmetric", .flag = "symmetric", .type = NPUC_OPT_BOOL, .section = "Scheme",
+     .help = "codes in [-(2^(b-1)-1), 2^(b-1)-1], zero point 0 (default)"},
+    {.name = "asymmetric", .flag = "asymmetric", .type = NPUC_OPT_BOOL, .section = "Scheme",
+     .help = "range widened to include 0, codes in [0, 2^b-1]"},
+    {.name = "per_channel", .flag = "per-channel", .type = NPUC_OPT_BOOL, .section = "Scheme", .group = GRAN,
+     .help = "one scale per output channel of the layout (default)"},
+    {.name = "per_tensor", .flag = "per-tensor", .type = NPUC_OPT_BOOL, .section = "Scheme", .group = GRAN,
+     .help = "one scale per tensor"},
+    {.name = "group_size", .flag = "group-size", .short_flag = 'g', .type = NPUC_OPT_INT, .lo = 2, .hi = 1 << 30,
+     .metavar = "G", .section = "Scheme", .group = GRAN,
+     .help = "one scale per G values along the reduction axis of each channel",
+     .bad = "must be an integer from 2 to 2^30"},
+    {.name = "axis", .flag = "axis", .type = NPUC_OPT_INT, .lo = 0, .hi = 7, .metavar = "N", .section = "Scheme",
+     .help = "use axis N as the channel axis for every quantized tensor", .bad = "must be 0..7"},
+    {.name = "range", .flag = "range", .type = NPUC_OPT_STR, .dflt = "minmax", .metavar = "METHOD",
+     .section = "Scheme", .help = "minmax (default), percentile=P, mse, entropy", .check = npuc__check_range},
+    {.name = "include", .flag = "include", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
+     .section = "Selection", .help = "quantize only tensors matching REGEX (repeatable)"},
+    {.name = "exclude", .flag = "exclude", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
+     .section = "Selection", .help = "never quantize tensors matching REGEX (repeatable)", .override_key = "skip"},
+    {.name = "layer_bits", .flag = "layer-bits", .type = NPUC_OPT_LIST, .lo = 2, .hi = 8, .flags = NPUC_OPT_RULE,
+     .metavar = "REGEX=N", .section = "Selection", .help = "bit width for matching tensors; the first match wins",
+     .check = check_rule_bits, .override_key = "bits"},
+    {.name = "layer_group_size", .flag = "layer-group-size", .type = NPUC_OPT_LIST, .lo = 2, .hi = 1 << 30,
+     .flags = NPUC_OPT_RULE,
+     .metavar = "REGEX=G", .section = "Selection", .help = "groups of G for matching tensors; the first match wins",
+     .check = check_rule_group, .override_key = "group_size"},
+    {.name = "quantize_all", .flag = "quantize-all", .type = NPUC_OPT_BOOL, .section = "Selection",
+     .help = "below 8 bits, also take the first and last weight layers to\n"
+             "the low width (default: they stay at 8 bits)"},
+    {.name = "fake_quant", .flag = "fake-quant", .type = NPUC_OPT_BOOL, .section = "Output",
+     .help = "write quantized-then-dequantized floats in the source dtype"},
+    {.name = "pattern", .flag = "pattern", .type = NPUC_OPT_STR, .metavar = "N:M", .section = "Scheme",
+     .help = "N:M-sparsify first (2:4: keep 2 of every 4 weights along the input\n"
+             "channels), quantize the kept values, store them with their\n"
+             "positions (encoding nm_sparse, docs/sparsity.md)",
+     .bad = "expected N:M with 1 <= N < M <= 16", .check = npuc__check_nm},
+};
+
+static const npuc_pass_section SECTIONS[] = {
+    {"Scheme", NULL, 0},
+    {"Selection", "A pattern that matches no tensor is an error.", 1},
+    {"Output", NULL, 0},
+    {NULL, NULL, 0},
+};
+
+static const char *const OVERRIDES[] = {"bits", "group_size", "skip", NULL};
+static const char *const BASE[] = {NULL};
+
+static const npuc_pass_echo ECHO[] = {
+    {"bits", "bits"}, {"symmetric", NULL}, {"scheme", NULL}, {"granularity", NULL}, {"group_size", NULL},
+    {"axis", NULL}, {"range", NULL}, {"include", "include"}, {"exclude", "exclude"}, {"layer_bits", "layer_bits"},
+    {"layer_group_size", "layer_group_size"}, {"quantize_all", "quantize_all"}, {"fake_quant", "fake_quant"},
+    {"pattern", NULL}, {NULL, NULL},
+};
+
+/* The scheme the options choose (everything but the lists). */
+static npuc_status quant_params(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_quant_params *p) {
+    const recipe_opt *v;
+    *p = npuc_quant_params_defaults();
+    p->bits = (int)npuc__pass_int(s, "bits");
+    /* The later of --symmetric / --asymmetric wins (a recipe that sets
+     * both the same way is refused by validate). */
+    if ((v = npuc__pass_later(s, "symmetric", "asymmetric")))
+        p->symmetric = strcmp(v->key->name, "symmetric") == 0 ? v->b : !v->b;
+    if (npuc__pass_bool(s, "per_tensor")) p->gran = NPUC_GRAN_TENSOR;
+    if ((v = npuc__pass_get(s, "group_size"))) {
+        p->gran = NPUC_GRAN_GROUP;
+        p->group_size = (uint32_t)v->i;
+    }
+    if ((v = npuc__pass_get(s, "axis"))) p->axis = (int)v->i;
+    if ((v = npuc__pass_get(s, "range"))) return npuc_range_parse(ctx, v->s, &p->range);
+    return NPUC_OK;
+}
+
+static npuc_status validate(npuc_ctx *ctx, const npuc_pass_optset *s) {
+    if (npuc__pass_is_cli(s)) {
+        size_t ngran = 0;
+        for (size_t i = 0; i < s->nlog; i++) ngran += s->pass->options[s->log[i]].group == GRAN;
+        if (ngran > 1) return npuc__pass_fail(ctx, s, NULL, "choose one of --per-channel, --per-tensor, --group-size");
+        return NPUC_OK;
+    }
+    const recipe_opt *pc = npuc__pass_get(s, "per_channel"), *pt = npuc__pass_get(s, "per_tensor"),
+                     *gs = npuc__pass_get(s, "group_size"), *sy = npuc__pass_get(s, "symmetric"),
+                     *as = npuc__pass_get(s, "asymmetric");
+    if (pc && !pc->b)
+        return npuc__pass_fail(ctx, s, pc, "'per_channel: false' chooses nothing: set per_tensor or group_size instead");
+    if (pt && !pt->b)
+        return npuc__pass_fail(ctx, s, pt, "'per_tensor: false' chooses nothing: leave it out (per channel is the default)");
+    if ((pc != NULL) + (pt != NULL) + (gs != NULL) > 1) {
+        const recipe_opt *second = gs ? gs : pt;
+        if (pc && pt && !gs) second = pc->mark.line > pt->mark.line ? pc : pt;
+        return npuc__pass_fail(ctx, s, second, "choose one of per_channel, per_tensor, group_size");
+    }
+    if (sy && as && sy->b == as->b)
+        return npuc__pass_fail(ctx, s, as, "'symmetric' and 'asymmetric' contradict each other");
+    return NPUC_OK;
+}
+
+static void tag(const npuc_pass_optset *s, char *buf, size_t n) {
+    snprintf(buf, n, "%s%d", npuc__pass_bool(s, "fake_quant") ? "fq" : "q", (int)npuc__pass_int(s, "bits"));
+}
+
+static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_value *v) {
+    npuc_ctx *ctx;
+    npuc_quant_params p;
+    if (strcmp(name, "pattern") == 0) {
+        const recipe_opt *o = npuc__pass_get(s, "pattern");
+        int n, m;
+        v->type = NPUC_OPT_STR;
+        v->null = !o || npuc_nm_parse(o->s, &n, &m) != 0;
+        if (v->null) return 0;
+        snprintf(v->s, sizeof v->s, "%d:%d", n, m);
+        return 0;
+    }
+    if (npuc_ctx_new(&ctx) != NPUC_OK) return -1;
+    npuc_status st = quant_params(ctx, s, &p);
+    npuc_ctx_free(ctx);
+    if (st != NPUC_OK) return -1;
+    v->type = NPUC_OPT_INT;
+    if (strcmp(name, "symmetric") == 0) {
+        v->type = NPUC_OPT_BOOL;
+        v->b = p.symmetric;
+    } else if (strcmp(name, "scheme") == 0) {
+        v->type = NPUC_OPT_STR;
+        npuc_quant_scheme_name(&p, v->s, sizeof v->s);
+    } else if (strcmp(name, "granularity") == 0) {
+        v->type = NPUC_OPT_STR;
+        snprintf(v->s, sizeof v->s, "%s",
+                 p.gran == NPUC_GRAN_TENSOR ? "tensor" : p.gran == NPUC_GRAN_GROUP ? "group" : "channel");
+    } else if (strcmp(name, "group_size") == 0) {
+        v->i = (int)p.group_size;
+    } else if (strcmp(name, "axis") == 0) {
+        v->i = p.axis;
+    } else if (strcmp(name, "range") == 0) {
+        v->type = NPUC_OPT_STR;
+        npuc_range_format(&p.range, v->s, sizeof v->s);
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+                       const npuc_pass_io *io, npuc_summary *sum) {
+    npuc_quantize_opts o = npuc_quantize_opts_defaults();
+    const npuc__strv *lb = npuc__pass_strv(s, "layer_bits"), *lg = npuc__pass_strv(s, "layer_group_size");
+    const recipe_opt *v;
+    npuc_status st = quant_params(ctx, s, &o.params);
+    if (st != NPUC_OK) return st;
+    o.quantize_all = npuc__pass_bool(s, "quantize_all");
+    o.fake_quant = npuc__pass_bool(s, "fake_quant");
+    if ((v = npuc__pass_get(s, "pattern")) && npuc_nm_parse(v->s, &o.pattern_n, &o.pattern_m) != 0)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "pattern '%s': not N:M", v->s);
+    NPUC__PASS_SELECT(o, s);
+    o.layer_bits = lb->v;
+    o.nlayer_bits = lb->n;
+    o.layer_group_size = lg->v;
+    o.nlayer_group_size = lg->n;
+    NPUC__PASS_IO(o, io);
+    return npuc_quantize_model(ctx, m, out, &o, sum);
+}
+
+const npuc_pass npuc__pass_quantize = {
+    .name = "quantize",
+    .kind = NPUC_STEP_QUANTIZE,
+    .summary = "quantize weights to 2..8-bit integers, report the error per tensor",
+    .usage = "IN [-o OUT] [options]",
+    .intro = "Quantizes every float weight of rank >= 2 (conv, linear, embedding, recurrent) and\n"
+             "writes an artifact: codes under the tensor's name, <name>.scale and, asymmetric,\n"
+             "<name>.zero_point, described in the 'npuc' metadata entry (docs/artifact.md).\n"
+             "Biases, norms and BatchNorm statistics stay as they are.  IN may be the output of\n"
+             "'npuc lowrank': its factors <name>.lr_a/.lr_b are quantized like any weight (the\n"
+             "two factors of a layer are one layer for the first/last rule) and decompress\n"
+             "multiplies the dequantized factors; other artifacts must be decompressed first.\n",
+    .footer = "With -j below the core count, one more thread reads the next tensors ahead.\n"
+              "\n"
+              "Errors: NaN or Inf in a tensor to quantize, a bad bit width, axis or group size, or an\n"
+              "existing OUT without -f exit 2 and write nothing.\n",
+    .verb = "quantizing",
+    .output_help = "the artifact (default: IN's name with .q<bits>); the format\n"
+                   "follows OUT's extension, else IN's format",
+    .json_help = "print an npuc.quantize/1 JSON document instead of the table",
+    NPUC__PASS_TABLES,
+    .flags = 0,
+    .tag = tag,
+    .validate = validate,
+    .echo_value = echo_value,
+    .run = run,
+};
