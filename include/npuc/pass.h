@@ -123,6 +123,10 @@ typedef struct npuc_pass_echo {
 
 typedef struct npuc_pass_optset npuc_pass_optset;
 
+/* Where a run's output goes: library-internal (passes are defined inside
+ * libnpuc; callers give npuc_pass_run a path). */
+struct npuc__sink;
+
 /* What a pass's run gets besides its options. */
 typedef struct npuc_pass_io {
     npuc_write_opts write;  /* output format, overwrite, HDF5 settings */
@@ -172,8 +176,9 @@ typedef struct npuc_pass {
     /* A derived echoed value (an echo entry without key): 0, 1 to leave the
      * member out, -1 on error. */
     int (*echo_value)(const npuc_pass_optset *s, const char *name, npuc_pass_value *v);
-    /* Typed options -> the pass's options struct -> its model-level function. */
-    npuc_status (*run)(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+    /* Typed options -> the pass's options struct -> its model-level function,
+     * writing to `to` (a file, or the in-memory stream of `npuc run`). */
+    npuc_status (*run)(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const struct npuc__sink *to,
                        const npuc_pass_io *io, npuc_summary *sum);
 } npuc_pass;
 

@@ -125,6 +125,14 @@ typedef struct npuc_writer_backend {
     int no_file;
 } npuc_writer_backend;
 
+/* npuc_writer_open with a backend of the caller's instead of the format's
+ * (be NULL: the format's, a file at path).  A caller's backend writes no
+ * file (no_file), so there is no existing-output check; path names the
+ * output in messages.  `npuc run` hands its in-memory pipe to a pass this
+ * way (pipeline/pipe.c), through the pass's sink. */
+npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
+                                 const npuc_writer_backend *be, void *be_state, npuc_writer **out);
+
 struct npuc_writer {
     npuc_ctx *ctx;
     char *path, *tmp;

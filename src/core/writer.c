@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "format_row.h"
-#include "pipeline/pipe.h"
 
 /* "(use .safetensors or .h5)": the first extension of every writable
  * format, for the message when a name has none of them. */
@@ -34,6 +33,11 @@ static void ext_hint(char *buf, size_t cap) {
 
 npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
                              npuc_writer **out) {
+    return npuc__writer_open_be(ctx, path, opts, NULL, NULL, out);
+}
+
+npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
+                                 const npuc_writer_backend *be, void *be_state, npuc_writer **out) {
     *out = NULL;
     npuc_write_opts o = opts ? *opts : npuc_write_opts_defaults();
     if (!path || !*path) return npuc_fail(ctx, NPUC_ERR_ARG, "no output file given");
@@ -49,9 +53,8 @@ npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_o
     if (!row->writer) return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: npuc cannot write %s files", path, row->name);
     npuc_status st = npuc__write_opts_check(ctx, row, &o);
     if (st != NPUC_OK) return st;
-    npuc__pipe *pipe = npuc__pipe_find(path); /* npuc run: the next step reads it from memory */
     struct stat sb;
-    if (!pipe && stat(path, &sb) == 0) {
+    if (!be && stat(path, &sb) == 0) {
         if (!o.overwrite)
             return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
         if (S_ISDIR(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
@@ -62,15 +65,8 @@ npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_o
     w->opts = o;
     w->format = f;
     w->row = row;
-    w->be = row->writer;
-    if (pipe) {
-        if (f != NPUC_FORMAT_SAFETENSORS) {
-            free(w);
-            return npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: a stream carries safetensors only", path);
-        }
-        w->be = &npuc__pipe_writer_backend;
-        w->be_state = pipe;
-    }
+    w->be = be ? be : row->writer;
+    w->be_state = be_state;
     w->path = npuc__strdup(path);
     size_t n = strlen(path);
     w->tmp = malloc(n + 5);

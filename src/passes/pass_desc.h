@@ -20,6 +20,7 @@
 
 #include "npuc_internal.h"
 #include "npuc/pass.h"
+#include "passes/pass_sinks.h"
 
 /* The typed values keep the names the recipe code has always used. */
 typedef struct recipe_mark {
@@ -138,5 +139,10 @@ int npuc__check_nm(const char *s, char *why, size_t n);
 int npuc__check_range(const char *s, char *why, size_t n);
 /* A STR option's choices: 0 when s is one, else -1 and "'s' is not a <noun> (a, b)". */
 int npuc__check_choice(const npuc_pass_option *o, const char *s, char *why, size_t n);
+
+/* npuc_pass_run with the output as a sink (pass_driver.h): `npuc run` hands
+ * a step the in-memory pipe its next step reads this way. */
+npuc_status npuc__pass_run_to(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
+                              const npuc_pass_io *io, npuc_summary *sum);
 
 #endif

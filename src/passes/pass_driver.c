@@ -49,7 +49,8 @@ static npuc_status default_meta(void *u, const char *key, const char **value) {
 
 npuc_status npuc__drive_open(npuc__drive *d, npuc__meta_fn meta, void *u) {
     if (!d->sink.path) return NPUC_OK;
-    npuc_status st = npuc_writer_open(d->ctx, d->sink.path, d->sink.write, &d->w);
+    npuc_status st = d->sink.open ? d->sink.open(d->sink.state, d->ctx, d->sink.path, d->sink.write, &d->w)
+                                  : npuc_writer_open(d->ctx, d->sink.path, d->sink.write, &d->w);
     if (!meta) meta = default_meta;
     for (size_t i = 0; i < npuc_model_meta_count(d->m) && st == NPUC_OK; i++) {
         const char *k, *v;

@@ -9,7 +9,7 @@
  * The order is fixed by the writer (declare-then-stream, model.h):
  *
  *     npuc__drive dr = {0};
- *     const npuc__sink sink = {out, &o->write};
+ *     const npuc__sink sink = {out, &o->write, NULL, NULL};
  *     if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "prune", o->on_tensor, o->user, sum)) != NPUC_OK)
  *         goto fail;
  *     ... plan; every check that must fail before a byte is written ...
@@ -38,11 +38,21 @@
 
 #include "npuc_internal.h"
 
-/* Where a pass's output goes.  path NULL: nowhere (fold-bn --dry-run); the
- * driver's output functions then do nothing and succeed. */
+/* Opens a writer for a sink that is not a plain file (the in-memory pipe of
+ * `npuc run`, pipeline/pipe.h): like npuc_writer_open, on state. */
+typedef npuc_status (*npuc__sink_open_fn)(void *state, npuc_ctx *ctx, const char *path,
+                                          const npuc_write_opts *write, npuc_writer **out);
+
+/* Where a pass's output goes, handed to the pass explicitly (no registry).
+ * path NULL: nowhere (fold-bn --dry-run); the driver's output functions then
+ * do nothing and succeed.  open NULL: the file at path (npuc_writer_open);
+ * else open(state, ...) makes the writer and path only names the output in
+ * messages. */
 typedef struct npuc__sink {
     const char *path;
     const npuc_write_opts *write; /* may be NULL: the defaults */
+    npuc__sink_open_fn open;
+    void *state;
 } npuc__sink;
 
 /* The progress callback of the pass options (npuc_*_opts.on_tensor). */

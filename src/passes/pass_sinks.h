@@ -14,6 +14,14 @@
 #include "npuc_internal.h"
 #include "passes/pass_driver.h"
 
+/* `to` with the write options of the pass's own options struct (which a
+ * descriptor's run fills from npuc_pass_io.write). */
+static inline npuc__sink npuc__sink_with(const npuc__sink *to, const npuc_write_opts *write) {
+    npuc__sink s = *to;
+    s.write = write;
+    return s;
+}
+
 npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to,
                                     const npuc_quantize_opts *o, npuc_summary *sum);
 npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_prune_opts *o,

@@ -62,6 +62,12 @@ int npuc_pass_output_tag(const npuc_pass_optset *s, char *buf, size_t n) {
  * a pass's run only points its options struct at them. */
 npuc_status npuc_pass_run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
                           const npuc_pass_io *io, npuc_summary *sum) {
+    const npuc__sink to = {out, NULL, NULL, NULL};
+    return npuc__pass_run_to(ctx, s, m, &to, io, sum);
+}
+
+npuc_status npuc__pass_run_to(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
+                              const npuc_pass_io *io, npuc_summary *sum) {
     const npuc_pass *p = s->pass;
     npuc_pass_io dflt = npuc_pass_io_defaults();
     npuc_pass_optset v = *s;
@@ -74,7 +80,7 @@ npuc_status npuc_pass_run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     } else {
         v.lists = lists;
-        st = p->run(ctx, &v, m, out, io ? io : &dflt, sum);
+        st = p->run(ctx, &v, m, to, io ? io : &dflt, sum);
     }
     for (size_t i = 0; lists && i < p->noptions; i++) npuc__strv_free(&lists[i]);
     free(lists);

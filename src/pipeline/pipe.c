@@ -34,11 +34,7 @@ struct npuc__pipe {
     void *spare[NPUC_PIPE_SPARES]; /* released blocks, for reuse */
     size_t spare_cap[NPUC_PIPE_SPARES];
     size_t *cap_of;         /* allocated size of buf[i] */
-    npuc__pipe *next;       /* registry */
 };
-
-static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static npuc__pipe *g_reg;
 
 npuc_status npuc__pipe_new(npuc_ctx *ctx, const char *path, uint64_t cap, npuc__pipe **out) {
     *out = NULL;
@@ -51,38 +47,22 @@ npuc_status npuc__pipe_new(npuc_ctx *ctx, const char *path, uint64_t cap, npuc__
     pthread_cond_init(&p->cv, NULL);
     p->cap = cap;
     p->want = SIZE_MAX;
-    pthread_mutex_lock(&g_reg_mu);
-    for (npuc__pipe *q = g_reg; q; q = q->next)
-        if (strcmp(q->path, path) == 0) {
-            pthread_mutex_unlock(&g_reg_mu);
-            npuc__pipe_free(p);
-            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: already streamed by another run", path);
-        }
-    p->next = g_reg;
-    g_reg = p;
-    pthread_mutex_unlock(&g_reg_mu);
     *out = p;
     return NPUC_OK;
 }
 
-npuc__pipe *npuc__pipe_find(const char *path) {
-    npuc__pipe *r = NULL;
-    pthread_mutex_lock(&g_reg_mu);
-    for (npuc__pipe *q = g_reg; q && !r; q = q->next)
-        if (strcmp(q->path, path) == 0) r = q;
-    pthread_mutex_unlock(&g_reg_mu);
-    return r;
+npuc_status npuc__pipe_sink_open(void *p, npuc_ctx *ctx, const char *path, const npuc_write_opts *write,
+                                 npuc_writer **out) {
+    *out = NULL;
+    npuc_write_opts o = write ? *write : npuc_write_opts_defaults();
+    npuc_format f = o.format != NPUC_FORMAT_AUTO ? o.format : npuc_format_from_path(path);
+    if (f != NPUC_FORMAT_SAFETENSORS)
+        return npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: a stream carries safetensors only", path);
+    return npuc__writer_open_be(ctx, path, &o, &npuc__pipe_writer_backend, p, out);
 }
 
 void npuc__pipe_free(npuc__pipe *p) {
     if (!p) return;
-    pthread_mutex_lock(&g_reg_mu);
-    for (npuc__pipe **q = &g_reg; *q; q = &(*q)->next)
-        if (*q == p) {
-            *q = p->next;
-            break;
-        }
-    pthread_mutex_unlock(&g_reg_mu);
     for (size_t i = 0; p->buf && i < p->n; i++) free(p->buf[i]);
     for (int k = 0; k < NPUC_PIPE_SPARES; k++) free(p->spare[k]);
     free(p->buf);

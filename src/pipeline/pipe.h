@@ -2,8 +2,8 @@
  * pipe.h - an in-memory safetensors stream between two passes running at
  * the same time (library-private; used by `npuc run`, recipe_run.c).
  *
- * A pipe is registered under a path.  A pass that opens a writer on that
- * path (npuc_writer_open) feeds the pipe instead of creating a file: its
+ * A pipe is handed to the producing pass as its sink (npuc__pipe_sink_open;
+ * pass_driver.h): the pass's writer feeds the pipe instead of a file: its
  * declared tensors and metadata become a safetensors header (exactly the one
  * st_writer.c would write), and each payload is queued in memory.  The next
  * pass reads the model npuc__pipe_open returns: the header parsed by the
@@ -27,10 +27,13 @@
 
 typedef struct npuc__pipe npuc__pipe;
 
-/* Creates a pipe and registers it under path (NPUC_ERR_ARG if one is). */
+/* Creates a pipe for the output called path (named in messages). */
 npuc_status npuc__pipe_new(npuc_ctx *ctx, const char *path, uint64_t cap, npuc__pipe **out);
-/* The registered pipe for path, or NULL (writer.c). */
-npuc__pipe *npuc__pipe_find(const char *path);
+/* The producer's writer on pipe p (an npuc__sink_open_fn, pass_driver.h):
+ * the pass writing into the pipe is handed a sink with this and p, so no
+ * lookup by path is needed.  A pipe carries safetensors only. */
+npuc_status npuc__pipe_sink_open(void *p, npuc_ctx *ctx, const char *path, const npuc_write_opts *write,
+                                 npuc_writer **out);
 /* Waits for the producer's header and opens the consumer's model.  Fails if
  * the producer ended without writing one. */
 npuc_status npuc__pipe_open(npuc_ctx *ctx, npuc__pipe *p, npuc_model **out);

@@ -42,6 +42,10 @@ typedef struct recipe_hooks {
     const char *recipe; /* the recipe's path: files it names are relative to its folder */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
     void *user;
+    /* The step's output when it is not the file at out: the in-memory pipe
+     * the next step reads (npuc__pipe_sink_open and the pipe); NULL: a file. */
+    npuc__sink_open_fn sink_open;
+    void *sink_state;
 } recipe_hooks;
 
 /* A step kind's adapter: its pass descriptor (whose option table is the

@@ -421,6 +421,8 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
         J->h.user = &J->hu;
         if (j + 1 < g) {
             if ((J->st = npuc__pipe_new(J->c, paths[k + j], NPUC_PIPE_CAP, &J->pout)) != NPUC_OK) break;
+            J->h.sink_open = npuc__pipe_sink_open; /* the step writes into the pipe, not paths[k + j] */
+            J->h.sink_state = J->pout;
             if (pthread_create(&J->th, NULL, job_thread, J) != 0) {
                 J->st = npuc_fail(J->c, NPUC_ERR_NOMEM, "cannot start a thread");
                 npuc__pipe_producer_exit(J->pout);

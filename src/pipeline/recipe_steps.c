@@ -21,7 +21,8 @@ static npuc_status run_step(npuc_ctx *ctx, const recipe_step *s, npuc_model *m, 
     io.write = h->write;
     io.on_tensor = h->on_tensor;
     io.user = h->user;
-    return npuc_pass_run(ctx, &view, m, out, &io, sum);
+    const npuc__sink to = {out, NULL, h->sink_open, h->sink_state};
+    return npuc__pass_run_to(ctx, &view, m, &to, &io, sum);
 }
 
 /* Filled once from the pass table, so a new pass needs no line here. */

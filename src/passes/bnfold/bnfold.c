@@ -33,6 +33,7 @@
 
 #include "passes/bnfold/bnfold_internal.h"
 #include "passes/pass_driver.h"
+#include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
 
 /* ------------------------------------------------------------ arithmetic */
@@ -464,8 +465,8 @@ static void driver_free(driver *d) {
     free(d->removed_by);
 }
 
-npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *plan, const npuc_bnfold_params *p,
-                              const char *out, npuc_summary *sum) {
+npuc_status npuc__bnfold_model_to(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *plan, const npuc_bnfold_params *p,
+                                  const npuc__sink *to, npuc_summary *sum) {
     driver d;
     memset(&d, 0, sizeof d);
     d.ctx = ctx;
@@ -474,7 +475,7 @@ npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *pl
     d.plan = plan;
     const size_t n = npuc_model_count(m), np = plan->npairs;
     npuc__drive dr = {0};
-    const npuc__sink sink = {out, &p->write};
+    const npuc__sink sink = *to;
     scratch_set s;
     memset(&s, 0, sizeof s);
     npuc_status st = NPUC_OK;
@@ -587,4 +588,10 @@ done:
     npuc__scratch_free(&s.y1);
     driver_free(&d);
     return st;
+}
+
+npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *plan, const npuc_bnfold_params *p,
+                              const char *out, npuc_summary *sum) {
+    const npuc__sink sink = {out, &p->write, NULL, NULL};
+    return npuc__bnfold_model_to(ctx, m, plan, p, &sink, sum);
 }

@@ -50,7 +50,7 @@ static const npuc_pass_echo ECHO[] = {
     {"eps", "eps"}, {"pair", "pair"}, {"pairs_file", "pairs"}, {"no_guess", "no_guess"}, {NULL, NULL},
 };
 
-static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
                        const npuc_pass_io *io, npuc_summary *sum) {
     npuc_bnfold_params p = npuc_bnfold_params_defaults();
     const npuc__strv *pairs = npuc__pass_strv(s, "pair");
@@ -64,7 +64,9 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     NPUC__PASS_IO(p, io);
     npuc_bnfold_plan *plan = calloc(1, sizeof *plan);
     npuc_status st = plan ? npuc_bnfold_find(ctx, m, &p, plan) : npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    if (st == NPUC_OK) st = npuc_bnfold_model(ctx, m, plan, &p, io->dry_run ? NULL : out, sum);
+    npuc__sink sink = npuc__sink_with(to, &p.write);
+    if (io->dry_run) sink.path = NULL; /* plan and measure, write nothing */
+    if (st == NPUC_OK) st = npuc__bnfold_model_to(ctx, m, plan, &p, &sink, sum);
     if (st == NPUC_OK && io->plan) {
         *io->plan = plan;
     } else {

@@ -158,7 +158,7 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
     return 0;
 }
 
-static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
                        const npuc_pass_io *io, npuc_summary *sum) {
     npuc_lowrank_opts o = npuc_lowrank_opts_defaults();
     o.params = params_of(s);
@@ -169,7 +169,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.layer_rank = lr->v;
     o.nlayer_rank = lr->n;
     NPUC__PASS_IO(o, io);
-    return npuc_lowrank_model(ctx, m, out, &o, sum);
+    const npuc__sink sink = npuc__sink_with(to, &o.write);
+    return npuc__lowrank_model_to(ctx, m, &sink, &o, sum);
 }
 
 const npuc_pass npuc__pass_lowrank = {

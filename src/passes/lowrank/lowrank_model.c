@@ -31,6 +31,7 @@
 #include "npuc_internal.h"
 #include "passes/lowrank/lowrank_internal.h"
 #include "passes/pass_driver.h"
+#include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
 
 npuc_lowrank_opts npuc_lowrank_opts_defaults(void) {
@@ -368,12 +369,13 @@ static npuc_status describe(json_t *art, const npuc_tensor_info *t, const lrplan
     return NPUC_OK;
 }
 
-npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_lowrank_opts *o,
-                               npuc_summary *sum) {
+npuc_status npuc__lowrank_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_lowrank_opts *o,
+                              npuc_summary *sum) {
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = {out, &o->write};
+    const npuc__sink sink = *to;
+    const char *out = sink.path;
     npuc_scratch s_buf = {0};
     spill sp = {-1, NULL, 0};
     int blas = npuc__blas_enter();
@@ -434,4 +436,10 @@ fail:
     npuc__scratch_free(&s_buf);
     npuc__blas_leave(blas);
     return st;
+}
+
+npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_lowrank_opts *o,
+                          npuc_summary *sum) {
+    const npuc__sink sink = {out, &o->write, NULL, NULL};
+    return npuc__lowrank_model_to(ctx, m, &sink, o, sum);
 }

@@ -128,7 +128,7 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
     return 0;
 }
 
-static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
                        const npuc_pass_io *io, npuc_summary *sum) {
     npuc_prune_opts o = npuc_prune_opts_defaults();
     const char *st = npuc__pass_str(s, "structured");
@@ -148,7 +148,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.layer_sparsity = ls->v;
     o.nlayer_sparsity = ls->n;
     NPUC__PASS_IO(o, io);
-    npuc_status rc = npuc_prune_model(ctx, m, out, &o, sum);
+    const npuc__sink sink = npuc__sink_with(to, &o.write);
+    npuc_status rc = npuc__prune_model_to(ctx, m, &sink, &o, sum);
     free(graph);
     return rc;
 }

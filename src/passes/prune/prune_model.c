@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "passes/pass_driver.h"
+#include "passes/pass_sinks.h"
 #include "passes/prune/prune_internal.h"
 
 /* Structured pruning (prune_struct.c) as the rest of the run dr, which
@@ -141,13 +142,13 @@ static void msrc_put(void *u, size_t i) {
 
 /* ------------------------------------------------------------ the pass */
 
-npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
-                             npuc_summary *sum) {
+npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_prune_opts *o,
+                              npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = {out, &o->write};
+    const npuc__sink sink = *to;
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0};
     size_t *idx = NULL;
     unsigned char *sel = NULL, *own = NULL;
@@ -272,4 +273,10 @@ fail:
     npuc__scratch_free(&s_out);
     npuc__scratch_free(&s_cast);
     return st;
+}
+
+npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
+                          npuc_summary *sum) {
+    const npuc__sink sink = {out, &o->write, NULL, NULL};
+    return npuc__prune_model_to(ctx, m, &sink, o, sum);
 }

@@ -182,7 +182,7 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
     return 0;
 }
 
-static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
                        const npuc_pass_io *io, npuc_summary *sum) {
     npuc_quantize_opts o = npuc_quantize_opts_defaults();
     const npuc__strv *lb = npuc__pass_strv(s, "layer_bits"), *lg = npuc__pass_strv(s, "layer_group_size");
@@ -199,7 +199,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.layer_group_size = lg->v;
     o.nlayer_group_size = lg->n;
     NPUC__PASS_IO(o, io);
-    return npuc_quantize_model(ctx, m, out, &o, sum);
+    const npuc__sink sink = npuc__sink_with(to, &o.write);
+    return npuc__quantize_model_to(ctx, m, &sink, &o, sum);
 }
 
 const npuc_pass npuc__pass_quantize = {

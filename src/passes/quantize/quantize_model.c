@@ -35,6 +35,7 @@
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_driver.h"
+#include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
 #include "passes/sparsify/sparsify_nm.h"
 
@@ -354,13 +355,13 @@ static npuc_status carry_over(npuc_ctx *ctx, npuc_model *m, const json_t *prev, 
     return NPUC_OK;
 }
 
-npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out,
-                                const npuc_quantize_opts *o, npuc_summary *sum) {
+npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
+                              npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = {out, &o->write};
+    const npuc__sink sink = *to;
     json_t *prev = NULL;
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
@@ -493,4 +494,10 @@ fail:
     npuc__scratch_free(&s_zp);
     npuc__scratch_free(&s_nm);
     return st;
+}
+
+npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_quantize_opts *o,
+                          npuc_summary *sum) {
+    const npuc__sink sink = {out, &o->write, NULL, NULL};
+    return npuc__quantize_model_to(ctx, m, &sink, o, sum);
 }

@@ -72,7 +72,7 @@ static int echo_value(const npuc_pass_optset *s, const char *name, npuc_pass_val
     return 0;
 }
 
-static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
+static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const npuc__sink *to,
                        const npuc_pass_io *io, npuc_summary *sum) {
     npuc_sparsify_opts o = npuc_sparsify_opts_defaults();
     const char *p = npuc__pass_str(s, "pattern");
@@ -83,7 +83,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.cost.tokens = npuc__pass_num(s, "tokens");
     NPUC__PASS_SELECT(o, s);
     NPUC__PASS_IO(o, io);
-    return npuc_sparsify_model(ctx, m, out, &o, sum);
+    const npuc__sink sink = npuc__sink_with(to, &o.write);
+    return npuc__sparsify_model_to(ctx, m, &sink, &o, sum);
 }
 
 const npuc_pass npuc__pass_sparsify = {

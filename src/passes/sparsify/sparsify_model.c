@@ -18,6 +18,7 @@
 #include "codecs/codec.h"
 #include "codecs/entry_fields.h"
 #include "passes/pass_driver.h"
+#include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
 #include "passes/sparsify/sparsify_nm.h"
 
@@ -77,13 +78,13 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
     return NPUC_OK;
 }
 
-npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_sparsify_opts *o,
-                                npuc_summary *sum) {
+npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_sparsify_opts *o,
+                              npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = {out, &o->write};
+    const npuc__sink sink = *to;
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0}, s_val = {0}, s_meta = {0};
     npuc_rules inc, exc;
     memset(&inc, 0, sizeof inc);
@@ -263,4 +264,10 @@ fail:
     npuc__scratch_free(&s_val);
     npuc__scratch_free(&s_meta);
     return st;
+}
+
+npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_sparsify_opts *o,
+                          npuc_summary *sum) {
+    const npuc__sink sink = {out, &o->write, NULL, NULL};
+    return npuc__sparsify_model_to(ctx, m, &sink, o, sum);
 }
