@@ -370,7 +370,7 @@ static npuc_status describe(json_t *art, const npuc_tensor_info *t, const lrplan
 }
 
 npuc_status npuc__lowrank_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_lowrank_opts *o,
-                              npuc_summary *sum) {
+                                   npuc_summary *sum) {
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
@@ -439,7 +439,7 @@ fail:
 }
 
 npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_lowrank_opts *o,
-                          npuc_summary *sum) {
+                               npuc_summary *sum) {
     const npuc__sink sink = {out, &o->write, NULL, NULL};
     return npuc__lowrank_model_to(ctx, m, &sink, o, sum);
 }

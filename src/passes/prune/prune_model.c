@@ -143,7 +143,7 @@ static void msrc_put(void *u, size_t i) {
 /* ------------------------------------------------------------ the pass */
 
 npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_prune_opts *o,
-                              npuc_summary *sum) {
+                                 npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
@@ -276,7 +276,7 @@ fail:
 }
 
 npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
-                          npuc_summary *sum) {
+                             npuc_summary *sum) {
     const npuc__sink sink = {out, &o->write, NULL, NULL};
     return npuc__prune_model_to(ctx, m, &sink, o, sum);
 }

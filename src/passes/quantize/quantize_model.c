@@ -356,7 +356,7 @@ static npuc_status carry_over(npuc_ctx *ctx, npuc_model *m, const json_t *prev, 
 }
 
 npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
-                              npuc_summary *sum) {
+                                    npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
@@ -497,7 +497,7 @@ fail:
 }
 
 npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_quantize_opts *o,
-                          npuc_summary *sum) {
+                                npuc_summary *sum) {
     const npuc__sink sink = {out, &o->write, NULL, NULL};
     return npuc__quantize_model_to(ctx, m, &sink, o, sum);
 }

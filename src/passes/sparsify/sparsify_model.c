@@ -79,7 +79,7 @@ static npuc_status declare_nm(npuc_ctx *ctx, npuc_writer *w, json_t *art, const 
 }
 
 npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_sparsify_opts *o,
-                              npuc_summary *sum) {
+                                    npuc_summary *sum) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
@@ -267,7 +267,7 @@ fail:
 }
 
 npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_sparsify_opts *o,
-                          npuc_summary *sum) {
+                                npuc_summary *sum) {
     const npuc__sink sink = {out, &o->write, NULL, NULL};
     return npuc__sparsify_model_to(ctx, m, &sink, o, sum);
 }
