@@ -475,7 +475,6 @@ npuc_status npuc__bnfold_model_to(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan
     d.plan = plan;
     const size_t n = npuc_model_count(m), np = plan->npairs;
     npuc__drive dr = {0};
-    const npuc__sink sink = *to;
     scratch_set s;
     memset(&s, 0, sizeof s);
     npuc_status st = NPUC_OK;
@@ -487,7 +486,7 @@ npuc_status npuc__bnfold_model_to(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan
     d.bias_pair = malloc((n ? n : 1) * sizeof *d.bias_pair);
     d.removed_by = malloc((n ? n : 1) * sizeof *d.removed_by);
     if (!d.pd || !d.conv_pair || !d.bias_pair || !d.removed_by ||
-        npuc__drive_begin_blank(&dr, ctx, m, &sink, "fold-bn", n + ncreated, p->on_tensor, p->user, sum) != NPUC_OK)
+        npuc__drive_begin_blank(&dr, ctx, m, to, "fold-bn", n + ncreated, p->on_tensor, p->user, sum) != NPUC_OK)
         goto oom;
     for (size_t i = 0; i < n; i++) d.conv_pair[i] = d.bias_pair[i] = d.removed_by[i] = -1;
     for (size_t k = 0; k < np; k++) {
@@ -588,10 +587,4 @@ done:
     npuc__scratch_free(&s.y1);
     driver_free(&d);
     return st;
-}
-
-npuc_status npuc_bnfold_model(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan *plan, const npuc_bnfold_params *p,
-                              const char *out, npuc_summary *sum) {
-    const npuc__sink sink = {out, &p->write, NULL, NULL};
-    return npuc__bnfold_model_to(ctx, m, plan, p, &sink, sum);
 }

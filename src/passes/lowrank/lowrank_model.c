@@ -374,13 +374,12 @@ npuc_status npuc__lowrank_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sin
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = *to;
-    const char *out = sink.path;
+    const char *out = to->path;
     npuc_scratch s_buf = {0};
     spill sp = {-1, NULL, 0};
     int blas = npuc__blas_enter();
     lrplan *plan = calloc(n ? n : 1, sizeof *plan);
-    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "lowrank", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_begin(&dr, ctx, m, to, "lowrank", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
     if (!plan) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
@@ -436,10 +435,4 @@ fail:
     npuc__scratch_free(&s_buf);
     npuc__blas_leave(blas);
     return st;
-}
-
-npuc_status npuc_lowrank_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_lowrank_opts *o,
-                               npuc_summary *sum) {
-    const npuc__sink sink = {out, &o->write, NULL, NULL};
-    return npuc__lowrank_model_to(ctx, m, &sink, o, sum);
 }

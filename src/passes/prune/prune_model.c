@@ -148,7 +148,6 @@ npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink 
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = *to;
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0};
     size_t *idx = NULL;
     unsigned char *sel = NULL, *own = NULL;
@@ -156,7 +155,7 @@ npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink 
     memset(sum, 0, sizeof *sum);
     if (!(o->sparsity >= 0.0 && o->sparsity < 1.0))
         return npuc_fail(ctx, NPUC_ERR_ARG, "--sparsity %g: must be in [0, 1)", o->sparsity);
-    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "prune", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_begin(&dr, ctx, m, to, "prune", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
     if (o->structure != NPUC_PRUNE_UNSTRUCTURED) return npuc__structured_prune(&dr, o);
     if (o->scope != NPUC_PRUNE_LAYER && o->scope != NPUC_PRUNE_GLOBAL) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "unknown pruning scope %d", (int)o->scope);
@@ -273,10 +272,4 @@ fail:
     npuc__scratch_free(&s_out);
     npuc__scratch_free(&s_cast);
     return st;
-}
-
-npuc_status npuc_prune_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_prune_opts *o,
-                             npuc_summary *sum) {
-    const npuc__sink sink = {out, &o->write, NULL, NULL};
-    return npuc__prune_model_to(ctx, m, &sink, o, sum);
 }

@@ -361,7 +361,6 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = *to;
     json_t *prev = NULL;
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
@@ -370,7 +369,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
     size_t *layer = calloc(n ? n : 1, sizeof *layer);
     names = calloc(2 * (n ? n : 1), sizeof *names);
-    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "quantize", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_begin(&dr, ctx, m, to, "quantize", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
     if (!plan || !layer || !names) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
@@ -494,10 +493,4 @@ fail:
     npuc__scratch_free(&s_zp);
     npuc__scratch_free(&s_nm);
     return st;
-}
-
-npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_quantize_opts *o,
-                                npuc_summary *sum) {
-    const npuc__sink sink = {out, &o->write, NULL, NULL};
-    return npuc__quantize_model_to(ctx, m, &sink, o, sum);
 }

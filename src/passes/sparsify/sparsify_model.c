@@ -84,7 +84,6 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
-    const npuc__sink sink = *to;
     npuc_scratch s_in = {0}, s_out = {0}, s_cast = {0}, s_val = {0}, s_meta = {0};
     npuc_rules inc, exc;
     memset(&inc, 0, sizeof inc);
@@ -102,7 +101,7 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     plan = calloc(n ? n : 1, sizeof *plan);
     shortl = calloc(n ? n : 1, sizeof *shortl);
     payl = calloc(n ? n : 1, sizeof *payl);
-    if ((st = npuc__drive_begin(&dr, ctx, m, &sink, "sparsify", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
+    if ((st = npuc__drive_begin(&dr, ctx, m, to, "sparsify", o->on_tensor, o->user, sum)) != NPUC_OK) goto fail;
     if (!plan || !shortl || !payl) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto fail;
@@ -264,10 +263,4 @@ fail:
     npuc__scratch_free(&s_val);
     npuc__scratch_free(&s_meta);
     return st;
-}
-
-npuc_status npuc_sparsify_model(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_sparsify_opts *o,
-                                npuc_summary *sum) {
-    const npuc__sink sink = {out, &o->write, NULL, NULL};
-    return npuc__sparsify_model_to(ctx, m, &sink, o, sum);
 }
