@@ -138,14 +138,14 @@ int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
  * into ch.  The lane kernels (SSE2 and scalar) perform the same float
  * operations in the same order per lane, so the sums are bit-identical
  * across builds and with NPUC_FORCE_REF. */
-static void block_err(const float *x, size_t m, const npuc__qparams *p, float e[8],
-                      const float *bnd, float cl[8], float ch[8]) {
+static void block_err(const npuc_calib_kernel_table *K, const float *x, size_t m, const npuc__qparams *p,
+                      float e[8], const float *bnd, float cl[8], float ch[8]) {
     const float inv = p->inv_scale, sc = p->scale, vmin = p->vmin, vmax = p->vmax;
     /* Whole blocks of 8 in the lane kernel (kernels/calib_lanes.h), the tail
      * here with the same operations. */
     const npuc_lane_q q = {sc, inv, vmin, vmax};
     size_t i = m / 8 * 8;
-    npuc_calib_kernels()->lanes_sqerr(x, m / 8, &q, e, bnd, cl, ch);
+    K->lanes_sqerr(x, m / 8, &q, e, bnd, cl, ch);
     /* The same per element: MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b. */
     for (; i < m; i++) {
         const float xv = x[i];
@@ -176,10 +176,11 @@ static double lanes_sum(const float l[8]) {
 static double sse_clip(const float *x, size_t n, const npuc__qparams *p, const float *bnd,
                        double *clo, double *chi) {
     double tot = 0.0, tl = 0.0, th = 0.0;
+    const npuc_calib_kernel_table *K = npuc_calib_kernels(); /* once, not per block */
     for (size_t i = 0; i < n; i += MSE_BLOCK) {
         size_t m = n - i < MSE_BLOCK ? n - i : MSE_BLOCK;
         float e[8] = {0}, cl[8] = {0}, ch[8] = {0};
-        block_err(x + i, m, p, e, bnd, cl, ch);
+        block_err(K, x + i, m, p, e, bnd, cl, ch);
         tot += lanes_sum(e);
         if (bnd) {
             tl += lanes_sum(cl);

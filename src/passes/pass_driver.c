@@ -138,8 +138,8 @@ npuc_status npuc__reject_artifact(npuc_ctx *ctx, npuc_model *m, const char *what
         const char *k;
         json_t *v;
         json_object_foreach(json_object_get(prev, "tensors"), k, v) {
-            json_t *enc = json_object_get(v, "encoding");
-            if (!json_is_string(enc) || strcmp(json_string_value(enc), npuc__codec_fake_quant.name) != 0) {
+            const npuc__codec *c = npuc__codec_of(v); /* dense encodings (fake_quant) are plain tensors */
+            if (!c || !c->dense) {
                 st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: already an npuc artifact (tensor '%s' is encoded); "
                                "decompress it %s%s", npuc_model_path(m), k, what ? "before " : "first",
                                what ? what : "");

@@ -32,22 +32,29 @@ static void lanes_minmax_sse2(const float *x, size_t nblocks, float l[8], float 
     _mm_storeu_ps(z + 4, z1);
 }
 
+/* The quantizer broadcast to 4 lanes. */
+typedef struct lane_q4 {
+    __m128 inv, sc, lo, hi, magic;
+} lane_q4;
+
+/* (deq(x) - x)^2 for 4 lanes: the reference's operations, packed. */
+static inline __m128 sq_err(__m128 x, const lane_q4 *q) {
+    __m128 v = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x, q->inv), q->lo), q->hi);
+    v = _mm_sub_ps(_mm_add_ps(v, q->magic), q->magic);
+    const __m128 d = _mm_sub_ps(_mm_mul_ps(v, q->sc), x);
+    return _mm_mul_ps(d, d);
+}
+
 static void lanes_sqerr_sse2(const float *x, size_t nblocks, const npuc_lane_q *q, float e[8],
                              const float *bnd, float cl[8], float ch[8]) {
-    const __m128 vinv = _mm_set1_ps(q->inv_scale), vsc = _mm_set1_ps(q->scale),
-                 vlo = _mm_set1_ps(q->vmin), vhi = _mm_set1_ps(q->vmax), mg = _mm_set1_ps(NPUC_RINT_MAGIC);
+    const lane_q4 q4 = {_mm_set1_ps(q->inv_scale), _mm_set1_ps(q->scale), _mm_set1_ps(q->vmin),
+                        _mm_set1_ps(q->vmax), _mm_set1_ps(NPUC_RINT_MAGIC)};
     __m128 a0 = _mm_loadu_ps(e), a1 = _mm_loadu_ps(e + 4);
     if (!bnd) {
         for (size_t b = 0; b < nblocks; b++, x += 8) {
             const __m128 x0 = _mm_loadu_ps(x), x1 = _mm_loadu_ps(x + 4);
-            __m128 v0 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x0, vinv), vlo), vhi);
-            __m128 v1 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x1, vinv), vlo), vhi);
-            v0 = _mm_sub_ps(_mm_add_ps(v0, mg), mg);
-            v1 = _mm_sub_ps(_mm_add_ps(v1, mg), mg);
-            const __m128 d0 = _mm_sub_ps(_mm_mul_ps(v0, vsc), x0);
-            const __m128 d1 = _mm_sub_ps(_mm_mul_ps(v1, vsc), x1);
-            a0 = _mm_add_ps(a0, _mm_mul_ps(d0, d0));
-            a1 = _mm_add_ps(a1, _mm_mul_ps(d1, d1));
+            a0 = _mm_add_ps(a0, sq_err(x0, &q4));
+            a1 = _mm_add_ps(a1, sq_err(x1, &q4));
         }
     } else {
         const __m128 ba = _mm_set1_ps(bnd[0]), bb = _mm_set1_ps(bnd[1]), z = _mm_setzero_ps();
@@ -55,14 +62,8 @@ static void lanes_sqerr_sse2(const float *x, size_t nblocks, const npuc_lane_q *
         __m128 h0 = _mm_loadu_ps(ch), h1 = _mm_loadu_ps(ch + 4);
         for (size_t b = 0; b < nblocks; b++, x += 8) {
             const __m128 x0 = _mm_loadu_ps(x), x1 = _mm_loadu_ps(x + 4);
-            __m128 v0 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x0, vinv), vlo), vhi);
-            __m128 v1 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x1, vinv), vlo), vhi);
-            v0 = _mm_sub_ps(_mm_add_ps(v0, mg), mg);
-            v1 = _mm_sub_ps(_mm_add_ps(v1, mg), mg);
-            const __m128 d0 = _mm_sub_ps(_mm_mul_ps(v0, vsc), x0);
-            const __m128 d1 = _mm_sub_ps(_mm_mul_ps(v1, vsc), x1);
-            a0 = _mm_add_ps(a0, _mm_mul_ps(d0, d0));
-            a1 = _mm_add_ps(a1, _mm_mul_ps(d1, d1));
+            a0 = _mm_add_ps(a0, sq_err(x0, &q4));
+            a1 = _mm_add_ps(a1, sq_err(x1, &q4));
             const __m128 o0 = _mm_max_ps(_mm_sub_ps(ba, x0), z), o1 = _mm_max_ps(_mm_sub_ps(ba, x1), z);
             const __m128 u0 = _mm_max_ps(_mm_sub_ps(x0, bb), z), u1 = _mm_max_ps(_mm_sub_ps(x1, bb), z);
             l0 = _mm_add_ps(l0, _mm_mul_ps(o0, o0));
