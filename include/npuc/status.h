@@ -40,7 +40,10 @@ typedef enum npuc_status {
     NPUC_ERR_VALUE = 8,       /* data values are unusable (NaN/Inf weights, var+eps <= 0) */
     NPUC_ERR_EXISTS = 9,      /* the output exists and overwriting was not allowed */
     NPUC_ERR_NUMERIC = 10,    /* a numerical routine failed (SVD did not converge) */
-    NPUC_ERR_INTERNAL = 11    /* a bug in npuc: please report it */
+    NPUC_ERR_INTERNAL = 11,   /* a bug in npuc: please report it */
+    NPUC_ERR_GUESS = 12,      /* a decision rests on a guess and the policy is strict */
+    NPUC_ERR_GATE = 13        /* the work was done but a quality gate failed: nothing was
+                                 published, the summary is kept for the report */
 } npuc_status;
 
 /* A static, never-NULL name for a status ("format error", ...). */
@@ -67,6 +70,27 @@ NPUC_API void npuc_ctx_clear(npuc_ctx *ctx);
 /* Worker threads for pass drivers: 0 (default) means all cores. */
 NPUC_API void npuc_ctx_set_threads(npuc_ctx *ctx, int nthreads);
 NPUC_API int npuc_ctx_threads(const npuc_ctx *ctx);
+
+/* How a run treats what the file does not state, and how good its result
+ * must be.  The defaults: guesses are shown (summary warnings, info) but
+ * not refused; guessed graph edges are listed but not applied; no gates. */
+typedef struct npuc_policy {
+    int strict;            /* every decision resting on a guess is NPUC_ERR_GUESS,
+                              raised before anything is written */
+    int accept_guesses;    /* apply graph edges that are guesses (fold-bn pairs,
+                              structured-pruning consumers); default: list them only */
+    double min_sqnr;       /* gate in dB on the weighted SQNR of the transformed
+                              tensors; NaN: off */
+    double min_layer_sqnr; /* gate in dB on every transformed tensor's SQNR; NaN: off */
+} npuc_policy;
+
+/* strict 0, accept_guesses 0, both gates NaN. */
+NPUC_API npuc_policy npuc_policy_defaults(void);
+/* Sets the policy of the runs made with ctx (copied); a new context has the
+ * defaults. */
+NPUC_API void npuc_ctx_set_policy(npuc_ctx *ctx, const npuc_policy *p);
+/* The context's policy; never NULL for a non-NULL ctx. */
+NPUC_API const npuc_policy *npuc_ctx_policy(const npuc_ctx *ctx);
 
 /* The compressor's version string, e.g. "0.1.0". */
 NPUC_API const char *npuc_version(void);

@@ -71,6 +71,21 @@ typedef enum npuc_role {
     NPUC_ROLE_COUNT = 14
 } npuc_role;
 
+/* How sure a decision about a tensor (its role and layout) or a graph edge
+ * is, from the evidence it rests on.  Values are pinned.
+ *   CERTAIN     stated: --layout, a recorded npuc.layout, --pair/--graph, or a
+ *               file structure that says it (Keras model_config, safetensors
+ *               "format" metadata together with an unambiguous name)
+ *   CONVENTION  the naming convention of the exporter family the file shows
+ *               (PyTorch/HF, Keras/TF/tfjs, ONNX/Paddle), with a fitting shape
+ *   GUESS       shape plausibility or storage order alone */
+typedef enum npuc_confidence {
+    NPUC_CONF_CERTAIN = 0,
+    NPUC_CONF_CONVENTION = 1,
+    NPUC_CONF_GUESS = 2,
+    NPUC_CONF_COUNT = 3
+} npuc_confidence;
+
 typedef struct npuc_tensor_info {
     const char *name;            /* UTF-8, owned by the model */
     npuc_dtype dtype;
@@ -81,6 +96,11 @@ typedef struct npuc_tensor_info {
     npuc_role role;
     npuc_layout layout;
     const char *group;           /* Keras layer name, or NULL; owned by the model */
+    npuc_confidence confidence;  /* of role and layout (CERTAIN for tensors without a layout
+                                    whose role does not matter to any pass) */
+    const char *evidence;        /* why, one short phrase ("safetensors format=tf: TF conv
+                                    kernel [kh,kw,in,out]"); NULL when nothing was decided;
+                                    owned by the model */
 } npuc_tensor_info;
 
 /* Lower-case name of a layout ("oihw"), or "?" when invalid. */
@@ -94,6 +114,8 @@ NPUC_API int npuc_layout_min_rank(npuc_layout l);
  * (NONE, or a rank too small).  For HWIM it is rank-2: the channel spans the
  * last two axes. */
 NPUC_API int npuc_layout_out_axis(npuc_layout l, int rank);
+/* "certain", "convention", "guess"; "?" when invalid. */
+NPUC_API const char *npuc_confidence_name(npuc_confidence c);
 /* Short name of a role ("conv", "bn_var", ...). */
 NPUC_API const char *npuc_role_name(npuc_role r);
 

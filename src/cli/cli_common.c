@@ -22,7 +22,10 @@
 #include <unistd.h>
 
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
-enum { ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803 };
+enum {
+    ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
+    ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807
+};
 
 /* ------------------------------------------------------------ messages */
 
@@ -68,6 +71,7 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
 
 int cli_exit_code(npuc_status st) {
     if (st == NPUC_OK) return CLI_EXIT_OK;
+    if (st == NPUC_ERR_GATE) return CLI_EXIT_GATE;
     return npuc_status_is_input_error(st) ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
 }
 
@@ -142,8 +146,9 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     size_t nextra = 0;
     while (extra && extra[nextra].name) nextra++;
 
-    opt_tables t = {calloc(10 + nextra + 1, sizeof(struct option)), 0,
-                    malloc(2 * (10 + nextra) + 2), 0};
+    a->policy = npuc_policy_defaults();
+    opt_tables t = {calloc(14 + nextra + 1, sizeof(struct option)), 0,
+                    malloc(2 * (14 + nextra) + 2), 0};
     if (!t.lo || !t.so) {
         free(t.lo);
         free(t.so);
@@ -162,6 +167,12 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_JSON) add_opt(&t, "json", 0, 0, ID_JSON);
     if (common & CLI_OPT_REPORT) add_opt(&t, "report", 0, 1, ID_REPORT);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "deflate", 0, 1, ID_DEFLATE);
+    if (common & CLI_OPT_POLICY) {
+        add_opt(&t, "strict", 0, 0, ID_STRICT);
+        add_opt(&t, "accept-guesses", 0, 0, ID_ACCEPT_GUESSES);
+        add_opt(&t, "min-sqnr", 0, 1, ID_MIN_SQNR);
+        add_opt(&t, "min-layer-sqnr", 0, 1, ID_MIN_LAYER_SQNR);
+    }
     for (size_t i = 0; i < nextra; i++)
         add_opt(&t, extra[i].name, extra[i].short_name, extra[i].has_arg,
                 extra[i].short_name ? extra[i].short_name : extra[i].id);
@@ -210,6 +221,19 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             if (npuc_write_opts_set(NULL, &probe, "deflate", optarg) != NPUC_OK)
                 rc = cli_usage_error(cmd, "--deflate '%s': level must be 0..9", optarg);
             else a->deflate = optarg;
+            break;
+        }
+        case ID_STRICT: a->policy.strict = 1; break;
+        case ID_ACCEPT_GUESSES: a->policy.accept_guesses = 1; break;
+        case ID_MIN_SQNR:
+        case ID_MIN_LAYER_SQNR: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (end == optarg || *end || !isfinite(v))
+                rc = cli_usage_error(cmd, "--%s: expected a number of dB, got '%s'",
+                                     c == ID_MIN_SQNR ? "min-sqnr" : "min-layer-sqnr", optarg);
+            else if (c == ID_MIN_SQNR) a->policy.min_sqnr = v;
+            else a->policy.min_layer_sqnr = v;
             break;
         }
         case ':':

@@ -90,7 +90,9 @@ enum {
     CLI_OPT_LAYOUT = 1u << 3, /* --layout REGEX=NAME, repeatable */
     CLI_OPT_JSON = 1u << 4,   /* --json */
     CLI_OPT_REPORT = 1u << 5, /* --report FILE */
-    CLI_OPT_DEFLATE = 1u << 6 /* --deflate N: HDF5 deflate level 0..9 */
+    CLI_OPT_DEFLATE = 1u << 6, /* --deflate N: HDF5 deflate level 0..9 */
+    CLI_OPT_POLICY = 1u << 7   /* --strict --accept-guesses --min-sqnr DB --min-layer-sqnr DB
+                                  (npuc_policy; cli_parse starts from its defaults) */
 };
 
 /* A command's own option.  id is handed back to the command's callback; use
@@ -117,6 +119,7 @@ typedef struct cli_args {
     const char *deflate;  /* --deflate N (checked), or NULL */
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
+    npuc_policy policy;   /* CLI_OPT_POLICY flags, else the defaults */
     char **pos;           /* positional arguments */
     int npos;
 } cli_args;

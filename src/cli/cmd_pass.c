@@ -80,6 +80,14 @@ static void pass_help(const cli_command *c, FILE *f) {
             print_option(f, 0, "json", NULL, p->json_help);
             print_option(f, 0, "report", "FILE", "also write the results to FILE (.json, .csv, .md, .html, else text)");
             print_option(f, 'j', "jobs", "N", "worker threads (default: all cores); output is identical for any N");
+            print_option(f, 0, "strict", NULL, "refuse every decision that rests on a guess (a layout, a pairing,\n"
+                         "a layer's role): exit 2 before anything is written");
+            print_option(f, 0, "accept-guesses", NULL, "apply guessed graph edges too (default: list them, apply only\n"
+                         "stated or certain ones)");
+            print_option(f, 0, "min-sqnr", "DB", "quality gate: exit 3 without publishing OUT when the weighted\n"
+                         "SQNR of the transformed tensors is below DB");
+            print_option(f, 0, "min-layer-sqnr", "DB", "quality gate: exit 3 without publishing OUT when a\n"
+                         "transformed tensor's SQNR is below DB");
             print_option(f, 'q', "quiet", NULL, "no notes, warnings or progress on stderr");
             print_option(f, 'h', "help", NULL, "this help");
         }
@@ -135,7 +143,7 @@ static int parse(cli_pass_run *r, const cli_pass_hook *h, int argc, char **argv)
     }
     int rc = cli_parse(r->cmd, argc, argv,
                        CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON | CLI_OPT_REPORT |
-                           CLI_OPT_DEFLATE,
+                           CLI_OPT_DEFLATE | CLI_OPT_POLICY,
                        opts, on_opt, r, 1, 1, &r->a);
     free(opts);
     return rc;
@@ -163,6 +171,7 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     cli_write_opts(&r->a, &r->io.write);
     if (h && h->prepare && (rc = h->prepare(r)) != CLI_CONTINUE) return rc;
     npuc_ctx_set_threads(r->ctx, r->a.jobs);
+    npuc_ctx_set_policy(r->ctx, &r->a.policy);
     if ((rc = cli_open_model(r->ctx, &r->a, r->in, &r->m)) != CLI_EXIT_OK) return rc;
 
     char tag[64] = "";

@@ -67,6 +67,11 @@ int npuc_layout_out_axis(npuc_layout l, int rank) {
     }
 }
 
+const char *npuc_confidence_name(npuc_confidence c) {
+    static const char *const N[NPUC_CONF_COUNT] = {"certain", "convention", "guess"};
+    return (unsigned)c < NPUC_CONF_COUNT ? N[c] : "?";
+}
+
 static const char *const ROLE_NAMES[NPUC_ROLE_COUNT] = {
     "other", "conv", "dwconv", "linear", "embedding", "rnn", "bias", "bn_gamma",
     "bn_beta", "bn_mean", "bn_var", "bn_count", "norm", "convt",

@@ -28,6 +28,7 @@
 struct npuc_ctx {
     npuc_status code;
     int nthreads;
+    npuc_policy policy;
     char msg[NPUC_MSG_MAX];
 };
 

@@ -1,6 +1,7 @@
 /*
  * status.c - status names and the context that owns error messages.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ const char *npuc_status_str(npuc_status st) {
     case NPUC_ERR_EXISTS: return "already exists";
     case NPUC_ERR_NUMERIC: return "numerical failure";
     case NPUC_ERR_INTERNAL: return "internal error";
+    case NPUC_ERR_GUESS: return "refused guess";
+    case NPUC_ERR_GATE: return "quality gate failed";
     }
     return "unknown status";
 }
@@ -40,17 +43,28 @@ int npuc_status_is_input_error(npuc_status st) {
     case NPUC_ERR_NOT_FOUND:
     case NPUC_ERR_VALUE:
     case NPUC_ERR_EXISTS:
+    case NPUC_ERR_GUESS:
         return 1;
     default:
         return 0;
     }
 }
 
+npuc_policy npuc_policy_defaults(void) {
+    npuc_policy p = {0, 0, NAN, NAN};
+    return p;
+}
+
 npuc_status npuc_ctx_new(npuc_ctx **out) {
     npuc_ctx *c = calloc(1, sizeof *c);
     *out = c;
-    return c ? NPUC_OK : NPUC_ERR_NOMEM;
+    if (!c) return NPUC_ERR_NOMEM;
+    c->policy = npuc_policy_defaults();
+    return NPUC_OK;
 }
+
+void npuc_ctx_set_policy(npuc_ctx *ctx, const npuc_policy *p) { ctx->policy = *p; }
+const npuc_policy *npuc_ctx_policy(const npuc_ctx *ctx) { return ctx ? &ctx->policy : NULL; }
 
 void npuc_ctx_free(npuc_ctx *ctx) { free(ctx); }
 
