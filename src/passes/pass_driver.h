@@ -138,6 +138,15 @@ void npuc__drive_done(npuc__drive *d, size_t rec);
  * after a failed begin and on a zeroed d. */
 npuc_status npuc__drive_end(npuc__drive *d, npuc_status st);
 
+/* Never silently wrong (pass_guard.c): call before npuc__drive_open for each
+ * input tensor i whose layout the pass relies on; `what` names the use
+ * ("per-channel quantization", "structured pruning").  When the layout is
+ * not certain and either rests on a guess or puts >= 256 elements on a
+ * channel axis of length <= 4, adds a summary warning naming the tensor, the
+ * choice and its evidence, the alternative and --layout; under a strict
+ * policy (npuc_ctx_policy) fails with NPUC_ERR_GUESS instead.  NPUC_ERR_NOMEM. */
+npuc_status npuc__drive_guard(npuc__drive *d, size_t i, const char *what);
+
 /* NPUC_ERR_ARG "<path>: already an npuc artifact (tensor 'X' is encoded);
  * decompress it before <what>" (what NULL: "...; decompress it first") when
  * m carries encoded tensors; "fake_quant" entries (dense already) pass. */
