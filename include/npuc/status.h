@@ -23,6 +23,8 @@
 
 #include "api.h"
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -91,6 +93,17 @@ NPUC_API npuc_policy npuc_policy_defaults(void);
 NPUC_API void npuc_ctx_set_policy(npuc_ctx *ctx, const npuc_policy *p);
 /* The context's policy; never NULL for a non-NULL ctx. */
 NPUC_API const npuc_policy *npuc_ctx_policy(const npuc_ctx *ctx);
+
+/* Decoding budget.  An encoded tensor (an npuc artifact entry) may decode to
+ * at most NPUC_DECODE_RATIO times the bytes it is stored in, or to at most
+ * the context's memory budget, whichever is larger; anything beyond is
+ * refused as a decompression bomb (NPUC_ERR_FORMAT) before any allocation.
+ * The budget defaults to NPUC_DECODE_BUDGET_DEFAULT bytes of float32. */
+#define NPUC_DECODE_RATIO 256u
+#define NPUC_DECODE_BUDGET_DEFAULT (256ull << 20)
+/* Sets the memory budget in bytes (0: the default). */
+NPUC_API void npuc_ctx_set_max_memory(npuc_ctx *ctx, uint64_t bytes);
+NPUC_API uint64_t npuc_ctx_max_memory(const npuc_ctx *ctx);
 
 /* The compressor's version string, e.g. "0.1.0". */
 NPUC_API const char *npuc_version(void);

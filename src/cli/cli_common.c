@@ -24,7 +24,8 @@
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
 enum {
     ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
-    ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807
+    ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
+    ID_MAX_MEMORY = 0x808
 };
 
 /* ------------------------------------------------------------ messages */
@@ -167,6 +168,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_JSON) add_opt(&t, "json", 0, 0, ID_JSON);
     if (common & CLI_OPT_REPORT) add_opt(&t, "report", 0, 1, ID_REPORT);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "deflate", 0, 1, ID_DEFLATE);
+    if (common & CLI_OPT_MAX_MEMORY) add_opt(&t, "max-memory", 0, 1, ID_MAX_MEMORY);
     if (common & CLI_OPT_POLICY) {
         add_opt(&t, "strict", 0, 0, ID_STRICT);
         add_opt(&t, "accept-guesses", 0, 0, ID_ACCEPT_GUESSES);
@@ -223,6 +225,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             else a->deflate = optarg;
             break;
         }
+        case ID_MAX_MEMORY:
+            if (cli_parse_size(optarg, &a->max_memory) != 0 || a->max_memory == 0)
+                rc = cli_usage_error(cmd, "--max-memory: expected a size such as 512M or 4G, got '%s'", optarg);
+            break;
         case ID_STRICT: a->policy.strict = 1; break;
         case ID_ACCEPT_GUESSES: a->policy.accept_guesses = 1; break;
         case ID_MIN_SQNR:
@@ -268,6 +274,27 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     return rc;
 }
 
+int cli_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (!s || !isdigit((unsigned char)*s)) return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'K': case 'k': shift = 10; end++; break;
+    case 'M': case 'm': shift = 20; end++; break;
+    case 'G': case 'g': shift = 30; end++; break;
+    case 'T': case 't': shift = 40; end++; break;
+    default: break;
+    }
+    if ((*end == 'i' || *end == 'I') && shift) end++;
+    if ((*end == 'B' || *end == 'b')) end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift))) return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
 void cli_print_usage(const cli_command *c, FILE *f) {
     if (c->usage) fputs(c->usage, f);
     else c->help(c, f);
@@ -304,6 +331,7 @@ int cli_ctx_new(const cli_args *a, npuc_ctx **ctx) {
         return CLI_EXIT_FAIL;
     }
     npuc_ctx_set_threads(*ctx, a ? a->jobs : 0);
+    if (a && a->max_memory) npuc_ctx_set_max_memory(*ctx, a->max_memory);
     return CLI_EXIT_OK;
 }
 

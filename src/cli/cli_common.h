@@ -91,8 +91,10 @@ enum {
     CLI_OPT_JSON = 1u << 4,   /* --json */
     CLI_OPT_REPORT = 1u << 5, /* --report FILE */
     CLI_OPT_DEFLATE = 1u << 6, /* --deflate N: HDF5 deflate level 0..9 */
-    CLI_OPT_POLICY = 1u << 7   /* --strict --accept-guesses --min-sqnr DB --min-layer-sqnr DB
+    CLI_OPT_POLICY = 1u << 7,  /* --strict --accept-guesses --min-sqnr DB --min-layer-sqnr DB
                                   (npuc_policy; cli_parse starts from its defaults) */
+    CLI_OPT_MAX_MEMORY = 1u << 8 /* --max-memory SIZE: the decoding budget (npuc_ctx_set_max_memory,
+                                    set by cli_ctx_new) */
 };
 
 /* A command's own option.  id is handed back to the command's callback; use
@@ -120,6 +122,7 @@ typedef struct cli_args {
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
     npuc_policy policy;   /* CLI_OPT_POLICY flags, else the defaults */
+    uint64_t max_memory;  /* --max-memory in bytes, 0 when not given */
     char **pos;           /* positional arguments */
     int npos;
 } cli_args;
@@ -170,6 +173,9 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w);
 
 /* Parses a decimal integer in [lo, hi]; returns 0, or -1 if it is not one. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
+/* Parses a size: digits with an optional K/M/G/T suffix (powers of 1024; "Ki", "MB" and
+ * "MiB" spellings too).  Returns 0, or -1 on anything else or overflow. */
+int cli_parse_size(const char *s, uint64_t *out);
 
 /* Formatting into caller buffers (returned for use in printf arguments). */
 #define CLI_FMT_MAX 48

@@ -13,7 +13,7 @@ static int run(int argc, char **argv) {
     npuc_ctx *ctx = NULL;
     npuc_model *m = NULL;
     int rc = cli_parse(&cli_cmd_decompress, argc, argv,
-                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_DEFLATE, NULL, NULL,
+                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_DEFLATE | CLI_OPT_MAX_MEMORY, NULL, NULL,
                        NULL, 1, 1, &a);
     if (rc != CLI_CONTINUE) goto done;
     if (!a.output) { rc = cli_usage_error(&cli_cmd_decompress, "missing -o OUT"); goto done; }
@@ -48,6 +48,9 @@ const cli_command cli_cmd_decompress = {
     "  -f, --force            overwrite OUT\n"
     "  -j, --jobs N           worker threads (default: all cores)\n"
     "      --layout REGEX=NAME  override layouts (rarely needed here)\n"
+    "      --max-memory SIZE  decode a tensor to more than 256x its stored bytes when it\n"
+    "                         fits SIZE (default 256M): larger asks are refused as\n"
+    "                         decompression bombs\n"
     "  -q, --quiet            no notes on stderr\n"
     "  -h, --help             this help\n",
     "ART",

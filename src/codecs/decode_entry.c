@@ -256,6 +256,23 @@ static npuc_status order(npuc_ctx *ctx, npuc__lview *v, const long *owner) {
     return NPUC_OK;
 }
 
+/* A decompression bomb is refused before anything is allocated: the float32
+ * values an entry decodes to must fit NPUC_DECODE_RATIO times its stored
+ * bytes or the context's memory budget (status.h). */
+static npuc_status check_budget(npuc_ctx *ctx, const char *path, const npuc__ltensor *t) {
+    uint64_t decoded, ratio_cap;
+    const uint64_t budget = npuc_ctx_max_memory(ctx);
+    if (npuc_mul_overflow(t->info.numel, sizeof(float), &decoded) ||
+        npuc_mul_overflow(t->bytes, NPUC_DECODE_RATIO, &ratio_cap))
+        ratio_cap = UINT64_MAX;
+    if (decoded <= ratio_cap || decoded <= budget) return NPUC_OK;
+    return npuc_fail(ctx, NPUC_ERR_FORMAT,
+                     "%s: tensor '%s': decodes to %llu bytes from %llu stored (over %ux and over the %llu-MiB "
+                     "memory budget): refused as a decompression bomb; raise --max-memory if the file is trusted",
+                     path, t->name, (unsigned long long)decoded, (unsigned long long)t->bytes, NPUC_DECODE_RATIO,
+                     (unsigned long long)(budget >> 20));
+}
+
 npuc_status npuc__lview_open(npuc_ctx *ctx, npuc_model *m, npuc__lview *v) {
     memset(v, 0, sizeof *v);
     v->m = m;
@@ -299,6 +316,7 @@ npuc_status npuc__lview_open(npuc_ctx *ctx, npuc_model *m, npuc__lview *v) {
             goto fail;
         }
         if (t->dense) continue;
+        if ((st = check_budget(ctx, path, t)) != NPUC_OK) goto fail;
         t->info.group = npuc_model_tensor(m, t->stored)->group;
         if (t->fn && (st = t->fn(ctx, m, &nest, t->name, t->entry, &t->info, NULL)) != NPUC_OK) goto fail;
     }

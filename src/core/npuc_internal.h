@@ -29,6 +29,7 @@ struct npuc_ctx {
     npuc_status code;
     int nthreads;
     npuc_policy policy;
+    uint64_t max_memory; /* 0: NPUC_DECODE_BUDGET_DEFAULT */
     char msg[NPUC_MSG_MAX];
 };
 

@@ -63,6 +63,11 @@ npuc_status npuc_ctx_new(npuc_ctx **out) {
     return NPUC_OK;
 }
 
+void npuc_ctx_set_max_memory(npuc_ctx *ctx, uint64_t bytes) { ctx->max_memory = bytes; }
+uint64_t npuc_ctx_max_memory(const npuc_ctx *ctx) {
+    return ctx && ctx->max_memory ? ctx->max_memory : NPUC_DECODE_BUDGET_DEFAULT;
+}
+
 void npuc_ctx_set_policy(npuc_ctx *ctx, const npuc_policy *p) { ctx->policy = *p; }
 const npuc_policy *npuc_ctx_policy(const npuc_ctx *ctx) { return ctx ? &ctx->policy : NULL; }
 
