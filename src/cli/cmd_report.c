@@ -133,7 +133,8 @@ static int run(int argc, char **argv) {
     memset(&base, 0, sizeof base);
     char *cmdline = cli_join_command(argc, argv), *pj = NULL;
     int rc = cli_parse(&cli_cmd_report, argc, argv,
-                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON, OPTIONS, on_opt,
+                       CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON | CLI_OPT_MAX_MEMORY,
+                       OPTIONS, on_opt,
                        &r, 2, 2, &a);
     if (rc != CLI_CONTINUE) goto done;
     if (!cmdline) { rc = CLI_EXIT_FAIL; goto done; }
@@ -261,6 +262,7 @@ const cli_command cli_cmd_report = {
     "\n"
     "  -j, --jobs N           worker threads (default: all cores)\n"
     "      --layout REGEX=NAME  override the layout of matching tensors in both files\n"
+    "      --max-memory SIZE  decoding budget (default 256M; docs/artifact.md)\n"
     "  -q, --quiet            no notes on stderr\n"
     "  -h, --help             this help\n"
     "\n"

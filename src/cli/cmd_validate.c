@@ -33,6 +33,7 @@ static const char USAGE[] =
     "      --deep               read all tensor data and check the values\n"
     "      --json               print one JSON document (schema \"npuc.validate/1\")\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable)\n"
+    "      --max-memory SIZE    decoding budget (default 256M; docs/artifact.md)\n"
     "  -q, --quiet              no warnings or progress on stderr\n"
     "  -v, --verbose            with --deep, a line for every tensor\n"
     "  -h, --help               show this help\n"
@@ -198,7 +199,7 @@ static int run(int argc, char **argv) {
     memset(&tot, 0, sizeof tot);
     char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX];
 
-    int rc = cli_parse(&cli_cmd_validate, argc, argv, CLI_OPT_JSON | CLI_OPT_LAYOUT, OPTIONS,
+    int rc = cli_parse(&cli_cmd_validate, argc, argv, CLI_OPT_JSON | CLI_OPT_LAYOUT | CLI_OPT_MAX_MEMORY, OPTIONS,
                        on_opt, &deep, 1, 1, &a);
     if (rc != CLI_CONTINUE) goto done;
     const char *path = a.pos[0];
