@@ -320,10 +320,11 @@ npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const ch
         if (!pat) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
         memcpy(pat, rules[r], pl);
         pat[pl] = 0;
-        int rc = regcomp(&re[r], pat, REG_EXTENDED | REG_NOSUB);
+        int rc = npuc__regcomp(&re[r], pat);
         free(pat);
         if (rc != 0) {
-            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layout '%s': invalid regular expression", rules[r]);
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layout '%s': %s", rules[r],
+                           rc == REG_ESIZE ? "regular expression too long or too complex" : "invalid regular expression");
             goto fail;
         }
         ncomp++;

@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <regex.h>
 #include <stdint.h>
 
 #include "npuc/npuc.h"
@@ -52,6 +53,12 @@ int npuc__shape_sizes(npuc_dtype dt, int rank, const int64_t *shape, uint64_t *n
 
 /* Duplicates a string (NULL -> NULL); NULL on allocation failure of a non-NULL s. */
 char *npuc__strdup(const char *s);
+/* regcomp(re, pat, REG_EXTENDED | REG_NOSUB) for a pattern from a user or a
+ * file, refused with REG_ESIZE ("Regular expression too big") when it is
+ * longer than 1024 bytes or would expand past about 20000 nodes (counted
+ * repetition multiplies: regex_bound.c), so compiling stays under a few MB. */
+int npuc__regcomp(regex_t *re, const char *pat);
+
 /* 1 if the n bytes at s are valid UTF-8 (no overlongs, no surrogates), else 0. */
 int npuc__utf8_valid(const char *s, size_t n);
 

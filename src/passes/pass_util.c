@@ -47,12 +47,15 @@ npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const 
         }
         memcpy(pat, s, plen);
         pat[plen] = 0;
-        int rc = regcomp(&r->re[i], pat, REG_EXTENDED | REG_NOSUB);
+        int rc = npuc__regcomp(&r->re[i], pat);
         free(pat);
         if (rc != 0) {
             r->n = i; /* free only the compiled ones */
             npuc__rules_free(r);
-            return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%s': invalid regular expression", flag, s);
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%s': %s", flag, s,
+                             rc == REG_ESIZE ? "regular expression too long or too complex (counted repetition "
+                                               "multiplies; npuc allows about 20000 expanded nodes)"
+                                             : "invalid regular expression");
         }
         r->n = i + 1;
     }

@@ -36,6 +36,14 @@ struct npuc_recipe {
     char sha[65];
 };
 
+/* recipe_yaml_guard.c: the text is UTF-8 without NUL bytes (checked before
+ * libfyaml sees it); the document, built with aliases unresolved, expands to
+ * a bounded number of nodes and depth, and is then resolved.  NPUC_ERR_ARG
+ * naming the recipe. */
+struct fy_document;
+npuc_status npuc__recipe_text_check(npuc_ctx *ctx, const char *name, const char *text, size_t len);
+npuc_status npuc__recipe_yaml_check(npuc_ctx *ctx, const char *name, struct fy_document *doc);
+
 /* What a step's run function gets besides its options. */
 typedef struct recipe_hooks {
     npuc_write_opts write;

@@ -1,7 +1,8 @@
 /*
  * recipe_parse.c - reading a YAML recipe into typed, validated steps.
  *
- * libfyaml builds the document (aliases resolved, duplicate keys rejected);
+ * libfyaml builds the document (duplicate keys rejected; aliases resolved
+ * after recipe_yaml_guard.c has bounded what they expand to);
  * this file walks it against the schema of docs/recipes.md.  Scalars are
  * typed the way YAML 1.2's core schema types plain scalars (true/false,
  * decimal integers, floats, ~/null); a quoted scalar is always a string, so
@@ -201,7 +202,7 @@ static npuc_status check_pattern(pstate *ps, const char *ctxname, const recipe_k
         snprintf(pat, sizeof pat, "%s", s);
     }
     regex_t re;
-    int rc = regcomp(&re, pat, REG_EXTENDED | REG_NOSUB);
+    int rc = npuc__regcomp(&re, pat);
     if (rc != 0) {
         char why[256];
         regerror(rc, &re, why, sizeof why);
@@ -637,10 +638,7 @@ npuc_status npuc_recipe_parse(npuc_ctx *ctx, const char *name, const char *text,
     npuc_status st = NPUC_OK;
     struct fy_diag *diag = NULL;
     struct fy_document *doc = NULL;
-    if (memchr(text, 0, len)) {
-        st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a YAML text file (it holds NUL bytes)", name);
-        goto done;
-    }
+    if ((st = npuc__recipe_text_check(ctx, name, text, len)) != NPUC_OK) goto done;
     struct fy_diag_cfg dc;
     fy_diag_cfg_default(&dc);
     dc.fp = NULL;
@@ -649,7 +647,7 @@ npuc_status npuc_recipe_parse(npuc_ctx *ctx, const char *name, const char *text,
     fy_diag_set_collect_errors(diag, true);
     struct fy_parse_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.flags = FYPCF_QUIET | FYPCF_RESOLVE_DOCUMENT;
+    cfg.flags = FYPCF_QUIET; /* resolved by npuc__recipe_yaml_check once its size is known */
     cfg.diag = diag;
     doc = fy_document_build_from_string(&cfg, text, len);
     if (!doc) {
@@ -666,6 +664,7 @@ npuc_status npuc_recipe_parse(npuc_ctx *ctx, const char *name, const char *text,
         }
         goto done;
     }
+    if ((st = npuc__recipe_yaml_check(ctx, name, doc)) != NPUC_OK) goto done;
     if ((st = parse_root(&ps, fy_document_root(doc))) != NPUC_OK) goto done;
     if (!(r->json = canonical_json(r)) || npuc__sha256_hex(r->json, strlen(r->json), r->sha) != 0) {
         st = nomem(&ps);

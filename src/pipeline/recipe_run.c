@@ -109,7 +109,7 @@ static npuc_status check_patterns(npuc_ctx *ctx, const npuc_recipe *r, size_t k,
                 memcpy(pat, src, pl);
                 pat[pl] = 0;
                 regex_t re;
-                if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) != 0)
+                if (npuc__regcomp(&re, pat) != 0)
                     return npuc_fail(ctx, NPUC_ERR_INTERNAL, "regex '%s' compiled at load but not now", pat);
                 int hit = 0;
                 for (size_t t = 0; t < nt && !hit; t++) hit = regexec(&re, npuc_model_tensor(m, t)->name, 0, NULL, 0) == 0;
@@ -139,7 +139,7 @@ static npuc_status check_layout_rules(npuc_ctx *ctx, const npuc_recipe *r, npuc_
         memcpy(pat, src, pl);
         pat[pl] = 0;
         regex_t re;
-        if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) != 0)
+        if (npuc__regcomp(&re, pat) != 0)
             return npuc_fail(ctx, NPUC_ERR_INTERNAL, "regex '%s' compiled at load but not now", pat);
         int hit = 0;
         for (size_t t = 0; t < npuc_model_count(m) && !hit; t++)
