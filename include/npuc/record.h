@@ -97,6 +97,10 @@ typedef struct npuc_tensor_record {
     size_t nextra;
     npuc_record_extra extra[NPUC_RECORD_EXTRA_MAX];
     npuc_tensor_hist *hist;      /* optional, owned by the summary; NULL when not measured */
+    char compared[24];           /* what err measures (npuc report): "raw" (the tensor against its
+                                    namesake), "function: conv+bn" (a folded layer against
+                                    conv-then-BatchNorm of the original), "product of factors";
+                                    "" when not set (a pass's own records) */
 } npuc_tensor_record;
 
 typedef struct npuc_summary {

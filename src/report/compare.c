@@ -10,6 +10,12 @@
  * What a record says about an encoded tensor (action, scheme, extras, and
  * for quantized entries the noise prediction and clipped count) comes from
  * its encoding's row of the codec table (codec.h, codec_report.c).
+ *
+ * Exact transforms are compared by what they promise to keep, not raw
+ * (compare_fn.h): a layer of a recorded BatchNorm fold against
+ * conv-then-BatchNorm of the original (compare_fold.c), a factored tensor as
+ * the product of its factors (decoded, or compare_factors.c when stored
+ * without an entry).  Each record names its comparison in `compared`.
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +25,7 @@
 #include "codecs/codec.h"
 #include "codecs/decode_entry.h"
 #include "passes/pass_util.h"
+#include "report/compare_fn.h"
 
 npuc_compare_opts npuc_compare_opts_defaults(void) {
     npuc_compare_opts o;
@@ -82,6 +89,9 @@ typedef struct cmp_state {
     const npuc_compare_opts *o;
     npuc_scratch sa, sb, sfa, sfb;
     int bn_removed;           /* a BatchNorm of the original is gone from the other file */
+    npuc__cmp_folds folds;    /* the recorded folds usable as functions */
+    int64_t *fac;             /* per original tensor: the rank of its entry-less factors, or 0 */
+    unsigned char *used_b;    /* per tensor of the other file: one of those factors */
 } cmp_state;
 
 /* The action, scheme and extras a record shows for an encoded tensor of
@@ -95,6 +105,39 @@ static npuc_tensor_record *new_record(cmp_state *c, const npuc__ltensor *t) {
     if (!r) return NULL;
     if (npuc_record_from_tensor(r, &t->info) != NPUC_OK) return NULL;
     return r;
+}
+
+/* Reads tensor i of view v as float32 into scratch sc (n values). */
+static float *read_f32(cmp_state *c, npuc__lview *v, size_t i, npuc_scratch *sc, npuc_status *st) {
+    const uint64_t n = v->t[i].info.numel;
+    float *f = npuc__scratch(sc, (n ? n : 1) * sizeof(float));
+    if (!f) {
+        *st = npuc_fail(c->ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(v->m), v->t[i].name);
+        return NULL;
+    }
+    *st = npuc__lview_read_f32(c->ctx, v, i, f);
+    return *st == NPUC_OK ? f : NULL;
+}
+
+/* Record r of a layer of recorded fold k, its weight or bias: a[i] (NULL for
+ * a created bias) and b[j] against conv-then-BatchNorm of the original. */
+static npuc_status compare_fold(cmp_state *c, npuc_tensor_record *r, size_t k, npuc__fold_part part, const long i,
+                                size_t j) {
+    npuc_status st = NPUC_OK;
+    const uint64_t n = c->b.t[j].info.numel;
+    const float *fa = i >= 0 ? read_f32(c, &c->a, (size_t)i, &c->sa, &st) : NULL;
+    const float *fb = st == NPUC_OK ? read_f32(c, &c->b, j, &c->sb, &st) : NULL;
+    float *ref = npuc__scratch(&c->sfa, (n ? n : 1) * sizeof(float));
+    if (st != NPUC_OK) return st;
+    if (!ref) return npuc_fail(c->ctx, NPUC_ERR_NOMEM, "out of memory");
+    if ((st = npuc__cmp_fold_measure(c->ctx, &c->folds, k, part, &c->a, fa, fb, n, ref, r)) != NPUC_OK) return st;
+    if (c->o->histograms && npuc_record_measure_hist(r, ref, fb, n) != NPUC_OK)
+        return npuc_fail(c->ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (!c->b.t[j].encoding) {
+        if (r->action != NPUC_ACTION_CREATED) r->action = NPUC_ACTION_FOLDED;
+        snprintf(r->scheme, sizeof r->scheme, "bn");
+    }
+    return NPUC_OK;
 }
 
 /* Fills record ri (already holding the original's figures) for the pair
@@ -114,8 +157,13 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
         r->action = NPUC_ACTION_PRUNED;
         if (!tb->encoding) snprintf(r->scheme, sizeof r->scheme, "shape");
         snprintf(r->note, sizeof r->note, "shape %s -> %s", s1, s2);
+        snprintf(r->compared, sizeof r->compared, "%s", NPUC__CMP_RAW);
         return NPUC_OK;
     }
+    npuc__fold_part part;
+    long fk = npuc__cmp_fold_of_orig(&c->folds, i, &part);
+    if (fk >= 0 && part != NPUC__FOLD_STAT) return compare_fold(c, r, (size_t)fk, part, (long)i, j);
+    snprintf(r->compared, sizeof r->compared, "%s", NPUC__CMP_RAW);
     /* Two dense tensors of the same dtype: identical bytes mean kept. */
     if (ta->dense && tb->dense && !ta->encoding && !tb->encoding && ta->info.dtype == tb->info.dtype) {
         const void *pa, *pb;
@@ -193,6 +241,7 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
     }
     if (c->o->histograms && npuc_record_measure_hist(r, fa, fb, n) != NPUC_OK)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (tb->codec == &npuc__codec_lowrank) snprintf(r->compared, sizeof r->compared, "%s", NPUC__CMP_FACTORS);
     if (tb->encoding) return NPUC_OK;
 
     /* Two dense files: name what the values show. */
@@ -222,6 +271,7 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
                 ta->info.role == NPUC_ROLE_BIAS)) {
         r->action = NPUC_ACTION_FOLDED;
         snprintf(r->scheme, sizeof r->scheme, "bn");
+        if (!r->note[0]) snprintf(r->note, sizeof r->note, "compared raw: no usable npuc.bnfold record");
     } else {
         r->action = NPUC_ACTION_MODIFIED;
     }
@@ -233,6 +283,7 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
 static npuc_status add_created(cmp_state *c, size_t k, const unsigned char *in_orig) {
     for (; k < c->b.n && !in_orig[k]; k++) {
         const npuc__ltensor *t = &c->b.t[k];
+        if (c->used_b[k]) continue; /* a factor, counted with its original */
         npuc_tensor_record *r = new_record(c, t);
         if (!r) return npuc_fail(c->ctx, NPUC_ERR_NOMEM, "out of memory");
         r->action = NPUC_ACTION_CREATED;
@@ -243,6 +294,11 @@ static npuc_status add_created(cmp_state *c, size_t k, const unsigned char *in_o
             r->action = NPUC_ACTION_CREATED;
         }
         snprintf(r->note, sizeof r->note, "only in the compressed file");
+        long fk = npuc__cmp_fold_created_bias(&c->folds, k);
+        npuc_status st;
+        if (fk >= 0 && npuc__lview_readable(t) &&
+            (st = compare_fold(c, r, (size_t)fk, NPUC__FOLD_BIAS, -1, k)) != NPUC_OK)
+            return st;
     }
     return NPUC_OK;
 }
@@ -261,10 +317,21 @@ npuc_status npuc_compare_models(npuc_ctx *ctx, npuc_model *orig, npuc_model *com
     if ((st = npuc__lview_open(ctx, orig, &c.a)) != NPUC_OK) goto fail;
     if ((st = npuc__lview_open(ctx, compressed, &c.b)) != NPUC_OK) goto fail;
     in_orig = calloc(c.b.n ? c.b.n : 1, 1);
-    if (!in_orig) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    c.used_b = calloc(c.b.n ? c.b.n : 1, 1);
+    c.fac = calloc(c.a.n ? c.a.n : 1, sizeof *c.fac);
+    if (!in_orig || !c.used_b || !c.fac) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     for (size_t k = 0; k < c.b.n; k++) in_orig[k] = npuc__lview_find(&c.a, c.b.t[k].name) >= 0;
     for (size_t i = 0; i < c.a.n; i++)
         if (is_bn(c.a.t[i].info.role) && npuc__lview_find(&c.b, c.a.t[i].name) < 0) c.bn_removed = 1;
+    if ((st = npuc__cmp_folds_open(ctx, &c.a, &c.b, &c.folds)) != NPUC_OK) goto fail;
+    if ((st = npuc__cmp_factors_find(ctx, &c.a, &c.b, c.fac, c.used_b)) != NPUC_OK) goto fail;
+    if (c.folds.raw_why[0] &&
+        npuc_summary_warn(out, "%s: %s: those layers are compared raw (W' against W: the fold's rescaling, not "
+                               "its error); fold with this npuc's fold-bn to record the pairs",
+                          npuc_model_path(compressed), c.folds.raw_why) != NPUC_OK) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
 
     if ((st = add_created(&c, 0, in_orig)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < c.a.n; i++) {
@@ -275,10 +342,27 @@ npuc_status npuc_compare_models(npuc_ctx *ctx, npuc_model *orig, npuc_model *com
         r->bytes_before = ta->bytes;
         long j = npuc__lview_find(&c.b, ta->name);
         if (j < 0) {
+            npuc__fold_part part;
+            long fk = npuc__cmp_fold_of_orig(&c.folds, i, &part);
             r->action = NPUC_ACTION_REMOVED;
             r->bytes_after = r->params_after = 0;
-            snprintf(r->note, sizeof r->note, "%s",
-                     is_bn(ta->info.role) ? "BatchNorm parameter gone (folded?)" : "not in the compressed file");
+            if (c.fac[i] > 0) {
+                float *fa = read_f32(&c, &c.a, i, &c.sa, &st);
+                float *fb = fa ? npuc__scratch(&c.sb, ta->info.numel * sizeof(float)) : NULL;
+                if (fa && !fb) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+                if (!fb || (st = npuc__cmp_factors_measure(ctx, &c.a, &c.b, i, c.fac[i], fa, fb, r)) != NPUC_OK)
+                    goto fail;
+                if (c.o->histograms && npuc_record_measure_hist(r, fa, fb, ta->info.numel) != NPUC_OK) {
+                    st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+                    goto fail;
+                }
+            } else if (fk >= 0 && part == NPUC__FOLD_STAT) {
+                snprintf(r->note, sizeof r->note, "folded into '%.100s'", c.folds.f[fk].conv);
+                snprintf(r->compared, sizeof r->compared, "%s", NPUC__CMP_CONV_BN);
+            } else {
+                snprintf(r->note, sizeof r->note, "%s",
+                         is_bn(ta->info.role) ? "BatchNorm parameter gone (folded?)" : "not in the compressed file");
+            }
             continue;
         }
         if ((st = compare_pair(&c, ri, i, (size_t)j)) != NPUC_OK) goto fail;
@@ -290,6 +374,9 @@ fail:
     npuc_summary_free(out);
 done:
     free(in_orig);
+    free(c.used_b);
+    free(c.fac);
+    npuc__cmp_folds_free(&c.folds);
     npuc__lview_free(&c.a);
     npuc__lview_free(&c.b);
     npuc__scratch_free(&c.sa);

@@ -106,6 +106,15 @@ void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew
         npuc__fmt_db(r->err.sqnr_db, db, sizeof db);
         k += (size_t)snprintf(buf + k, bufsize - k, "  sqnr=%s dB", db);
     }
+    /* npuc report's records say what was compared, with the relative error
+     * (an exact fold reads 1e-7 there, not a dB figure to puzzle over). */
+    if (r->compared[0] && k < bufsize) {
+        if (r->has_error) {
+            npuc__fmt_g(r->err.rel_fro, db, sizeof db);
+            k += (size_t)snprintf(buf + k, bufsize - k, " rel=%s", db);
+        }
+        if (k < bufsize) k += (size_t)snprintf(buf + k, bufsize - k, "  [%s]", r->compared);
+    }
     if (r->note[0] && k < bufsize) snprintf(buf + k, bufsize - k, "  (%s)", r->note);
 }
 

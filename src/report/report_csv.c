@@ -49,7 +49,7 @@ npuc_status npuc__report_csv(npuc_ctx *ctx, FILE *f, const npuc_summary *s, cons
     fputs("name,dtype,shape,action,scheme,bytes_before,bytes_after,params_before,params_after,"
           "mse,rmse,max_abs,sqnr_db,cosine,rel_fro,noise_pred,clipped", f);
     for (size_t j = 0; j < nk; j++) fprintf(f, ",%s", keys[j]);
-    fputs(",note\n", f);
+    fputs(",compared,note\n", f);
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[i];
         char shape[160];
@@ -73,6 +73,8 @@ npuc_status npuc__report_csv(npuc_ctx *ctx, FILE *f, const npuc_summary *s, cons
             for (size_t e = 0; e < r->nextra; e++)
                 if (strcmp(r->extra[e].key, keys[j]) == 0) csv_num(f, r->extra[e].value);
         }
+        fputc(',', f);
+        csv_str(f, r->compared);
         fputc(',', f);
         csv_str(f, r->note);
         fputc('\n', f);

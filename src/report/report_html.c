@@ -319,7 +319,7 @@ static void tensor_table(FILE *f, const npuc_summary *s, const npuc_report_info 
           "<th>scheme</th><th class=\"n\" data-type=\"num\">bytes before</th><th class=\"n\" data-type=\"num\">bytes "
           "after</th><th class=\"n\" data-type=\"num\">ratio</th><th class=\"n\" data-type=\"num\">SQNR dB</th>"
           "<th class=\"n\" data-type=\"num\">MSE</th><th class=\"n\" data-type=\"num\">max |err|</th>"
-          "<th class=\"n\" data-type=\"num\">cosine</th><th>note</th></tr></thead>\n<tbody>\n", f);
+          "<th class=\"n\" data-type=\"num\">cosine</th><th>compared</th><th>note</th></tr></thead>\n<tbody>\n", f);
     for (size_t k = 0; k < s->nrecords; k++) {
         size_t i = d->order[k];
         const npuc_tensor_record *r = &s->records[i];
@@ -356,7 +356,9 @@ static void tensor_table(FILE *f, const npuc_summary *s, const npuc_report_info 
             fputs("<td class=\"n\" data-v=\"\"></td><td class=\"n\" data-v=\"\"></td><td class=\"n\" data-v=\"\"></td>"
                   "<td class=\"n\" data-v=\"\"></td>", f);
         }
-        fputs("<td class=\"note\">", f);
+        fputs("<td>", f);
+        esc(f, r->compared[0] ? r->compared : "-");
+        fputs("</td><td class=\"note\">", f);
         esc(f, r->note);
         fputs("</td></tr>\n", f);
     }
@@ -466,7 +468,8 @@ npuc_status npuc__report_html(npuc_ctx *ctx, FILE *f, const npuc_summary *s, con
     fprintf(f, "<h2 id=\"worst\">Worst %zu tensor%s by SQNR</h2>\n", k, k == 1 ? "" : "s");
     if (k) {
         fputs("<table id=\"worst-table\"><thead><tr><th class=\"n\">rank</th><th>tensor</th><th>shape</th>"
-              "<th>scheme</th><th class=\"n\">SQNR dB</th><th class=\"n\">rel. error</th><th class=\"n\">max |err|</th>"
+              "<th>scheme</th><th>compared</th><th class=\"n\">SQNR dB</th><th class=\"n\">rel. error</th>"
+              "<th class=\"n\">max |err|</th>"
               "<th class=\"n\">bytes</th></tr></thead><tbody>\n", f);
         for (size_t i = 0; i < k; i++) {
             const npuc_tensor_record *r = &s->records[d->worst[i]];
@@ -483,6 +486,8 @@ npuc_status npuc__report_html(npuc_ctx *ctx, FILE *f, const npuc_summary *s, con
             esc(f, r->name);
             fprintf(f, "</td><td class=\"mono\">%s</td><td>", shape);
             esc(f, r->scheme);
+            fputs("</td><td>", f);
+            esc(f, r->compared[0] ? r->compared : "-");
             fprintf(f, "</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td>"
                        "<td class=\"n\">%s \xe2\x86\x92 %s</td></tr>\n", db, rel, mx, b1, b2);
         }

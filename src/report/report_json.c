@@ -109,6 +109,7 @@ static json_t *report_json_doc(const npuc_summary *s, const npuc_report_info *in
         json_object_set_new(t, "params_after", json_integer((json_int_t)r->params_after));
         json_object_set_new(t, "error", r->has_error ? error_json(&r->err) : json_null());
         json_object_set_new(t, "extra", extra);
+        json_object_set_new(t, "compared", r->compared[0] ? json_string(r->compared) : json_null());
         json_object_set_new(t, "note", jstr(r->note));
         json_object_set_new(t, "histogram", r->hist ? hist_json(r->hist) : json_null());
         json_array_append_new(tens, t);

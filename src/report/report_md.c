@@ -65,6 +65,11 @@ static const char *scheme_of(const npuc_tensor_record *r) {
     return strcmp(r->scheme, "-") == 0 ? "-" : r->scheme;
 }
 
+/* What the error measures ("raw", "function: conv+bn"...), "-" when unset. */
+static const char *compared_of(const npuc_tensor_record *r) {
+    return r->compared[0] ? r->compared : "-";
+}
+
 npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const npuc_report_info *info,
                             const npuc__report_doc *d) {
     (void)ctx;
@@ -129,8 +134,8 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
     if (k > d->nworst) k = d->nworst;
     if (k) {
         fprintf(f, "\n### Worst %zu tensor%s by SQNR\n\n", k, k == 1 ? "" : "s");
-        fputs("| # | tensor | shape | action | scheme | SQNR (dB) | rel. error | max abs error | bytes |\n"
-              "|---:|---|---|---|---|---:|---:|---:|---|\n", f);
+        fputs("| # | tensor | shape | action | scheme | compared | SQNR (dB) | rel. error | max abs error | bytes |\n"
+              "|---:|---|---|---|---|---|---:|---:|---:|---|\n", f);
         for (size_t i = 0; i < k; i++) {
             const npuc_tensor_record *r = &s->records[d->worst[i]];
             char rel[32], mx[32], b1[32], b2[32];
@@ -144,14 +149,16 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
             fprintf(f, " | %s | %s | ", shape, npuc_action_name(r->action));
             md_text(f, scheme_of(r));
             fputs(" | ", f);
+            md_text(f, compared_of(r));
+            fputs(" | ", f);
             md_db(f, r);
             fprintf(f, " | %s | %s | %s \xe2\x86\x92 %s |\n", rel, mx, b1, b2);
         }
     }
 
     fprintf(f, "\n<details><summary>All %zu tensors</summary>\n\n", s->nrecords);
-    fputs("| # | tensor | shape | dtype | action | scheme | SQNR (dB) | bytes before | bytes after | note |\n"
-          "|---:|---|---|---|---|---|---:|---:|---:|---|\n", f);
+    fputs("| # | tensor | shape | dtype | action | scheme | compared | SQNR (dB) | bytes before | bytes after | note |\n"
+          "|---:|---|---|---|---|---|---|---:|---:|---:|---|\n", f);
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[d->order[i]];
         char dt[16];
@@ -160,6 +167,8 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
         md_code(f, r->name);
         fprintf(f, " | %s | %s | %s | ", shape, npuc__dtype_lower(r->dtype, dt), npuc_action_name(r->action));
         md_text(f, scheme_of(r));
+        fputs(" | ", f);
+        md_text(f, compared_of(r));
         fputs(" | ", f);
         md_db(f, r);
         fputs(" | ", f);

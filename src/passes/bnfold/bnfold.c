@@ -334,6 +334,7 @@ static char *bnfold_meta(const driver *d, int *err) {
                 *err = 1;
             free(layer);
         }
+        if (o && npuc__bnfold_record_pair(o, d->m, x) != 0) *err = 1; /* bnfold_record.c */
         if (!o || json_array_append_new(pairs, o)) *err = 1;
     }
     char *s = *err ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));

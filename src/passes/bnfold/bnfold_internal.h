@@ -11,4 +11,8 @@
 #include "graph/graph.h"
 #include "npuc_internal.h"
 
+/* bnfold_record.c: adds to o, pair x's "npuc.bnfold" entry, what a check needs to redo the fold. */
+struct json_t;
+int npuc__bnfold_record_pair(struct json_t *o, npuc_model *m, const npuc_bnfold_pair *x);
+
 #endif
