@@ -146,6 +146,14 @@ static npuc_status plan_from_links(npuc_ctx *ctx, const npuc__graph *g, const np
     return st;
 }
 
+/* A bias of n values: [n], or Paddle's [1,n,1,1] (every other extent 1). */
+static int vector_of(const npuc_tensor_info *t, int64_t n) {
+    if (t->rank < 1 || (int64_t)t->numel != n) return 0;
+    int big = 0;
+    for (int d = 0; d < t->rank; d++) big += t->shape[d] != 1;
+    return big <= 1;
+}
+
 /* The bias to fold into (or create) and the eps of every pair, then the
  * pairs in their producers' storage order. */
 static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_bnfold_params *p,
@@ -158,7 +166,7 @@ static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_
         size_t idx;
         if (npuc_model_find(g->m, x->bias_name, &idx) == 0) {
             const npuc_tensor_info *bt = npuc_model_tensor(g->m, idx);
-            if (g->bn_of[idx] >= 0 || bt->rank != 1 || bt->shape[0] != x->bn.channels || !npuc_dtype_is_float(bt->dtype))
+            if (g->bn_of[idx] >= 0 || !vector_of(bt, x->bn.channels) || !npuc_dtype_is_float(bt->dtype))
                 return npuc_fail(ctx, NPUC_ERR_FORMAT,
                                  "%s: tensor '%s': bias of '%s' should be a float vector of %lld values to fold "
                                  "BatchNorm '%s' (mismatched channel counts)", g->path, bt->name, t->name,
