@@ -17,7 +17,11 @@
  *
  * The hard part is knowing which layer feeds which BatchNorm, since a weight
  * file has no graph.  npuc_bnfold_find() works it out from the file, most
- * certain evidence first (docs/fold-bn.md has the full rules):
+ * certain evidence first (docs/fold-bn.md has the full rules).  Only
+ * trustworthy pairs (explicit, topology, unambiguous names, Keras layer order
+ * with agreeing numbering) are folded by default; guesses are listed as
+ * skips (guess = 1) with their reason, folded only when the context's policy
+ * has accept_guesses, and under a strict policy they are NPUC_ERR_GUESS:
  *
  *   explicit     pairs the caller states ("features.0=features.1"); when any
  *                are given, only they are folded
@@ -123,6 +127,8 @@ typedef struct npuc_bnfold_skip {
     char *bn;                 /* the BatchNorm's name, or NULL; owned */
     char *conv;               /* the producer considered, or NULL; owned */
     char why[200];
+    int guess;                /* 1: a guessed pairing, not applied (policy accept_guesses
+                                 applies it instead) */
 } npuc_bnfold_skip;
 
 typedef struct npuc_bnfold_plan {
@@ -147,7 +153,9 @@ typedef struct npuc_bnfold_params {
                                  "var" in place of "bn"), or an object holding such an array
                                  under "pairs" or "bn_pairs" (npuc's --dry-run --json output
                                  and the data catalogs both qualify) */
-    int no_guess;             /* 1: skip pairs supported only by order (guess = 1) */
+    int no_guess;             /* accepted for old callers: guessed pairs (guess = 1, supported
+                                 only by order or numbering) are skipped by default anyway;
+                                 1 also overrides the policy's accept_guesses */
     npuc_write_opts write;    /* output format, overwrite, HDF5 settings */
     /* Called after each record is complete, in output order. */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
@@ -164,7 +172,10 @@ NPUC_API npuc_bnfold_params npuc_bnfold_params_defaults(void);
  * NPUC_ERR_IO when pairs_file cannot be read, NPUC_ERR_FORMAT for a
  * BatchNorm whose own tensors disagree in shape or a Keras BatchNorm layer
  * that the topology shows applied to several inputs, NPUC_ERR_UNSUPPORTED for
- * an npuc artifact (decompress it first).  On failure *plan is empty. */
+ * an npuc artifact (decompress it first), NPUC_ERR_GUESS under a strict policy
+ * (npuc_ctx_policy) when a pairing is only a guess and accept_guesses is off
+ * (the message names the BatchNorm, the candidate and --pair / --pairs /
+ * --accept-guesses).  On failure *plan is empty. */
 NPUC_API npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_params *p,
                              npuc_bnfold_plan *plan);
 /* Frees everything a plan owns and zeroes it; NULL is a no-op. */

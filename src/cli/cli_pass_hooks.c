@@ -138,6 +138,7 @@ static json_t *plan_json(const npuc_model *m, const npuc_bnfold_plan *plan, cons
         json_object_set_new(o, "bn", cli_json_str(s->bn));
         json_object_set_new(o, "conv", cli_json_str(s->conv));
         json_object_set_new(o, "why", cli_json_str(s->why));
+        json_object_set_new(o, "guess", json_boolean(s->guess));
         json_array_append_new(skips, o);
     }
     json_object_set_new(doc, "pairs", pairs);

@@ -15,8 +15,10 @@
  *   order        tensor storage order (a guess); alphabetical storage says
  *                nothing about the graph, and then only the numbers in the
  *                names (conv2d_9 before conv2d_10) can stand in for it
- * Evidence below config can be wrong: such a decision is also marked a
- * guess where the passes let the user refuse guesses (--no-guess).
+ * Evidence below config can be wrong: a link that only order or numbering
+ * supports (or conv1/bn1 names in alphabetical storage, which cannot tell a
+ * pre-activation block) is marked a guess, which fold-bn lists and applies
+ * only with --accept-guesses.  A tensor named as a bias is never a producer.
  *
  * The graph holds no pass knowledge: it answers "which BatchNorm follows
  * which producer" (fold-bn) and "which layers consume a module's channels"

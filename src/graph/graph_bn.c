@@ -32,8 +32,32 @@ const char *npuc__attach_tname(const npuc__attach *a, size_t i) { return npuc_mo
 
 /* ------------------------------------------------------------ tensors */
 
+/* A bias by its name: the leaf (without a Keras ":0") is "bias" (PyTorch,
+ * Keras) or "b_N" (Paddle).  Such a tensor is never a BatchNorm's producer,
+ * whatever role and layout its shape suggested: a Paddle bias [1,C,1,1]
+ * read as a transposed convolution has C "output channels" too, and pairing
+ * it would scale the bias and create "<bias>.bias". */
+static int bias_named(const char *name) {
+    size_t n = strlen(name);
+    if (n >= 2 && name[n - 1] >= '0' && name[n - 1] <= '9') {
+        size_t k = n;
+        while (k > 0 && name[k - 1] >= '0' && name[k - 1] <= '9') k--;
+        if (k > 0 && name[k - 1] == ':') n = k - 1;
+    }
+    size_t s = n;
+    while (s > 0 && name[s - 1] != '.' && name[s - 1] != '/') s--;
+    const char *leaf = name + s;
+    size_t ln = n - s;
+    if (ln == 4 && memcmp(leaf, "bias", 4) == 0) return 1;
+    if (ln < 3 || leaf[0] != 'b' || leaf[1] != '_') return 0;
+    for (size_t i = 2; i < ln; i++)
+        if (leaf[i] < '0' || leaf[i] > '9') return 0;
+    return 1;
+}
+
 int npuc__graph_is_producer(const npuc_tensor_info *t) {
     if (!npuc_dtype_is_float(t->dtype) || t->layout == NPUC_LAYOUT_NONE || t->numel == 0) return 0;
+    if (t->rank < 2 || bias_named(t->name)) return 0;
     switch (t->role) {
     case NPUC_ROLE_CONV: case NPUC_ROLE_DWCONV: case NPUC_ROLE_LINEAR: case NPUC_ROLE_CONVT:
     case NPUC_ROLE_OTHER:

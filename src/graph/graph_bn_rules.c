@@ -75,7 +75,8 @@ npuc_status npuc__attach_rule_topology(npuc__attach *a) {
  * conv's output would be wrong.  In graph-ordered storage that shows as the
  * conv stored after the BatchNorm, which is then skipped; sequence indices
  * (A.0 -> A.1) need no such check. */
-static int try_module(npuc__attach *a, size_t b, const char *cand, const char *why, int check_order, npuc_status *st) {
+static int try_module(npuc__attach *a, size_t b, const char *cand, const char *why, int check_order, int guess,
+                      npuc_status *st) {
     int64_t w = npuc__graph_module_weight(a->g, cand);
     *st = NPUC_OK;
     if (w < 0) return 0;
@@ -92,7 +93,7 @@ static int try_module(npuc__attach *a, size_t b, const char *cand, const char *w
         return 1;
     }
     a->state[b] = ATTACH_UNDECIDED;
-    *st = npuc__attach_propose(a, (size_t)w, b, NPUC_EVIDENCE_NAME, 0, why);
+    *st = npuc__attach_propose(a, (size_t)w, b, NPUC_EVIDENCE_NAME, guess, why);
     return 1;
 }
 
@@ -114,7 +115,7 @@ npuc_status npuc__attach_rule_names(npuc__attach *a, size_t b) {
             cand = npuc__graph_concat3(parent, sep, num);
             if (!cand) goto oom;
             snprintf(why, sizeof why, "names: module '%s' comes right before '%s' in a sequence", cand, key);
-            if (try_module(a, b, cand, why, 0, &st)) goto done;
+            if (try_module(a, b, cand, why, 0, 0, &st)) goto done;
             snprintf(why, sizeof why, "module '%s' right before it has %s (an activation or pooling in between?)",
                      cand, npuc__graph_has_prefix(a->g, cand) ? "no conv/linear weight" : "no weights");
             st = npuc__attach_refuse(a, b, NULL, why);
@@ -126,7 +127,7 @@ npuc_status npuc__attach_rule_names(npuc__attach *a, size_t b) {
         cand = npuc__graph_concat3(parent, sep, word);
         if (!cand) goto oom;
         snprintf(why, sizeof why, "names: '%s' / '%s'", cand, key);
-        if (try_module(a, b, cand, why, 1, &st)) goto done;
+        if (try_module(a, b, cand, why, 1, 0, &st)) goto done;
         free(cand);
         cand = NULL;
     }
@@ -136,8 +137,14 @@ npuc_status npuc__attach_rule_names(npuc__attach *a, size_t b) {
         if ((word = npuc__graph_conv_for_bn_leaf(leaf)) != NULL) {
             cand = npuc__graph_concat3(parent, sep, word);
             if (!cand) goto oom;
-            snprintf(why, sizeof why, "names: '%s' / '%s'", cand, key);
-            if (try_module(a, b, cand, why, 1, &st)) goto done;
+            /* Alphabetical storage cannot tell ResNet's conv1 -> bn1 from a
+             * pre-activation block's bn1 -> conv1 (DenseNet's norm1 -> conv1). */
+            if (a->g->alphabetical)
+                snprintf(why, sizeof why, "guess: names '%s' / '%s', but storage order is alphabetical, so a "
+                         "pre-activation block (BatchNorm before the conv) cannot be ruled out", cand, key);
+            else
+                snprintf(why, sizeof why, "names: '%s' / '%s'", cand, key);
+            if (try_module(a, b, cand, why, 1, a->g->alphabetical, &st)) goto done;
         }
     }
     goto done;

@@ -8,7 +8,8 @@
  * separates), or JSON: an array of objects {"conv": ..., "bn": ...}, or an
  * object holding such an array under "pairs" or "bn_pairs".  In an object a
  * BatchNorm may also be named by one of its tensors ("gamma", "mean", "var",
- * "beta"), which makes the shared data catalogs usable as they are, and
+ * "beta"), which makes the shared data catalogs usable as they are (an
+ * entry with "conv": null, a BatchNorm without a producer, is passed over), and
  * `npuc fold-bn --dry-run --json` output can be edited and fed back.
  * Names are only parsed here; graph_bn_rules.c resolves them against the
  * model.
@@ -174,6 +175,8 @@ static npuc_status parse_json(npuc_ctx *ctx, stmts *v, const char *path, const c
     json_t *o;
     json_array_foreach(arr, i, o) {
         const char *conv, *bn;
+        /* A catalog's BatchNorm without a producer ("conv": null) states no pair. */
+        if (json_is_object(o) && json_is_null(json_object_get(o, "conv"))) continue;
         npuc__graph_json_pair(o, &conv, &bn);
         if (!conv || !bn || !*conv || !*bn) {
             st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: pair %zu: needs string fields \"conv\" and \"bn\"", path, i + 1);

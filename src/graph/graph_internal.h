@@ -129,7 +129,8 @@ void npuc__graph_pair_statements_free(npuc__pair_stmt *s, size_t n);
 
 /* ------------------------------------------------------------ attachment (graph_bn.c) */
 
-/* A float weight with an output-channel axis that can feed a BatchNorm. */
+/* A float weight of rank >= 2 with an output-channel axis that can feed a
+ * BatchNorm; never a tensor named as a bias (bias, b_N), whatever its shape. */
 int npuc__graph_is_producer(const npuc_tensor_info *t);
 
 #define ATTACH_UNDECIDED (-1) /* state: no rule has decided yet */

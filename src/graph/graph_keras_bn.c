@@ -9,7 +9,8 @@
  * output going into the BatchNorm alone only when the producer is a
  * convolution or Dense layer with no activation, called once, whose output
  * feeds nothing else, and the BatchNorm normalises the channel axis.
- * Anything else is recorded as the reason (the edge's skip).
+ * Anything else is recorded as the reason (the edge's skip): a BatchNorm
+ * after a merge (Add, Concatenate, Multiply...) is never folded.
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +56,18 @@ static char *dup_or_null(const char *s, int *nomem) {
     return d;
 }
 
+/* Keras' merge layers: several inputs combined into one output.  A
+ * BatchNorm after one normalises the sum (product, concatenation...) of
+ * branches; scaling one branch's producer would change the other branches'
+ * share, so it never folds. */
+static int merge_class(const char *c) {
+    static const char *const M[] = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum",
+                                    "Concatenate", "Dot"};
+    for (size_t k = 0; k < sizeof M / sizeof M[0]; k++)
+        if (strcmp(c, M[k]) == 0) return 1;
+    return 0;
+}
+
 /* Why the edge producer -> bn is not the producer's output going into the
  * BatchNorm alone, or "" when it is. */
 static void judge_edge(json_t *model, json_t *layers, int sequential, json_t *p, json_t *bn,
@@ -63,7 +76,10 @@ static void judge_edge(json_t *model, json_t *layers, int sequential, json_t *p,
     json_t *pcfg = json_object_get(p, "config"), *bcfg = json_object_get(bn, "config");
     why[0] = 0;
     if (!npuc__kclass_is_fold_producer(pcls)) {
-        if (strstr(pcls, "Transpose"))
+        if (merge_class(pcls))
+            snprintf(why, n, "its input '%s' is a merge (%s): a BatchNorm after a merge is never folded into "
+                             "one branch", pname, pcls);
+        else if (strstr(pcls, "Transpose"))
             snprintf(why, n, "its input '%s' is a %s (Keras kernel [kh,kw,out,in]), not folded", pname, pcls);
         else
             snprintf(why, n, "BatchNorm without a producer: its input '%s' is a %s, not a convolution "

@@ -27,19 +27,26 @@ must_match "$T/out" 'why: names: module .features\.3. comes right before .featur
 must_match "$T/out" '\+bias features\.6\.bias'
 [ -z "$(ls -A "$T/dry")" ] || fail "--dry-run wrote files: $(ls "$T/dry")"
 
-# Keras save_weights layout without topology: layer order; the depthwise pair is a guess.
+# Keras save_weights layout without topology: layer order; the depthwise pair is a guess,
+# listed but applied only with --accept-guesses (issue 14; --no-guess is the default's old name).
 expect_rc 0 "$NPUC_BIN" fold-bn "$SAMPLES/cnn_bn_keras.h5" --dry-run
+must_match "$T/out" '^would fold 2 of 3 BatchNorms; 1 skipped'
+must_match "$T/out" 'skip batch_normalization_2 \(producer depthwise_conv2d/depthwise_kernel\): a guess, not applied'
+must_match "$T/err" 'warning: .*1 guessed pairing not applied.*--accept-guesses'
+expect_rc 0 "$NPUC_BIN" fold-bn "$SAMPLES/cnn_bn_keras.h5" --dry-run --accept-guesses
 must_match "$T/out" '^would fold 3 of 3 BatchNorms \(1 guessed\)'
 must_match "$T/out" 'depthwise_conv2d/depthwise_kernel +batch_normalization_2 +layer-order,guess +16 +0\.001 \(keras default\)'
 must_match "$T/err" 'warning: .*1 of 3 folded pairs are guesses'
 expect_rc 0 "$NPUC_BIN" fold-bn "$SAMPLES/cnn_bn_keras.h5" --dry-run --no-guess -q
 must_match "$T/out" '^would fold 2 of 3 BatchNorms; 1 skipped'
-must_match "$T/out" 'skip batch_normalization_2 .*--no-guess'
+expect_rc 2 "$NPUC_BIN" fold-bn "$SAMPLES/cnn_bn_keras.h5" -o "$T/strict.h5" --strict
+must_match "$T/err" "^npuc: error: .*BatchNorm 'batch_normalization_2': pairing it with 'depthwise_conv2d/depthwise_kernel' is a guess.*--pair .*--accept-guesses"
+[ ! -e "$T/strict.h5" ] || fail "--strict wrote an output"
 
 for in in "$SAMPLES/cnn_bn.safetensors" "$SAMPLES/cnn_bn_keras.h5"; do
     for ext in safetensors h5; do
         out="$T/$(basename "$in").folded.$ext"
-        expect_rc 0 "$NPUC_BIN" fold-bn "$in" -o "$out"
+        expect_rc 0 "$NPUC_BIN" fold-bn "$in" -o "$out" --accept-guesses
         must_match "$T/out" '^\[ *1/[0-9]+\] '
         must_match "$T/out" '^folded 3 of 3 BatchNorms'
         must_match "$T/out" '^total: [0-9]+ tensors, [34] folded, [0-9]+ removed, [0-9] created'
@@ -130,12 +137,12 @@ for m in ppocr_mobile_v2_cls nsfwjs_mobilenet_v2; do
     cat="$SHARED/$m.json"
     for ifmt in safetensors h5; do
         in="$SHARED/$m.$ifmt"
-        expect_rc 0 "$NPUC_BIN" fold-bn "$in" --dry-run --json
+        expect_rc 0 "$NPUC_BIN" fold-bn "$in" --dry-run --json --accept-guesses
         cp "$T/out" "$T/plan.json"
         "${CHECK[@]}" plan "$T/plan.json" "$cat" || fail "$in: dry-run pairs differ from the catalog"
         for ofmt in safetensors h5; do
             out="$T/$m.$ifmt.folded.$ofmt"
-            expect_rc 0 "$NPUC_BIN" fold-bn "$in" -o "$out" -q
+            expect_rc 0 "$NPUC_BIN" fold-bn "$in" -o "$out" -q --accept-guesses
             expect_rc 0 "$NPUC_BIN" validate --deep "$out"
             "${CHECK[@]}" values "$in" "$out" "$cat" || fail "$in -> $out: folded values"
         done
@@ -145,7 +152,7 @@ done
 for ofmt in safetensors h5; do
     "${CHECK[@]}" keras-config "$T/nsfwjs_mobilenet_v2.h5.folded.$ofmt" || fail "model_config of the folded nsfwjs ($ofmt)"
 done
-# Exported names: every pair is a guess; --no-guess folds none of them.
+# Exported names: every pair is a guess; by default (or --no-guess) none of them is folded.
 expect_rc 0 "$NPUC_BIN" fold-bn "$SHARED/ppocr_mobile_v2_cls.safetensors" --dry-run --no-guess -q
 must_match "$T/out" '^would fold 0 of 35 BatchNorms; 35 skipped'
 # The catalog itself works as a --pairs file.

@@ -392,6 +392,14 @@ static const npuc_bnfold_pair *pair_for(const npuc_bnfold_plan *p, const npuc_mo
     return NULL;
 }
 
+/* The context's policy: guesses applied (accept) and refused (strict). */
+static void set_policy(int accept, int strict) {
+    npuc_policy pol = npuc_policy_defaults();
+    pol.accept_guesses = accept;
+    pol.strict = strict;
+    npuc_ctx_set_policy(ctx, &pol);
+}
+
 static const npuc_bnfold_skip *skip_for(const npuc_bnfold_plan *p, const char *bn) {
     for (size_t k = 0; k < p->nskips; k++)
         if (p->skips[k].bn && strcmp(p->skips[k].bn, bn) == 0) return &p->skips[k];
@@ -648,6 +656,25 @@ static void test_keras_names_and_order(void **state) {
     npuc_model *m = open_m(in);
     npuc_bnfold_params p = npuc_bnfold_params_defaults();
     npuc_bnfold_plan plan;
+    /* By default the two guesses are listed, not applied (issue 14). */
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    assert_int_equal(plan.npairs, 3);
+    assert_int_equal(skip_for(&plan, "batch_normalization_1")->guess, 1);
+    assert_string_equal(skip_for(&plan, "batch_normalization_1")->conv, "depthwise_conv2d/depthwise_kernel");
+    assert_non_null(strstr(skip_for(&plan, "batch_normalization_1")->why, "--accept-guesses"));
+    assert_int_equal(skip_for(&plan, "batch_normalization_9")->guess, 1);
+    assert_int_equal(skip_for(&plan, "batch_normalization_2")->guess, 0);
+    npuc_bnfold_plan_free(&plan);
+    /* --strict: the first guess is an error naming the BatchNorm, the candidate and the flags. */
+    set_policy(0, 1);
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_ERR_GUESS);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "BatchNorm 'batch_normalization_1'"));
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "'depthwise_conv2d/depthwise_kernel'"));
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "--pair depthwise_conv2d/depthwise_kernel=batch_normalization_1"));
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "--accept-guesses"));
+    assert_int_equal(plan.npairs, 0);
+    /* --accept-guesses applies them (under --strict too). */
+    set_policy(1, 1);
     assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
     assert_int_equal(plan.nbn, 6);
     assert_int_equal(plan.npairs, 5);
@@ -668,13 +695,15 @@ static void test_keras_names_and_order(void **state) {
     assert_non_null(s);
     assert_non_null(strstr(s->why, "shape mismatch"));
     npuc_bnfold_plan_free(&plan);
-    /* --no-guess drops the depthwise pair. */
+    /* --no-guess (the default's old name) overrides --accept-guesses. */
+    set_policy(1, 0);
     p.no_guess = 1;
     assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
     assert_int_equal(plan.npairs, 3);
-    assert_non_null(strstr(skip_for(&plan, "batch_normalization_1")->why, "--no-guess"));
+    assert_non_null(strstr(skip_for(&plan, "batch_normalization_1")->why, "a guess, not applied"));
     assert_non_null(skip_for(&plan, "batch_normalization_9"));
     npuc_bnfold_plan_free(&plan);
+    set_policy(0, 0);
     npuc_model_close(m);
 }
 
@@ -709,6 +738,13 @@ static void test_exported_alphabetical(void **state) {
     npuc_model *m = open_m(in);
     npuc_bnfold_params p = npuc_bnfold_params_defaults();
     npuc_bnfold_plan plan;
+    /* Every pair here is a guess: none is applied by default. */
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    assert_int_equal(plan.npairs, 0);
+    assert_int_equal(plan.nskips, 3);
+    for (size_t k = 0; k < plan.nskips; k++) assert_int_equal(plan.skips[k].guess, 1);
+    npuc_bnfold_plan_free(&plan);
+    set_policy(1, 0);
     assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
     assert_int_equal(plan.npairs, 3);
     assert_non_null(strstr(plan.order_note, "alphabetical"));
@@ -752,6 +788,7 @@ static void test_exported_alphabetical(void **state) {
     assert_non_null(strstr(skip_for(&plan, "batch_norm_2")->why, "without a producer"));
     npuc_bnfold_plan_free(&plan);
     npuc_model_close(m);
+    set_policy(0, 0);
 }
 
 /* Grouped transposed conv (groups inferred) and a half-precision producer. */

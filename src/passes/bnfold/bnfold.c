@@ -505,6 +505,10 @@ npuc_status npuc__bnfold_model_to(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan
     /* prepare */
     for (size_t k = 0; k < np; k++)
         if ((st = prepare_pair(&d, k)) != NPUC_OK) goto fail;
+    /* Folding scales along the output-channel axis: its layout must not be
+     * a silent guess (a warning, or NPUC_ERR_GUESS under --strict). */
+    for (size_t k = 0; k < np; k++)
+        if ((st = npuc__drive_guard(&dr, plan->pairs[k].conv, "BatchNorm folding")) != NPUC_OK) goto fail;
     /* declare (no output: --dry-run) */
     if ((st = open_output(&d, &dr, sum)) != NPUC_OK) goto fail;
     if (dr.w) {
@@ -568,11 +572,16 @@ npuc_status npuc__bnfold_model_to(npuc_ctx *ctx, npuc_model *m, npuc_bnfold_plan
             ri++;
         }
     }
-    size_t nguess = 0;
+    size_t nguess = 0, nleft = 0;
     for (size_t k = 0; k < np; k++) nguess += plan->pairs[k].guess;
-    if (nguess && npuc_summary_warn(sum, "%zu of %zu folded pairs are guesses from storage order or numbering; "
-                                         "review them with --dry-run, or fold only certain pairs with --no-guess",
+    for (size_t k = 0; k < plan->nskips; k++) nleft += plan->skips[k].guess;
+    if (nguess && npuc_summary_warn(sum, "%zu of %zu folded pairs are guesses from storage order or numbering, "
+                                         "applied with --accept-guesses; review them with --dry-run",
                                     nguess, np) != NPUC_OK)
+        goto oom;
+    if (nleft && npuc_summary_warn(sum, "%zu guessed pairing%s not applied (each listed as a skip with why it was "
+                                        "guessed); state pairs with --pair CONV=BN or --pairs FILE, or apply "
+                                        "guesses with --accept-guesses", nleft, nleft == 1 ? "" : "s") != NPUC_OK)
         goto oom;
     if (np == 0 && npuc_summary_warn(sum, "no BatchNorm was folded (%zu found)", plan->nbn) != NPUC_OK) goto oom;
     goto done;

@@ -36,7 +36,8 @@ static const npuc_pass_option OPTIONS[] = {
      .help = "pairs from FILE: lines CONV=BN, or JSON (the \"pairs\" of\n"
              "--dry-run --json); with --pair/--pairs only stated pairs fold"},
     {.name = "no_guess", .flag = "no-guess", .type = NPUC_OPT_BOOL, .section = "Pairs",
-     .help = "skip pairs supported only by storage order or numbering"},
+     .help = "skip guessed pairs (storage order, numbering): now the\n"
+             "default, kept for scripts; overrides --accept-guesses"},
 };
 
 static const npuc_pass_section SECTIONS[] = {
@@ -92,8 +93,9 @@ const npuc_pass npuc__pass_fold_bn = {
              "Pairs are found from the file (docs/fold-bn.md): a Keras model_config topology,\n"
              "module and layer names (features.0/features.1, conv1/bn1, X/X_BN, bn_X), Keras\n"
              "layer order, else the nearest preceding conv/linear with the same channel count\n"
-             "in storage order (a guess).  --dry-run shows every pair with its evidence and\n"
-             "every skipped candidate with the reason.\n",
+             "in storage order (a guess).  Guessed pairs are listed, not folded, unless\n"
+             "--accept-guesses; --strict makes them an error (exit 2).  --dry-run shows every\n"
+             "pair with its evidence and every skipped candidate with the reason.\n",
     .footer = "Per pair: channels, eps and where it came from, max |scale|, the spread of per-channel\n"
               "weight ranges (max/min of max|W| per channel) before -> after, and a forward check:\n"
               "max |folded - (layer then BatchNorm)| / max |output| on random input.\n"

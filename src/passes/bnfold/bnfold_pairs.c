@@ -5,10 +5,16 @@
  * Which layer feeds each BatchNorm is the graph's question
  * (src/graph/graph_bn.c: stated pairs, model_config, names, Keras layer
  * order, storage order, each link with its evidence).  This file turns the
- * answer into a plan: a pair per link (a link that lost its producer to a
- * second BatchNorm folds neither; with --no-guess a guessed link is
- * skipped), a skip per refused BatchNorm, and per pair what folding needs:
- * the bias to fold into or create, and the eps with its source.
+ * answer into a plan: a pair per trustworthy link (a link that lost its
+ * producer to a second BatchNorm folds neither), a skip per refused
+ * BatchNorm, and per pair what folding needs: the bias to fold into or
+ * create, and the eps with its source.
+ *
+ * A guessed link (only storage order or numbering supports it) is a skip
+ * marked guess, listed with why it was guessed, unless the policy accepts
+ * guesses (--accept-guesses; --no-guess overrides that).  Under --strict
+ * without --accept-guesses the first guess is NPUC_ERR_GUESS, raised here,
+ * before the driver opens anything.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -74,9 +80,33 @@ static npuc_status add_skip(npuc_ctx *ctx, const char *path, npuc_bnfold_plan *p
     return NPUC_OK;
 }
 
+/* A guessed link's reason without its leading "guess: " (the callers say it). */
+static const char *guess_why(const npuc__bn_link *l) {
+    return strncmp(l->why, "guess: ", 7) == 0 ? l->why + 7 : l->why;
+}
+
+/* NPUC_ERR_GUESS for guessed link l, naming what would fix it. */
+static npuc_status refuse_guess(npuc_ctx *ctx, const npuc__graph *g, const npuc__bn_link *l, size_t more) {
+    const char *bn = g->bns[l->bn].name, *conv = npuc__gt(g, (int64_t)l->producer)->name;
+    char rest[64] = "";
+    if (more) snprintf(rest, sizeof rest, " (and %zu more guessed pairing%s)", more, more == 1 ? "" : "s");
+    return npuc_fail(ctx, NPUC_ERR_GUESS,
+                     "%s: BatchNorm '%s': pairing it with '%s' is a guess (%s); refused by --strict: state it with "
+                     "--pair %s=%s or --pairs FILE, or apply guesses with --accept-guesses%s",
+                     g->path, bn, conv, guess_why(l), conv, bn, rest);
+}
+
 /* Pairs and skips from the graph's links and refusals, in their order. */
 static npuc_status plan_from_links(npuc_ctx *ctx, const npuc__graph *g, const npuc__bn_attachments *at,
                                    const npuc_bnfold_params *p, npuc_bnfold_plan *plan) {
+    const npuc_policy *pol = npuc_ctx_policy(ctx);
+    const int accept = pol->accept_guesses && !p->no_guess;
+    if (pol->strict && !accept) {
+        size_t nguess = 0, first = 0;
+        for (size_t k = 0; k < at->nlinks; k++)
+            if (!at->links[k].dropped && at->links[k].guess && nguess++ == 0) first = k;
+        if (nguess) return refuse_guess(ctx, g, &at->links[first], nguess - 1);
+    }
     plan->pairs = calloc(at->nlinks ? at->nlinks : 1, sizeof *plan->pairs);
     plan->skips = calloc(at->nrefusals + at->nlinks ? at->nrefusals + at->nlinks : 1, sizeof *plan->skips);
     if (!plan->pairs || !plan->skips) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", g->path);
@@ -89,9 +119,10 @@ static npuc_status plan_from_links(npuc_ctx *ctx, const npuc__graph *g, const np
         const npuc__bn_link *l = &at->links[k];
         const npuc__graph_bn *b = &g->bns[l->bn];
         if (l->dropped) continue;
-        if (p->no_guess && l->guess) {
+        if (l->guess && !accept) {
             st = add_skip(ctx, g->path, plan, b->name, npuc__gt(g, (int64_t)l->producer)->name,
-                          "a guess (%s), skipped with --no-guess", l->why);
+                          "a guess, not applied (--accept-guesses applies it): %s", guess_why(l));
+            plan->skips[plan->nskips - 1].guess = 1;
             continue;
         }
         npuc_bnfold_pair *x = &plan->pairs[plan->npairs];
@@ -115,6 +146,14 @@ static npuc_status plan_from_links(npuc_ctx *ctx, const npuc__graph *g, const np
     return st;
 }
 
+/* A bias of n values: [n], or Paddle's [1,n,1,1] (every other extent 1). */
+static int vector_of(const npuc_tensor_info *t, int64_t n) {
+    if (t->rank < 1 || (int64_t)t->numel != n) return 0;
+    int big = 0;
+    for (int d = 0; d < t->rank; d++) big += t->shape[d] != 1;
+    return big <= 1;
+}
+
 /* The bias to fold into (or create) and the eps of every pair, then the
  * pairs in their producers' storage order. */
 static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_bnfold_params *p,
@@ -127,7 +166,7 @@ static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_
         size_t idx;
         if (npuc_model_find(g->m, x->bias_name, &idx) == 0) {
             const npuc_tensor_info *bt = npuc_model_tensor(g->m, idx);
-            if (g->bn_of[idx] >= 0 || bt->rank != 1 || bt->shape[0] != x->bn.channels || !npuc_dtype_is_float(bt->dtype))
+            if (g->bn_of[idx] >= 0 || !vector_of(bt, x->bn.channels) || !npuc_dtype_is_float(bt->dtype))
                 return npuc_fail(ctx, NPUC_ERR_FORMAT,
                                  "%s: tensor '%s': bias of '%s' should be a float vector of %lld values to fold "
                                  "BatchNorm '%s' (mismatched channel counts)", g->path, bt->name, t->name,
