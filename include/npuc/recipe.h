@@ -120,8 +120,9 @@ typedef struct npuc_run_opts {
     void (*on_tensor)(void *user, size_t step, size_t index, size_t count,
                       const npuc_tensor_record *r);
     /* Called once every step has succeeded, before the artifact is moved to
-     * its path: a caller that writes a report beside the artifact does it
-     * here, so an artifact at its path always has its report.  A status
+     * its path (and also when a quality gate then refuses it): a caller
+     * that writes a report beside the artifact does it here, so an artifact
+     * at its path always has its report.  A status
      * other than NPUC_OK (with a message set on ctx) fails the run and
      * nothing appears at out.  May be NULL. */
     npuc_status (*before_commit)(void *user, npuc_ctx *ctx, const npuc_summary *sum);
@@ -157,7 +158,13 @@ NPUC_API npuc_run_opts npuc_run_opts_defaults(void);
  * "<in>: step k (kind, <recipe>:<line>:<col>): " before its message;
  * NPUC_ERR_EXISTS when out exists without write.overwrite;
  * NPUC_ERR_UNSUPPORTED for a step not available in this build.  On failure
- * nothing is written at out and *sum is empty. */
+ * nothing is written at out and *sum is empty, except NPUC_ERR_GATE: a
+ * quality gate of ctx's policy (min_sqnr on a step's weighted SQNR,
+ * min_layer_sqnr on each tensor) failed after every step ran; before_commit
+ * was still called, nothing is at out, and *sum holds the run (the caller
+ * reports it, then frees it).  An override marked `optional: true` that
+ * matches no tensor of its step's input is not applied and is listed among
+ * the warnings. */
 NPUC_API npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in, const char *out,
                             const npuc_run_opts *o, npuc_summary *sum);
 

@@ -141,6 +141,7 @@ typedef struct job {
     const char *recipe_path;
     const char *in, *out, *report;
     int resume, force;
+    const npuc_policy *policy; /* --strict, gates: a file failing a gate has exit_code 3 */
 } job;
 
 static npuc_status write_report(void *user, npuc_ctx *ctx, const npuc_summary *s) {
@@ -187,6 +188,7 @@ static json_t *do_job(const job *j) {
     npuc_status st = npuc_ctx_new(&ctx);
     if (st != NPUC_OK) return NULL;
     npuc_ctx_set_threads(ctx, 1);
+    npuc_ctx_set_policy(ctx, j->policy);
     const char *status = "failed";
     struct stat sb;
     json_object_set_new(res, "status", json_string(status));
@@ -443,7 +445,7 @@ static int run(int argc, char **argv) {
     slot *slots = NULL;
     char **outs = NULL, **reports = NULL;
     size_t nslots = 0;
-    int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS, OPTIONS, on_opt,
+    int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_POLICY, OPTIONS, on_opt,
                          &b, 1, -1, &a);
     if (code != CLI_CONTINUE) goto done;
     if (b.merge) {
@@ -526,7 +528,7 @@ static int run(int argc, char **argv) {
             if (pipe(fds) != 0) { cli_error("pipe: %s", strerror(errno)); code = CLI_EXIT_FAIL; goto done; }
             fflush(stdout);
             fflush(stderr);
-            job j = {rc, a.pos[0], l.path[next], outs[next], reports[next], b.resume, a.force};
+            job j = {rc, a.pos[0], l.path[next], outs[next], reports[next], b.resume, a.force, &a.policy};
             pid_t pid = fork();
             if (pid < 0) {
                 cli_error("fork: %s", strerror(errno));
@@ -643,6 +645,7 @@ const cli_command cli_cmd_batch = {
     "run a recipe over every weight file of a folder or list (shardable, resumable)",
     "Usage: npuc batch RECIPE --input DIR|LIST --output DIR [-j N] [--resume]\n"
     "                  [--shard K/N] [--summary FILE.json] [-f] [-q] [-v]\n"
+    "                  [--strict] [--accept-guesses] [--min-sqnr DB] [--min-layer-sqnr DB]\n"
     "       npuc batch --merge-summaries OUT.json IN.json...\n"
     "\n"
     "Compresses every weight file (.safetensors, .st, .h5, .hdf5, .keras) under DIR\n"
@@ -667,6 +670,9 @@ const cli_command cli_cmd_batch = {
     "      --merge-summaries OUT IN...  combine shards' summaries into OUT\n"
     "  -f, --force            overwrite outputs that exist and are not complete for this\n"
     "                         recipe and input (without -f they fail with exit 2)\n"
+    "      --strict, --accept-guesses, --min-sqnr DB, --min-layer-sqnr DB\n"
+    "                         as for `npuc run`, for every file: a file failing a quality\n"
+    "                         gate gets its report but no output, and exit_code 3\n"
     "  -q, --quiet            no progress or summary line on stderr (errors still print)\n"
     "  -h, --help             this help\n"
     "\n"

@@ -149,10 +149,12 @@ static int parse(cli_pass_run *r, const cli_pass_hook *h, int argc, char **argv)
     return rc;
 }
 
-/* The totals or the JSON report, the warnings, the --report file. */
+/* The totals or the JSON report, the warnings, the --report file.  The
+ * summary's warnings go to stderr for every pass: they include the guard's
+ * layout warnings and the low-quality warning (passes/pass_gate.h), which
+ * must never be silent. */
 static int finish(cli_pass_run *r) {
-    unsigned flags = 0;
-    if (r->pass->flags & NPUC_PASS_WARNINGS) flags |= CLI_RESULT_WARNINGS;
+    unsigned flags = CLI_RESULT_WARNINGS;
     if (r->pass->flags & NPUC_PASS_NO_SQNR_WARN) flags |= CLI_RESULT_NO_SQNR_WARN;
     return cli_emit_result(r->ctx, &r->a, &r->sum, r->in, r->out, r->cmdline, r->params, r->a.report, flags);
 }
@@ -190,10 +192,26 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     r->io.on_tensor = cli_printer_on_tensor;
     r->io.user = &r->printer;
     st = npuc_pass_run(r->ctx, r->opts, r->m, r->out, &r->io, &r->sum);
+    npuc_status gate = NPUC_OK;
+    if (st == NPUC_ERR_GATE) { /* nothing was published, but the results are reported */
+        gate = st;
+        st = NPUC_OK;
+        r->out = NULL;
+    }
     if (st == NPUC_OK) st = npuc_pass_params_json(r->ctx, r->opts, &r->params);
     if (st != NPUC_OK) {
         fflush(stdout);
         rc = cli_fail(r->ctx, st);
+    } else if (gate != NPUC_OK) {
+        /* The gate's message, kept while the report is written on the same
+         * context; the hook's own finish wants the plan a gated run does
+         * not hand back, so the common table and report stand in for it. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(r->ctx));
+        rc = h && h->finish && r->plan ? h->finish(r) : finish(r);
+        fflush(stdout);
+        cli_error("%s", msg);
+        if (rc == CLI_EXIT_OK) rc = cli_exit_code(gate);
     } else {
         rc = h && h->finish ? h->finish(r) : finish(r);
     }

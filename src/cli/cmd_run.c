@@ -278,7 +278,8 @@ static int run(int argc, char **argv) {
     memset(&sum, 0, sizeof sum);
     char *cmdline = cli_join_command(argc, argv);
     int rcode = cli_parse(&cli_cmd_run, argc, argv,
-                          CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_JSON | CLI_OPT_REPORT | CLI_OPT_DEFLATE,
+                          CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_JSON | CLI_OPT_REPORT | CLI_OPT_DEFLATE |
+                              CLI_OPT_POLICY,
                           OPTIONS, on_opt, &ra, 2, 2, &a);
     if (rcode != CLI_CONTINUE) goto done;
     if (!a.output) {
@@ -286,6 +287,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     if ((rcode = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
+    npuc_ctx_set_policy(ctx, &a.policy);
     npuc_status st = npuc_recipe_load(ctx, a.pos[0], &rc);
     if (st != NPUC_OK) { rcode = cli_fail(ctx, st); goto done; }
     runner r;
@@ -313,7 +315,13 @@ static int run(int argc, char **argv) {
         rcode = CLI_EXIT_FAIL;
         goto done;
     }
-    if (st != NPUC_OK) { rcode = cli_fail(ctx, st); goto done; }
+    /* A failed gate: the results are printed like a success's, then the
+     * error, exit 3; nothing was written at OUT. */
+    npuc_status gate = st == NPUC_ERR_GATE ? st : NPUC_OK;
+    char gate_msg[1024];
+    snprintf(gate_msg, sizeof gate_msg, "%s", gate ? npuc_ctx_errmsg(ctx) : "");
+    if (gate) r.out = NULL;
+    if (st != NPUC_OK && !gate) { rcode = cli_fail(ctx, st); goto done; }
     if (a.json) {
         char *pj = npuc_recipe_params_json(rc, &sum, r.in_sha);
         npuc_report_info info = npuc_report_info_defaults();
@@ -329,6 +337,12 @@ static int run(int argc, char **argv) {
         if (st != NPUC_OK) { rcode = cli_fail(ctx, st); goto done; }
     } else if (write_table(stdout, rc, &sum, NULL) != 0) {
         rcode = CLI_EXIT_FAIL;
+        goto done;
+    }
+    if (gate) {
+        fflush(stdout);
+        cli_error("%s", gate_msg);
+        rcode = cli_exit_code(gate);
         goto done;
     }
     char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX];
@@ -348,6 +362,7 @@ const cli_command cli_cmd_run = {
     "run",
     "run a recipe (a YAML chain of passes) on one model",
     "Usage: npuc run RECIPE IN -o OUT [--report FILE] [--no-stream] [-j N] [-f] [--json] [-q]\n"
+    "                [--strict] [--accept-guesses] [--min-sqnr DB] [--min-layer-sqnr DB]\n"
     "\n"
     "Runs the steps of RECIPE (docs/recipes.md) in order on IN and writes one artifact\n"
     "to OUT.  The artifact records the recipe (npuc.recipe), its SHA-256\n"
@@ -368,11 +383,19 @@ const cli_command cli_cmd_run = {
     "                         that step runs (safetensors only); the artifact is the same\n"
     "  -f, --force            overwrite OUT\n"
     "  -j, --jobs N           worker threads (default: all cores); output is identical for any N\n"
-    "  -q, --quiet            no summary line or progress on stderr\n"
+    "      --strict           refuse every decision that rests on a guess (exit 2)\n"
+    "      --accept-guesses   apply guessed graph edges too (default: list them only)\n"
+    "      --min-sqnr DB      quality gate: exit 3 without writing OUT when a step's\n"
+    "                         weighted SQNR is below DB (the report is still written)\n"
+    "      --min-layer-sqnr DB  quality gate: likewise when a tensor's SQNR in any step is\n"
+    "                         below DB\n"
+    "  -q, --quiet            no summary line, warnings or progress on stderr\n"
     "  -h, --help             this help\n"
     "\n"
     "Errors in the recipe (unknown keys, wrong types, patterns that match no tensor)\n"
-    "name the recipe's line and column; they and bad input exit 2, nothing written.\n",
+    "name the recipe's line and column; they and bad input exit 2, nothing written.\n"
+    "A failed quality gate prints the results and the report, writes nothing at OUT\n"
+    "and exits 3.\n",
     "RECIPE",
     run,
     NULL,

@@ -7,6 +7,7 @@
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
 #include "passes/pass_driver.h"
+#include "passes/pass_gate.h"
 #include "passes/pass_util.h"
 #include "pipeline/readahead.h"
 
@@ -119,13 +120,22 @@ npuc_status npuc__drive_end(npuc__drive *d, npuc_status st) {
     d->art = NULL;
     if (st == NPUC_OK) {
         npuc_summary_finish(d->sum);
-        if (d->w) st = npuc_writer_finish(d->w); /* frees the writer whatever happens */
-        d->w = NULL;
+        /* The quality gates, once the totals are known and before anything
+         * is published: a failed gate discards the output and keeps the
+         * summary for the report (pass_gate.h). */
+        const npuc_pass *p = npuc_pass_find(d->sum->pass);
+        const npuc__gate_scope sc = {npuc_model_path(d->m), d->sink.path, 0, "",
+                                     !(p && (p->flags & NPUC_PASS_NO_SQNR_WARN))};
+        st = npuc__gate_check(d->ctx, d->sum, &sc);
+        if (st == NPUC_OK && d->w) {
+            st = npuc_writer_finish(d->w); /* frees the writer whatever happens */
+            d->w = NULL;
+        }
     }
     if (st != NPUC_OK) {
         npuc_writer_abort(d->w);
         d->w = NULL;
-        if (d->sum) npuc_summary_free(d->sum);
+        if (d->sum && st != NPUC_ERR_GATE) npuc_summary_free(d->sum);
     }
     return st;
 }

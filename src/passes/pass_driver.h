@@ -132,10 +132,13 @@ npuc_status npuc__drive_pass_through(npuc__drive *d, size_t i);
 void npuc__drive_done(npuc__drive *d, size_t rec);
 
 /* Ends the run.  st NPUC_OK: stops the read-ahead helper, totals the
- * summary and finishes the output (fsync, then into place), returning that
- * status.  Any other st, or finishing that fails: stops the helper, removes
- * the temporary output and frees the summary, returning the failure.  Safe
- * after a failed begin and on a zeroed d. */
+ * summary, checks the quality gates of the ctx's policy (pass_gate.h) and
+ * finishes the output (fsync, then into place), returning that status.  A
+ * failed gate: removes the temporary output and returns NPUC_ERR_GATE with
+ * the summary kept (the caller reports it, then frees it).  Any other st, or
+ * finishing that fails: stops the helper, removes the temporary output and
+ * frees the summary, returning the failure.  Safe after a failed begin and
+ * on a zeroed d. */
 npuc_status npuc__drive_end(npuc__drive *d, npuc_status st);
 
 /* Never silently wrong (pass_guard.c): call before npuc__drive_open for each

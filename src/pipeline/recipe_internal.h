@@ -72,6 +72,11 @@ const recipe_step_def *npuc__recipe_step_def(npuc_step_kind k);
 /* The override keys every step may name; a step honours a subset. */
 extern const recipe_key npuc__recipe_override_keys[];
 
+/* 1 when the override is marked `optional: true`: matching no tensor of
+ * the step's input is then a note in the step's summary, not a failure
+ * (docs/recipes.md#optional-overrides). */
+int npuc__recipe_override_optional(const recipe_optset *ov);
+
 /* Hex SHA-256 of n bytes. */
 int npuc__sha256_hex(const void *p, size_t n, char hex[65]);
 

@@ -36,6 +36,7 @@ const recipe_key npuc__recipe_override_keys[] = {
     {.name = "match", .type = RT_STR, .flags = RK_REGEX},
     {.name = "bits", .type = RT_INT, .lo = 2, .hi = 8},
     {.name = "skip", .type = RT_BOOL},
+    {.name = "optional", .type = RT_BOOL},
     {.name = "group_size", .type = RT_INT, .lo = 2, .hi = 1 << 30},
     {.name = "rank", .type = RT_INT, .lo = 1, .hi = 2147483647.0},
     {.name = "sparsity", .type = RT_NUM, .lo = 0, .hi = 1, .flags = RK_HI_OPEN},
@@ -401,11 +402,12 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
     int cnt = fy_node_sequence_item_count(v);
     st->ov = calloc(cnt > 0 ? (size_t)cnt : 1, sizeof *st->ov);
     if (!st->ov) return nomem(ps);
-    /* "match" plus what the step honours. */
-    const char *allowed[8];
+    /* "match", "optional" plus what the step honours. */
+    const char *allowed[9];
     size_t na = 0;
     allowed[na++] = "match";
-    for (const char *const *a = d->pass->override_keys; a && *a && na < 7; a++) allowed[na++] = *a;
+    allowed[na++] = "optional";
+    for (const char *const *a = d->pass->override_keys; a && *a && na < 8; a++) allowed[na++] = *a;
     allowed[na] = NULL;
     void *it = NULL;
     struct fy_node *c;
@@ -417,12 +419,13 @@ static npuc_status parse_overrides(pstate *ps, recipe_step *st, struct fy_node *
         npuc_status s = parse_optset(ps, cn, npuc__recipe_override_keys, SIZE_MAX, allowed, c, cm, o, NULL, NULL);
         if (s != NPUC_OK) return s;
         const recipe_opt *match = npuc__ropt(o, "match"), *skip = npuc__ropt(o, "skip");
+        const recipe_opt *opt = npuc__ropt(o, "optional");
         if (!match) return perr(ps, cm, "%san override needs 'match: REGEX'", cn);
-        if (o->n < 2) return perr(ps, cm, "%sthe override for '%s' sets nothing", cn, match->s);
+        if (o->n < 2 + (opt != NULL)) return perr(ps, cm, "%sthe override for '%s' sets nothing", cn, match->s);
         /* skip leaves the tensors alone, so a value beside it would be silently
          * ignored (the pass's exclude list wins over its per-tensor rules). */
         for (size_t i = 0; skip && skip->b && i < o->n; i++)
-            if (&o->v[i] != match && &o->v[i] != skip)
+            if (&o->v[i] != match && &o->v[i] != skip && &o->v[i] != opt)
                 return perr(ps, o->v[i].mark, "%sthe override for '%s' sets 'skip: true' and '%s': a skipped tensor "
                             "gets no %s", cn, match->s, o->v[i].key->name, o->v[i].key->name);
     }

@@ -32,6 +32,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 
+#include "passes/pass_gate.h"
 #include "pipeline/pipe.h"
 #include "pipeline/recipe_internal.h"
 
@@ -98,6 +99,7 @@ static npuc_status check_patterns(npuc_ctx *ctx, const npuc_recipe *r, size_t k,
         for (size_t i = 0; i < nitems; i++) {
             const recipe_opt *o = pass == 0 ? &s->opts.v[i] : npuc__ropt(&s->ov[i], "match");
             if (!(o->key->flags & (RK_REGEX | RK_RULE))) continue;
+            if (pass == 1 && npuc__recipe_override_optional(&s->ov[i])) continue; /* recipe_steps.c notes it */
             size_t nl = o->key->type == RT_LIST ? o->nlist : 1;
             for (size_t j = 0; j < nl; j++) {
                 const char *src = o->key->type == RT_LIST ? o->list[j] : o->s;
@@ -399,6 +401,13 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
         J->st = NPUC_OK;
         if (npuc_ctx_new(&J->c) != NPUC_OK) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); break; }
         npuc_ctx_set_threads(J->c, npuc_ctx_threads(ctx));
+        /* strict and accept-guesses hold for every step; gates are the
+         * run's (npuc_recipe_run checks each step's records before the
+         * commit), so a step given a gate of -inf neither fails nor adds
+         * the low-quality warning a gate makes moot. */
+        npuc_policy pol = *npuc_ctx_policy(ctx);
+        if (npuc__gate_any(ctx)) pol.min_sqnr = pol.min_layer_sqnr = -INFINITY;
+        npuc_ctx_set_policy(J->c, &pol);
         const recipe_step *s = &r->steps[k + j];
         if (o->on_step) o->on_step(o->user, k + j, r->nsteps, s->kind);
         if (j == 0) {
@@ -533,7 +542,24 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     npuc_model_close(m);
     m = NULL;
     finish_run(sum, r->nsteps);
+    /* The quality gates, per step, before the report is written (it lists
+     * the failure) and instead of the commit: a failed gate publishes
+     * nothing and keeps the summary for the caller's report. */
+    npuc_status gate = NPUC_OK;
+    for (size_t k = 0; k < r->nsteps && gate == NPUC_OK; k++) {
+        char label[64];
+        snprintf(label, sizeof label, "step %zu (%s): ", k + 1, npuc_step_kind_name(r->steps[k].kind));
+        const npuc__gate_scope sc = {in, out, k + 1, label, 0};
+        gate = npuc__gate_check(ctx, sum, &sc);
+    }
+    if (gate != NPUC_OK && gate != NPUC_ERR_GATE) { st = gate; goto fail; }
+    char gate_msg[NPUC_MSG_MAX];
+    snprintf(gate_msg, sizeof gate_msg, "%s", gate == NPUC_OK ? "" : npuc_ctx_errmsg(ctx));
     if (o->before_commit && (st = o->before_commit(o->user, ctx, sum)) != NPUC_OK) goto fail;
+    if (gate != NPUC_OK) {
+        st = npuc_fail(ctx, gate, "%s", gate_msg);
+        goto done;
+    }
     if ((st = commit(ctx, paths[r->nsteps - 1], out, o->write.overwrite)) != NPUC_OK) goto fail;
     goto done;
 fail:

@@ -3,10 +3,13 @@
  * and `npuc report` get them without writing them itself (docs/report.md
  * lists them):
  *
- *   - the first or last weight layer (float, rank >= 2, in file order) below
- *     8 bits: those layers are the most sensitive to quantization (the input
- *     layer sees raw data, the classifier decides), which is why npuc keeps
- *     them at 8 bits unless told otherwise;
+ *   - a layer at the model's edge below 8 bits: the embedding, the input
+ *     convolution or the output head, told by name as quantize tells them
+ *     (graph/graph_roles.h), else, when no name tells and the records are
+ *     not in alphabetical order, the first and last weight layers (float,
+ *     rank >= 2) in file order; those layers are the most sensitive to
+ *     quantization (the input layer sees raw data, the head decides), which
+ *     is why npuc keeps them at 8 bits unless told otherwise;
  *   - a factored (low-rank) tensor that is not smaller than the original;
  *   - tensors whose SQNR is below info->warn_sqnr_db (default 20 dB), as one
  *     line naming the worst few.
@@ -18,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_internal.h"
+#include "graph/graph_roles.h"
 #include "report/report_internal.h"
 
 static npuc_status add(npuc__report_doc *d, const char *fmt, ...)
@@ -47,25 +52,64 @@ static int is_weight(const npuc_tensor_record *r) {
            r->action != NPUC_ACTION_CREATED;
 }
 
-npuc_status npuc__report_derive_warnings(const npuc_summary *s, const npuc_report_info *info,
-                                         npuc__report_doc *d) {
-    size_t first = s->nrecords, last = s->nrecords;
-    for (size_t i = 0; i < s->nrecords; i++)
-        if (is_weight(&s->records[i])) {
-            if (first == s->nrecords) first = i;
-            last = i;
-        }
-    const size_t ends[2] = {first, last};
+static int below8(const npuc_tensor_record *r) {
+    const double bits = npuc_record_get(r, "bits", 0);
+    return r->action == NPUC_ACTION_QUANTIZED && bits > 0 && bits < 8;
+}
+
+/* The edge-layer warnings: by name when some record's name tells an edge
+ * (the last head and first input convolution in natural order, every
+ * embedding), else by file order unless the records are sorted by name. */
+static npuc_status edge_warnings(const npuc_summary *s, npuc__report_doc *d) {
+    size_t head = s->nrecords, conv = s->nrecords, named = 0;
+    char why[64];
+    for (size_t i = 0; i < s->nrecords; i++) {
+        const npuc_tensor_record *r = &s->records[i];
+        if (!is_weight(r) || !r->name) continue;
+        npuc__edge e = npuc__edge_of_name(r->name, r->rank, why, sizeof why);
+        if (e == NPUC_EDGE_NONE) continue;
+        named++;
+        if (e == NPUC_EDGE_EMBEDDING && below8(r) &&
+            add(d, "embedding '%s' is quantized to %g bits: the layers at the model's edges are usually the most "
+                   "sensitive (keep them at 8 bits)", r->name, npuc_record_get(r, "bits", 0)) != NPUC_OK)
+            return NPUC_ERR_NOMEM;
+        if (e == NPUC_EDGE_HEAD && (head == s->nrecords || npuc__graph_natcmp(r->name, s->records[head].name) > 0))
+            head = i;
+        if (e == NPUC_EDGE_INPUT_CONV &&
+            (conv == s->nrecords || npuc__graph_natcmp(r->name, s->records[conv].name) < 0))
+            conv = i;
+    }
+    size_t ends[2] = {conv, head};
+    const char *what[2] = {"input convolution", "output head"};
+    int alphabetical = s->nrecords >= 3;
+    for (size_t i = 1; i < s->nrecords && alphabetical; i++)
+        alphabetical = s->records[i - 1].name && s->records[i].name &&
+                       strcmp(s->records[i - 1].name, s->records[i].name) <= 0;
+    if (!named && !alphabetical) {
+        ends[0] = ends[1] = s->nrecords;
+        for (size_t i = 0; i < s->nrecords; i++)
+            if (is_weight(&s->records[i])) {
+                if (ends[0] == s->nrecords) ends[0] = i;
+                ends[1] = i;
+            }
+        if (ends[1] == ends[0]) ends[1] = s->nrecords;
+        what[0] = "first weight layer";
+        what[1] = "last weight layer";
+    }
     for (int e = 0; e < 2; e++) {
-        if (ends[e] == s->nrecords || (e == 1 && last == first)) continue;
+        if (ends[e] == s->nrecords) continue;
         const npuc_tensor_record *r = &s->records[ends[e]];
-        double bits = npuc_record_get(r, "bits", 0);
-        if (r->action == NPUC_ACTION_QUANTIZED && bits > 0 && bits < 8 &&
-            add(d, "%s weight layer '%s' is quantized to %g bits: first and last layers are usually the "
-                   "most sensitive (keep them at 8 bits)",
-                e == 0 ? "first" : "last", r->name, bits) != NPUC_OK)
+        if (below8(r) &&
+            add(d, "%s '%s' is quantized to %g bits: the layers at the model's edges are usually the most "
+                   "sensitive (keep them at 8 bits)", what[e], r->name, npuc_record_get(r, "bits", 0)) != NPUC_OK)
             return NPUC_ERR_NOMEM;
     }
+    return NPUC_OK;
+}
+
+npuc_status npuc__report_derive_warnings(const npuc_summary *s, const npuc_report_info *info,
+                                         npuc__report_doc *d) {
+    if (edge_warnings(s, d) != NPUC_OK) return NPUC_ERR_NOMEM;
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[i];
         if (r->action == NPUC_ACTION_FACTORED && r->bytes_after >= r->bytes_before &&

@@ -60,8 +60,8 @@ t = {x["name"]: x for x in d["tensors"]}
 q = [n for n, x in t.items() if x["action"] == "quantized"]
 assert q == ["features.0.weight", "features.3.weight", "features.6.weight", "classifier.weight"], q
 assert t["features.1.running_var"]["action"] == "kept"
-assert t["features.0.weight"]["extra"]["bits"] == 8 and "first" in t["features.0.weight"]["note"]
-assert t["classifier.weight"]["extra"]["bits"] == 8 and "last" in t["classifier.weight"]["note"]
+assert t["features.0.weight"]["extra"]["bits"] == 8 and "input convolution" in t["features.0.weight"]["note"]
+assert t["classifier.weight"]["extra"]["bits"] == 8 and "output head" in t["classifier.weight"]["note"]
 assert t["features.3.weight"]["extra"]["bits"] == 4 and t["features.3.weight"]["scheme"] == "int4/ch"
 e = t["features.3.weight"]["error"]
 assert e["sqnr_db"] > 10 and 0.9 < e["cosine"] <= 1 and e["clipped"] == 0

@@ -4,7 +4,7 @@
  * Three phases:
  *   plan     decide for every tensor whether it is quantized and how (rank
  *            >= 2 float tensors by default, --include/--exclude, --layer-bits,
- *            the first and last weight layers kept at 8 bits below 8 bits);
+ *            the edge layers kept at 8 bits below 8 bits: graph_roles.h);
  *            every rule must match something and every selected tensor must
  *            have a channel axis, or the run fails before anything is written;
  *   declare  every output tensor (codes, scales, zero points, or the tensor
@@ -22,7 +22,7 @@
  * "lowrank" entry for W, carried over unchanged, names parts that now have
  * "quant" entries of their own.  Entries for tensors this run does not touch
  * are carried over unchanged too; any other encoding is refused (decompress
- * first).  For the first/last-layer rule the two factors of W are one layer.
+ * first).  For the 8-bit edge rule the two factors of W are one layer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +32,7 @@
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
 #include "codecs/entry_fields.h"
+#include "graph/graph_roles.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_driver.h"
@@ -57,8 +58,75 @@ typedef struct qplan {
     char *nmn[3];
 } qplan;
 
+/* What the 8-bit edge rule did, for the summary (edges_report). */
+typedef struct edge_books {
+    size_t kept;       /* tensors raised to 8 bits */
+    size_t guessed;    /* of them by storage order alone */
+    int64_t guess;     /* one of those, for the message; -1 when none */
+    int below8;        /* some tensor is quantized below 8 bits */
+    int found;         /* names decided something */
+    int alphabetical;
+} edge_books;
+
+static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer, const int *explicit_bits,
+                              qplan *plan, npuc_tensor_record *rep, edge_books *b) {
+    const size_t n = npuc_model_count(m);
+    unsigned char *elig = calloc(n ? n : 1, 1);
+    if (!elig) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        elig[i] = (unsigned char)plan[i].quantize;
+        if (plan[i].quantize && plan[i].p.bits < 8) b->below8 = 1;
+    }
+    npuc__edge_roles er;
+    npuc_status st = npuc__edge_roles_find(ctx, m, elig, layer, &er);
+    free(elig);
+    if (st != NPUC_OK) return st;
+    b->found = er.nfound > er.nguess;
+    b->alphabetical = er.alphabetical;
+    b->guess = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (er.edge[i] == NPUC_EDGE_NONE || !plan[i].quantize || explicit_bits[i] || plan[i].p.bits >= 8) continue;
+        plan[i].p.bits = 8;
+        b->kept++;
+        if (er.confidence[i] == NPUC_CONF_GUESS) {
+            b->guessed++;
+            if (b->guess < 0) b->guess = (int64_t)i;
+        }
+        snprintf(rep[i].note, sizeof rep[i].note, "kept at 8 bits: %s (%s%s)", npuc__edge_name(er.edge[i]),
+                 er.why[i], er.confidence[i] == NPUC_CONF_GUESS ? ", a guess" : "");
+    }
+    npuc__edge_roles_free(&er);
+    return NPUC_OK;
+}
+
+/* The edge rule in the summary: a guess is a warning (NPUC_ERR_GUESS under
+ * --strict, before anything is written); finding no edge layer at all while
+ * going below 8 bits is a warning too, so a file that names none of them
+ * does not silently lose the rule. */
+static npuc_status edges_report(npuc_ctx *ctx, npuc_model *m, const edge_books *b, npuc_summary *sum) {
+    const char *path = npuc_model_path(m);
+    if (b->guessed) {
+        const char *t = npuc_model_tensor(m, (size_t)b->guess)->name;
+        if (npuc_ctx_policy(ctx)->strict)
+            return npuc_fail(ctx, NPUC_ERR_GUESS, "%s: tensor '%s': kept at 8 bits as an edge layer by storage "
+                             "order alone (no embedding, input convolution or head among the names); state it with "
+                             "--layer-bits 'REGEX=8' or turn the rule off with --quantize-all", path, t);
+        if (npuc_summary_warn(sum, "%zu layer(s) kept at 8 bits as the first/last weight layer by storage order "
+                              "alone, a guess (no embedding, input convolution or head among the names; '%s' "
+                              "first): state them with --layer-bits 'REGEX=8', or --quantize-all", b->guessed,
+                              t) != NPUC_OK)
+            return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    } else if (b->below8 && !b->found && !b->kept && b->alphabetical &&
+               npuc_summary_warn(sum, "no embedding, input convolution or output head among the names, and "
+                                 "alphabetical storage says nothing about order: no layer kept at 8 bits (name "
+                                 "them with --layer-bits 'REGEX=8')") != NPUC_OK) {
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    return NPUC_OK;
+}
+
 static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, const size_t *layer,
-                             qplan *plan, npuc_tensor_record *rep) {
+                             qplan *plan, npuc_tensor_record *rep, edge_books *edges) {
     const char *path = npuc_model_path(m);
     npuc_rules inc, exc, lb, lg;
     npuc_status st;
@@ -123,21 +191,13 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         }
         q->quantize = 1;
     }
-    /* Below 8 bits the first and last weight layers stay at 8 bits; a layer
-     * is a stored tensor, or the factors of one lowrank entry together. */
-    if (!o->quantize_all) {
-        size_t first = SIZE_MAX, last = SIZE_MAX;
-        for (size_t i = 0; i < n; i++)
-            if (plan[i].quantize) { if (first == SIZE_MAX) first = layer[i]; last = layer[i]; }
-        for (size_t i = 0; first != SIZE_MAX && i < n; i++) {
-            const int e = layer[i] == first ? 0 : layer[i] == last ? 1 : -1;
-            if (e < 0 || !plan[i].quantize || explicit_bits[i] || plan[i].p.bits >= 8) continue;
-            plan[i].p.bits = 8;
-            snprintf(rep[i].note, sizeof rep[i].note, "%s weight layer kept at 8 bits",
-                     first == last ? "only" : e == 0 ? "first" : "last");
-        }
-    }
+    /* Below 8 bits the layers at the model's edges (the embedding, the
+     * input convolution, the output head: graph/graph_roles.h, from names,
+     * else storage order as a guess) stay at 8 bits; a layer is a stored
+     * tensor, or the factors of one lowrank entry together. */
+    if (!o->quantize_all) st = keep_edges(ctx, m, layer, explicit_bits, plan, rep, edges);
     free(explicit_bits);
+    if (st != NPUC_OK) goto done;
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
         (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK ||
         (st = npuc__rules_check_hits(ctx, &lb, "--layer-bits", path)) != NPUC_OK ||
@@ -361,6 +421,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
     npuc__drive dr = {0};
+    edge_books edges = {0};
     json_t *prev = NULL;
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
@@ -377,7 +438,8 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
 
     if ((st = npuc__art_load(ctx, m, &prev)) != NPUC_OK) goto fail;
     if ((st = input_layers(ctx, m, prev, layer)) != NPUC_OK) goto fail;
-    if ((st = make_plan(ctx, m, o, layer, plan, sum->records)) != NPUC_OK) goto fail;
+    if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
+    if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
     if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
 
     /* Records that do not depend on the data. */
