@@ -157,7 +157,7 @@ static int64_t seq_next(const npuc__graph *g, size_t x, npuc__next *r) {
         }
         if (g->alphabetical || g->no_guess) {
             npuc__graph_fmt(r->why, sizeof r->why, "'%s' ends its container; %s", cur,
-                            g->no_guess ? "following storage order is a guess (--accept-guesses follows it)"
+                            g->no_guess ? "following storage order is a guess (--no-guess)"
                                         : "storage order is alphabetical, so it says nothing about what follows");
             return -1;
         }
@@ -259,7 +259,7 @@ int npuc__graph_next(const npuc__graph *g, size_t x, npuc__next *r) {
     if (g->keras) {
         if (!g->layer_order || g->no_guess || g->alphabetical) {
             npuc__graph_fmt(r->why, sizeof r->why, "no model_config%s: give --next or --graph",
-                            g->layer_order ? " and layer order is a guess (--accept-guesses follows it)"
+                            g->layer_order ? " and layer order is a guess (--no-guess)"
                                            : " and no Keras layer order");
             return 1;
         }

@@ -653,8 +653,8 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         npuc__drive_done(dr, i);
     }
     if (P.nfallback)
-        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no consumer chain was found "
-                          "(see their notes); pass --next/--graph to shrink them", P.nfallback);
+        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no trustworthy consumer chain was "
+                          "found (see their notes); pass --next/--graph to shrink them", P.nfallback);
     if (P.nprotected)
         npuc_summary_warn(sum, "%zu layer(s) at the model's %s were left as they are", P.nprotected,
                           o->structure == NPUC_PRUNE_CHANNEL ? "input" : "output");
