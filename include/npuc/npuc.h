@@ -16,6 +16,7 @@
  *   metrics.h measuring tensor values (NaN/Inf/subnormal census)
  *   recipe.h  recipes (a YAML chain of passes) and batch work lists
  *   pass.h    pass descriptors: each pass's options, shared by commands and recipes
+ *   check.h   whether a model hangs together (channel extents of attached tensors)
  *   api.h     NPUC_API, the export marker (every header includes it)
  *
  * Conventions: functions return npuc_status and pass results through
@@ -45,6 +46,7 @@
 #include "bnfold.h"
 #include "prune.h"
 #include "artifact.h"
+#include "check.h"
 #include "pass.h"
 
 #endif

@@ -9,7 +9,10 @@
  * and takes the NaN / Inf / subnormal / zero census with npuc_count_values
  * in each tensor's own dtype.  An npuc artifact's description is checked
  * against its stored tensors (npuc_artifact_check), and with --deep every
- * encoded tensor is decoded once.  NaN or Inf anywhere fails the check (exit 2);
+ * encoded tensor is decoded once.  Tensors attached to one channel set (a
+ * bias, a BatchNorm, the next layer's input axis, where the file's own
+ * evidence attaches them) must agree on its extent (npuc_model_check_consistency).
+ * NaN or Inf anywhere fails the check (exit 2);
  * subnormals are reported as a warning, since they are legal but slow on
  * some hardware and flush to zero on most accelerators.
  */
@@ -27,7 +30,9 @@ static const char USAGE[] =
     "and prints \"ok: FILE: ...\".  With --deep, also reads every tensor and counts\n"
     "NaN, Inf, subnormal and zero values in each float tensor's own dtype.  An npuc\n"
     "artifact's description is checked against its stored tensors; with --deep every\n"
-    "encoded tensor is decoded and must be finite.\n"
+    "encoded tensor is decoded and must be finite.  Tensors attached to one channel\n"
+    "set (a bias, a BatchNorm, the next layer's input channels, where the file's\n"
+    "names or Keras model_config attach them) must have matching extents.\n"
     "\n"
     "Options:\n"
     "      --deep               read all tensor data and check the values\n"
@@ -39,7 +44,8 @@ static const char USAGE[] =
     "  -h, --help               show this help\n"
     "\n"
     "Exit codes: 0 valid (subnormals only warn), 1 I/O or memory failure,\n"
-    "2 usage error, malformed file, or NaN/Inf values (--deep).\n";
+    "2 usage error, malformed file, inconsistent channel extents, or NaN/Inf\n"
+    "values (--deep).\n";
 
 static int run(int argc, char **argv);
 
@@ -224,6 +230,13 @@ static int run(int argc, char **argv) {
     npuc_artifact_info art;
     npuc_status ast = npuc_artifact_check(ctx, m, deep, &art);
     if (ast != NPUC_OK) {
+        rc = cli_fail(ctx, ast);
+        print_failure(&doc, ctx);
+        goto done;
+    }
+    /* Tensors attached to one channel set must agree on its extent (a
+     * pruned conv with its BatchNorm left at the old size fails here). */
+    if ((ast = npuc_model_check_consistency(ctx, m)) != NPUC_OK) {
         rc = cli_fail(ctx, ast);
         print_failure(&doc, ctx);
         goto done;

@@ -228,6 +228,7 @@ typedef struct npuc__next {
     int guess;                /* order only supports it (set even when the search then failed) */
     int output;               /* the space reaches the model output */
     char why[200];            /* when no answer: why not */
+    char guess_why[200];      /* when guess: what the guess rests on, for the warning */
 } npuc__next;
 
 /* Fills r with the modules consuming module x's output: from model_config
@@ -238,6 +239,34 @@ typedef struct npuc__next {
 int npuc__graph_next(const npuc__graph *g, size_t x, npuc__next *r);
 /* The evidence npuc__graph_next uses for this file. */
 npuc__evidence npuc__graph_next_evidence(const npuc__graph *g);
+
+/* ------------------------------------------------------------ consistency (graph_consistency.c) */
+
+/* Checks that every tensor attached to a channel set has the set's extent,
+ * wherever the graph knows the attachment by trustworthy evidence: a
+ * weight's bias (X.weight / X.bias, L/kernel / L/bias, X.w_0 / X.b_0), the
+ * tensors of one BatchNorm among themselves, and along every consumer edge
+ * that is stated (next / graph_file, as for npuc__graph_read_next), read
+ * from a Keras model_config or given by nn.Sequential naming (never by
+ * storage or layer order): the BatchNorm after a layer, a depthwise conv
+ * passing its channels through, and the consumer's input axis (a dense
+ * layer after a convolution is skipped: a Flatten may sit between).  An npuc
+ * artifact is checked in its logical view (each encoded tensor with the
+ * shape its "npuc" entry records).  Returns NPUC_ERR_VALUE with a one-line
+ * message naming both tensors and their extents; NPUC_ERR_ARG for a stated
+ * edge that does not fit or cannot be read (npuc__graph_read_next's errors);
+ * NPUC_ERR_FORMAT for a malformed "npuc" entry; NPUC_ERR_NOMEM. */
+npuc_status npuc__graph_check_consistency(npuc_ctx *ctx, npuc_model *m, const char *const *next, size_t nnext,
+                                          const char *graph_file);
+/* The same for tensors not yet in a file: the n infos a pass declared for
+ * its output at path, with the output's metadata (model_config, the "npuc"
+ * artifact entry).  The pass driver runs it before an output is published. */
+npuc_status npuc__graph_check_declared(npuc_ctx *ctx, const char *path, const npuc_tensor_info *t, size_t n,
+                                       char *const *meta_k, char *const *meta_v, size_t nmeta);
+/* The same along the stated edges too (a pass's --next / --graph). */
+npuc_status npuc__graph_check_declared_edges(npuc_ctx *ctx, const char *path, const npuc_tensor_info *t, size_t n,
+                                             char *const *meta_k, char *const *meta_v, size_t nmeta,
+                                             const char *const *next, size_t nnext, const char *graph_file);
 
 /* ------------------------------------------------------------ BatchNorm attachment */
 

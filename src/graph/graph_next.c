@@ -14,11 +14,16 @@
  *                climbing out of numbered containers; a custom module
  *                (children with names, e.g. a residual block) is never
  *                entered or left, because its forward may add a skip
- *                connection.  Leaving a top-level container for the next
- *                top-level module in storage order (features -> classifier)
- *                is a guess
- * Guesses are refused with g->no_guess, and storage order is never followed
- * when it is just alphabetical (it then says nothing about the graph).
+ *                connection.  A file whose top-level names are all numbers
+ *                (0.weight, 1.running_mean, 3.weight) is the state of an
+ *                nn.Sequential itself: the root is then a numbered container
+ *                and its last child feeds the model output.  Leaving a
+ *                top-level container for the next top-level module in
+ *                storage order (features -> classifier) is a guess
+ * Guesses are refused with g->no_guess (a guess is also marked, with what
+ * it rests on, so a pass can list it and apply it only when told to), and
+ * storage order is never followed when it is just alphabetical (it then says
+ * nothing about the graph).
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -70,6 +75,37 @@ static int64_t descend(const npuc__graph *g, const char *key, char *why, size_t 
     return -1;
 }
 
+/* 1 when every module's first name component is a number: the file is the
+ * state of an nn.Sequential (the root is a numbered container). */
+static int root_is_sequential(const npuc__graph *g) {
+    for (size_t k = 0; k < g->nmods; k++) {
+        const char *key = g->mods[k].key, *d = strchr(key, '.');
+        long v;
+        if (!is_numeric(key, d ? (size_t)(d - key) : strlen(key), &v)) return 0;
+    }
+    return g->nmods > 0;
+}
+
+/* The child of the root nn.Sequential after top-level index i, or -1 with
+ * r->why (r->output when i is its last child). */
+static int64_t root_next(const npuc__graph *g, long i, npuc__next *r) {
+    long best = -1;
+    for (size_t k = 0; k < g->nmods; k++) {
+        const char *key = g->mods[k].key, *d = strchr(key, '.');
+        long v;
+        if (is_numeric(key, d ? (size_t)(d - key) : strlen(key), &v) && v > i && (best < 0 || v < best)) best = v;
+    }
+    if (best < 0) {
+        npuc__graph_fmt(r->why, sizeof r->why, "nothing follows '%ld' in the top-level nn.Sequential: it feeds the "
+                        "model output", i);
+        r->output = 1;
+        return -1;
+    }
+    char next[32];
+    snprintf(next, sizeof next, "%ld", best);
+    return descend(g, next, r->why, sizeof r->why);
+}
+
 /* PyTorch nn.Sequential successor of module x (see the file comment).
  * Returns the module, or -1 with r->why (and r->output when nothing
  * follows). */
@@ -106,6 +142,8 @@ static int64_t seq_next(const npuc__graph *g, size_t x, npuc__next *r) {
             continue;
         }
         /* A top-level name. */
+        long ti;
+        if (is_numeric(cur, strlen(cur), &ti) && root_is_sequential(g)) return root_next(g, ti, r);
         if (!up) {
             int last = 1;
             for (size_t k = 0; k < g->nmods && last; k++) last = g->mods[k].first <= g->mods[x].first;
@@ -142,6 +180,8 @@ static int64_t seq_next(const npuc__graph *g, size_t x, npuc__next *r) {
         const char *yk = g->mods[y].key, *d = strchr(yk, '.');
         snprintf(top, sizeof top, "%.*s", (int)(d ? (size_t)(d - yk) : strlen(yk)), yk);
         r->guess = 1;
+        npuc__graph_fmt(r->guess_why, sizeof r->guess_why,
+                        "'%s' ends its container and '%s' is the next module in storage order", cur, top);
         return descend(g, top, r->why, sizeof r->why);
     }
     npuc__graph_fmt(r->why, sizeof r->why, "modules nested too deeply");
@@ -219,7 +259,8 @@ int npuc__graph_next(const npuc__graph *g, size_t x, npuc__next *r) {
     if (g->keras) {
         if (!g->layer_order || g->no_guess || g->alphabetical) {
             npuc__graph_fmt(r->why, sizeof r->why, "no model_config%s: give --next or --graph",
-                            g->layer_order ? " and layer order is a guess (--no-guess)" : " and no Keras layer order");
+                            g->layer_order ? " and layer order is a guess (--no-guess)"
+                                           : " and no Keras layer order");
             return 1;
         }
         int64_t y = -1;
@@ -231,6 +272,9 @@ int npuc__graph_next(const npuc__graph *g, size_t x, npuc__next *r) {
             return 1;
         }
         r->guess = 1;
+        npuc__graph_fmt(r->guess_why, sizeof r->guess_why,
+                        "no model_config: '%s' is the next layer in layer_names order, and merge layers are "
+                        "invisible there", g->mods[y].key);
         r->mod[r->n++] = (size_t)y;
         return 0;
     }

@@ -6,6 +6,7 @@
 
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
+#include "graph/graph.h"
 #include "passes/pass_driver.h"
 #include "passes/pass_gate.h"
 #include "passes/pass_util.h"
@@ -118,6 +119,9 @@ npuc_status npuc__drive_end(npuc__drive *d, npuc_status st) {
     d->ra = NULL;
     json_decref(d->art);
     d->art = NULL;
+    /* Never publish an inconsistent model (graph_consistency.c). */
+    if (st == NPUC_OK && d->w)
+        st = npuc__graph_check_declared(d->ctx, d->w->path, d->w->t, d->w->n, d->w->meta_k, d->w->meta_v, d->w->nmeta);
     if (st == NPUC_OK) {
         npuc_summary_finish(d->sum);
         /* The quality gates, once the totals are known and before anything

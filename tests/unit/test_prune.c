@@ -556,7 +556,12 @@ static void test_layer_sparsity(void **state) {
     o.layer_sparsity = srule;
     o.nlayer_sparsity = 1;
     o.write.overwrite = 1;
+    npuc_policy pol = npuc_policy_defaults();
+    pol.accept_guesses = 1; /* features.6 -> classifier is a guess (storage order) */
+    npuc_ctx_set_policy(ctx, &pol);
     if (npuc_prune_model(ctx, m, out, &o, &sum) != NPUC_OK) fail_msg("%s", npuc_ctx_errmsg(ctx));
+    pol = npuc_policy_defaults();
+    npuc_ctx_set_policy(ctx, &pol);
     assert_int_equal(npuc_model_open(ctx, out, NULL, &pm), NPUC_OK);
     npuc_tensor_info t0, t3;
     float *p0 = read_tensor(pm, "features.0.weight", &t0), *p3 = read_tensor(pm, "features.3.weight", &t3);
@@ -937,7 +942,15 @@ static void test_structured_samples(void **state) {
         {"cnn_bn_keras.h5", 0, "conv2d_1/kernel", SK, 7, 6, NULL, 0, NULL, CK, 8, 0.5, 0, 1},
         {"cnn_bn_keras.h5", 0, "conv2d/kernel", SK0, 3, 2, NULL, 0, NULL, CK0, 4, 0.6, 1, 1},
     };
+    /* features.6 -> classifier (storage order) and the Keras layer order are
+     * guesses: applied here with accept_guesses, the rest of the suite runs
+     * with the default policy (listed, not applied). */
+    npuc_policy pol = npuc_policy_defaults();
+    pol.accept_guesses = 1;
+    npuc_ctx_set_policy(ctx, &pol);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_chain(&cases[i]);
+    pol = npuc_policy_defaults();
+    npuc_ctx_set_policy(ctx, &pol);
 }
 
 static void test_structured_shared(void **state) {

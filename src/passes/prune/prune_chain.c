@@ -51,6 +51,14 @@ static int wfail(walk *w, npuc_ctx *ctx, npuc_status *st, const char *fmt, ...) 
 
 static int visit(walk *w, npuc_ctx *ctx, npuc_status *st, size_t y);
 
+/* A link of the chain rests on a guess: the chain is one, and the first
+ * reason is kept for the warning that lists it. */
+static void note_guess(npuc__chain *c, const npuc__next *next) {
+    if (!next->guess) return;
+    if (!c->guess) npuc__fmt(c->guess_why, sizeof c->guess_why, "%s", next->guess_why);
+    c->guess = 1;
+}
+
 static int add_bn(walk *w, npuc_ctx *ctx, npuc_status *st, size_t bm) {
     npuc__chain *c = w->c;
     const npuc__mod *b = &w->g->mods[bm];
@@ -76,8 +84,10 @@ static int follow(walk *w, npuc_ctx *ctx, npuc_status *st, size_t x) {
         int64_t b = npuc__graph_stated_bn(w->g, x);
         if (b < 0 && !w->g->mods[x].is_bn) {
             /* No stated BatchNorm: take one the automatic evidence puts right after x. */
-            if (npuc__graph_next(w->g, x, &next) == 0 && next.n == 1 && w->g->mods[next.mod[0]].is_bn)
+            if (npuc__graph_next(w->g, x, &next) == 0 && next.n == 1 && w->g->mods[next.mod[0]].is_bn) {
                 b = (int64_t)next.mod[0];
+                note_guess(w->c, &next);
+            }
         }
         if (b >= 0 && (rc = add_bn(w, ctx, st, (size_t)b)) != 0) return rc;
         w->used_explicit = 1;
@@ -97,7 +107,7 @@ static int follow(walk *w, npuc_ctx *ctx, npuc_status *st, size_t x) {
     const char *saved = w->edge;
     w->edge = NULL; /* automatic evidence: failures fall back */
     rc = npuc__graph_next(w->g, x, &next);
-    if (next.guess) w->c->guess = 1;
+    note_guess(w->c, &next);
     if (next.output) w->c->output = 1;
     if (rc) {
         npuc__fmt(w->c->why, sizeof w->c->why, "%s", next.why);

@@ -71,7 +71,8 @@ static const npuc_pass_option OPTIONS[] = {
              "lines A=B[,C]",
      .needs = "structured=filter"},
     {.name = "no_guess", .flag = "no-guess", .type = NPUC_OPT_BOOL,
-     .help = "do not follow storage / layer order (docs/sparsity.md)"},
+     .help = "do not look for chains by storage / layer order; guesses are listed but\n"
+             "not applied by default (--accept-guesses applies them; docs/sparsity.md)"},
     {.name = "include", .flag = "include", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
      .section = "Selection",
      .help = "prune only tensors matching REGEX (repeatable; default:\nevery float tensor of rank >= 2)"},

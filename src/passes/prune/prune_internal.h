@@ -92,15 +92,19 @@ typedef struct npuc__chain {
     npuc__dw dw[NPUC_CHAIN_MAX];     /* depthwise convs (channel-preserving) */
     size_t cons[NPUC_CHAIN_MAX];     /* consumers' weight tensors (input channels) */
     int ok;                          /* consumers found: the space can shrink */
-    int guess;                       /* found by storage / layer order only */
+    int guess;                       /* some link rests on storage / layer order only */
+    char guess_why[200];             /* when guess: what the first guessed link rests on */
     int output;                      /* the space reaches the model output */
     char how[40];                    /* "--next/--graph", "sequential naming", "keras topology", ... */
     char why[200];                   /* when !ok: why not */
 } npuc__chain;
 
 /* The graph structured pruning walks (src/graph/graph.h): modules, the
- * Keras model_config and the explicit edges of o (--next, --graph), with
- * o->no_guess refusing order-only consumers.  Explicit edges are checked
+ * Keras model_config and the explicit edges of o (--next, --graph).  Chains
+ * resting on storage or layer order are still found, marked guess with
+ * their reason, so the caller can list them and apply them only under the
+ * policy's accept_guesses; o->no_guess refuses them at the source (no
+ * listing).  Explicit edges are checked
  * here: a name that matches no tensor or layer, a producer without a
  * weight, or channel counts that do not match are NPUC_ERR_ARG naming the
  * edge. */

@@ -50,7 +50,8 @@ typedef struct plan {
     size_t nchains;
     const npuc_prune_opts *o;
     const double *target;      /* per tensor: its --layer-sparsity S, else the global one */
-    size_t nguess, nfallback, nprotected;
+    npuc_summary *sum;         /* for the warnings that list guesses one by one */
+    size_t nfallback, nprotected;
 } plan;
 
 /* [A, D, B] counts of a shape around axis. */
@@ -273,7 +274,28 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         const char *why = NULL, *conflict = NULL;
         char whybuf[256];
         if (c && c->ok && P->ops[c->producer].chain == ci && (P->ops[c->producer].keep_out)) continue; /* done */
-        if (c && c->ok) {
+        int usable = c && c->ok;
+        if (usable && c->guess && kept_count(c->channels, S, o->round_to) < c->channels) {
+            /* A chain resting on storage or layer order: refused under
+             * --strict, listed and left alone unless --accept-guesses. */
+            const npuc_policy *pol = npuc_ctx_policy(ctx);
+            const char *pname = npuc_model_tensor(P->m, c->producer)->name;
+            if (pol->strict) {
+                st = npuc_fail(ctx, NPUC_ERR_GUESS,
+                               "%s: tensor '%s': structured pruning: its consumers rest on a guess (%s); refused by "
+                               "--strict: state them with --next/--graph", npuc_model_path(P->m), pname, c->guess_why);
+                goto done;
+            }
+            if (!pol->accept_guesses) {
+                if ((st = npuc_summary_warn(P->sum, "tensor '%s': its consumers rest on a guess (%s); not applied, "
+                                            "its filters are zeroed instead: state them with --next/--graph, or "
+                                            "--accept-guesses applies the guess", pname, c->guess_why)) != NPUC_OK)
+                    goto done;
+                usable = 0;
+                why = "consumers found by a guess (see the warnings); --accept-guesses applies it";
+            }
+        }
+        if (usable) {
             /* Rank the shared channels and claim the chain. */
             free(score);
             free(keep);
@@ -299,12 +321,19 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             int nomem = 0;
             if (claim_chain(P, (size_t)ci, keep, &conflict, &nomem) == 0) {
                 P->ops[c->producer].target = S;
-                if (c->guess) P->nguess++;
+                if (c->guess &&
+                    (st = npuc_summary_warn(P->sum, "tensor '%s': shrunk along consumers that rest on a guess (%s), "
+                                            "applied by --accept-guesses: check them, or state them with "
+                                            "--next/--graph", npuc_model_tensor(P->m, c->producer)->name,
+                                            c->guess_why)) != NPUC_OK)
+                    goto done;
                 continue;
             }
             if (nomem) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
             snprintf(whybuf, sizeof whybuf, "'%s' is already shrunk by another chain", conflict);
             why = whybuf;
+        } else if (why) {
+            /* a guess not applied */
         } else if (channel_mode) {
             why = cons_of[i] == -2 ? "two producers feed it" : "its producer was not found";
         } else {
@@ -499,6 +528,26 @@ static void fill_record(plan *P, size_t i, npuc_tensor_record *r, const npuc_ten
     npuc__fmt(r->note, sizeof r->note, "-> %s: %s %s", shp, what, head);
 }
 
+/* The consistency check (graph_consistency.c) on the planned output, with
+ * the stated edges of o: the driver checks every output again before it is
+ * published, but only by the file's own evidence. */
+static npuc_status check_planned(npuc_ctx *ctx, npuc_model *m, const npuc_tensor_info *newt,
+                                 const npuc_prune_opts *o) {
+    if (!o->nnext && !o->graph_file) return NPUC_OK;
+    const size_t nm = npuc_model_meta_count(m);
+    char **k = calloc(nm ? nm : 1, sizeof *k), **v = calloc(nm ? nm : 1, sizeof *v);
+    npuc_status st = NPUC_OK;
+    if (!k || !v) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < nm && st == NPUC_OK; i++) npuc_model_meta_at(m, i, (const char **)&k[i], (const char **)&v[i]);
+    if (st == NPUC_OK) {
+        st = npuc__graph_check_declared_edges(ctx, npuc_model_path(m), newt, npuc_model_count(m), k, v, nm, o->next,
+                                              o->nnext, o->graph_file);
+    }
+    free(k);
+    free(v);
+    return st;
+}
+
 npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
     npuc_ctx *ctx = dr->ctx;
     npuc_model *m = dr->m;
@@ -510,6 +559,7 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
     memset(&P, 0, sizeof P);
     P.m = m;
     P.o = o;
+    P.sum = sum;
     npuc_scratch s1 = {0}, s2 = {0}, sa = {0}, sb = {0};
     unsigned char *sel = calloc(n ? n : 1, 1), *named = calloc(n ? n : 1, 1);
     npuc_tensor_info *newt = calloc(n ? n : 1, sizeof *newt);
@@ -567,6 +617,14 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         nt->nbytes = numel * npuc_dtype_size(nt->dtype);
     }
 
+    /* Before a byte is written: every layout the removal relies on, and the
+     * planned output's channel extents along the stated edges too. */
+    for (size_t i = 0; i < n; i++)
+        if (has_ops(&P.ops[i]) && npuc_model_tensor(m, i)->layout != NPUC_LAYOUT_NONE &&
+            (st = npuc__drive_guard(dr, i, "structured pruning")) != NPUC_OK)
+            goto fail;
+    if ((st = check_planned(ctx, m, newt, o)) != NPUC_OK) goto fail;
+
     if ((st = npuc__drive_open(dr, NULL, NULL)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
         if ((st = npuc__drive_declare(dr, &newt[i])) != NPUC_OK) goto fail;
@@ -594,13 +652,9 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         fill_record(&P, i, r, &nt);
         npuc__drive_done(dr, i);
     }
-    if (P.nguess)
-        npuc_summary_warn(sum, "%zu layer(s) were shrunk along chains found by storage or layer order, a guess "
-                          "(notes say '(guess)'): check them, or state them with --next/--graph (--no-guess skips "
-                          "guesses)", P.nguess);
     if (P.nfallback)
-        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no consumer chain was found "
-                          "(see their notes); pass --next/--graph to shrink them", P.nfallback);
+        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no trustworthy consumer chain was "
+                          "found (see their notes); pass --next/--graph to shrink them", P.nfallback);
     if (P.nprotected)
         npuc_summary_warn(sum, "%zu layer(s) at the model's %s were left as they are", P.nprotected,
                           o->structure == NPUC_PRUNE_CHANNEL ? "input" : "output");
