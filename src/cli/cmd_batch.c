@@ -36,6 +36,7 @@
 #endif
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 enum { OPT_INPUT = CLI_OPT_USER, OPT_RESUME, OPT_SHARD, OPT_SUMMARY, OPT_MERGE };
 
@@ -96,28 +97,13 @@ static int mkdir_parents(const char *path) {
     return 0;
 }
 
-/* Writes doc to path through "<path>.tmp" and rename(). */
+/* Writes doc to path as an atomic file (cli_outputs.h): 0, or -1 and errno. */
 static int write_json_file(const char *path, json_t *doc) {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 5);
-    if (!tmp) return -1;
-    snprintf(tmp, n + 5, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int bad = !f;
-    if (f) {
-        if (json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 || fputc('\n', f) == EOF ||
-            fflush(f) != 0 || fsync(fileno(f)) != 0)
-            bad = 1;
-        if (fclose(f) != 0) bad = 1;
-        if (!bad && rename(tmp, path) != 0) bad = 1;
-    }
-    if (bad) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-    }
-    free(tmp);
-    return bad ? -1 : 0;
+    cli_side_file sf;
+    FILE *f = cli_side_open(path, &sf);
+    if (!f) return -1;
+    int ok = json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 && fputc('\n', f) != EOF;
+    return cli_side_close(&sf, ok);
 }
 
 static char *join(const char *a, const char *b) {
