@@ -31,4 +31,11 @@ FILE *cli_side_open(const char *path, cli_side_file *s);
  * any failure: removes it.  0, or -1 with errno set.  Always releases s. */
 int cli_side_close(cli_side_file *s, int ok);
 
+/* Called first by the CLI's SIGINT/SIGTERM/SIGHUP handler (main.c) with
+ * the signal number, before this process's temporary files are removed and
+ * it exits 128 + sig; only async-signal-safe code.  `npuc batch` sets it to
+ * pass the signal on to its workers and wait for them, so their temporary
+ * files are gone too by the time it exits.  NULL: nothing. */
+extern void (*volatile cli_signal_hook)(int sig);
+
 #endif

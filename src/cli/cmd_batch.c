@@ -233,6 +233,19 @@ typedef struct slot {
     size_t item;
 } slot;
 
+/* The running workers, for the signal handler (cli_signal_hook): a signal
+ * that stops `npuc batch` is passed on to them, and they are reaped, so
+ * each removes its own temporary files before the batch exits. */
+static slot *volatile g_slots;
+static volatile size_t g_nslots;
+
+static void stop_workers(int sig) {
+    for (size_t s = 0; s < g_nslots; s++)
+        if (g_slots[s].pid > 0) kill(g_slots[s].pid, sig);
+    for (size_t s = 0; s < g_nslots; s++)
+        if (g_slots[s].pid > 0) waitpid(g_slots[s].pid, NULL, 0);
+}
+
 static void worker_main(const job *j, int fd, pid_t parent) {
 #ifdef __linux__
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -506,6 +519,14 @@ static int run(int argc, char **argv) {
 
     size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0;
     pid_t self = getpid();
+    g_slots = slots;
+    g_nslots = nslots;
+    cli_signal_hook = stop_workers;
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGHUP);
     while (ndone < n) {
         while (running < (size_t)jobs && next < n) {
             int fds[2];
@@ -513,8 +534,14 @@ static int run(int argc, char **argv) {
             fflush(stdout);
             fflush(stderr);
             job j = {rc, a.pos[0], l.path[next], outs[next], reports[next], b.resume, a.force};
+            sigprocmask(SIG_BLOCK, &stops, &old); /* until the worker is in slots[] */
             pid_t pid = fork();
+            if (pid == 0) {
+                cli_signal_hook = NULL; /* a worker has no workers */
+                sigprocmask(SIG_SETMASK, &old, NULL);
+            }
             if (pid < 0) {
+                sigprocmask(SIG_SETMASK, &old, NULL);
                 cli_error("fork: %s", strerror(errno));
                 close(fds[0]);
                 close(fds[1]);
@@ -529,6 +556,7 @@ static int run(int argc, char **argv) {
             size_t s = 0;
             while (slots[s].pid) s++;
             slots[s] = (slot){pid, fds[0], next};
+            sigprocmask(SIG_SETMASK, &old, NULL);
             running++;
             next++;
         }
@@ -603,6 +631,7 @@ static int run(int argc, char **argv) {
              nfailed, outdir);
     code = nfailed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 done:
+    cli_signal_hook = NULL;
     /* Only after an error can workers still run: stop and reap them. */
     for (size_t s = 0; slots && s < nslots; s++)
         if (slots[s].pid > 0) {

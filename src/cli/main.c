@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 /* The commands in the order `npuc --help` lists them: a command of its own,
  * or (name only) the command made from the pass descriptor of that name
@@ -88,7 +89,11 @@ static const cli_command *find_command(const char *name) {
  * library's async-signal-safe registry) and exit 128 + the signal number
  * (130, 143, 129), as a shell reports a command killed by it.  Nothing
  * half-written is left at an output path: outputs appear only by rename. */
+void (*volatile cli_signal_hook)(int sig);
+
 static void on_signal(int sig) {
+    void (*hook)(int) = cli_signal_hook;
+    if (hook) hook(sig);
     npuc_tempfiles_cleanup();
     _exit(128 + sig);
 }
