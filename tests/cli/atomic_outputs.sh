@@ -80,15 +80,20 @@ wait "$holder" 2>/dev/null || true
 rm -f "$T"/.*.npuc-*.tmp
 
 # Unclaimed output extensions: exit 2 on every command writing a model, nothing written.
-for o in x.gguf x.onnx t.pt w.bin; do
-    for cmd in "quantize $T/d.safetensors" "lowrank $T/d.safetensors --rank 4" "prune $T/d.safetensors --sparsity 0.5" \
-        "sparsify $T/d.safetensors" "fold-bn $SAMPLES/cnn_bn.safetensors" "decompress $T/ref8.safetensors" \
-        "run $NPUC_SRC/samples/recipes/int8_per_channel.yaml $T/d.safetensors"; do
+unclaimed() {
+    local o=$1 cmd
+    shift
+    for cmd in "$@"; do
         expect_rc 2 "$NPUC_BIN" $cmd -o "$T/$o"
         must_match "$T/err" "$o: cannot tell the output format from the name \(use \.safetensors.*\.h5"
         [ ! -e "$T/$o" ] || fail "$cmd -o $o wrote $o"
     done
-done
+}
+unclaimed x.gguf "quantize $T/d.safetensors" "lowrank $T/d.safetensors --rank 4" \
+    "prune $T/d.safetensors --sparsity 0.5" "sparsify $T/d.safetensors" "fold-bn $SAMPLES/cnn_bn.safetensors" \
+    "decompress $T/ref8.safetensors" "run $NPUC_SRC/samples/recipes/int8_per_channel.yaml $T/d.safetensors"
+unclaimed x.onnx "quantize $T/d.h5" "prune $T/d.safetensors --sparsity 0.5"
+unclaimed t.pt "fold-bn $SAMPLES/cnn_bn.safetensors" "fold-bn $SAMPLES/cnn_bn_keras.h5"
 # A name without an extension keeps meaning "the input's format".
 expect_rc 0 "$NPUC_BIN" quantize "$T/d.safetensors" -o "$T/noext" -q
 "$PY" -c 'import sys; d = open(sys.argv[1], "rb").read(9); sys.exit(d[8:9] != b"{")' "$T/noext" ||
