@@ -28,15 +28,22 @@
  * character boundary, so that a hostile 1 MB name cannot push the problem
  * out of the one-line message.
  *
- * The file is mmapped read-only; opening touches only the header pages, and a
- * payload's pages are touched when a pass reads them.  Tensors are listed in
- * storage (offset) order, which for exported models is graph order.
+ * The file is opened read-only and read with pread(2): the header when it is
+ * opened, a payload when a pass loads it, into a buffer of the reader's own
+ * (one spare buffer is kept for the next tensor, so a pass working tensor by
+ * tensor allocates and faults in its buffer once).  The file is never
+ * mapped: a file truncated while npuc runs would turn a mapped read into
+ * SIGBUS, while a short read here is an error naming the file and the tensor
+ * (NPUC_ERR_IO), and a file replaced by rename keeps being read whole from
+ * the inode that was opened.  Tensors are listed in storage (offset) order,
+ * which for exported models is graph order.
  */
+#define _GNU_SOURCE /* readahead(2) */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,9 +53,9 @@
 
 typedef struct st_state {
     int fd;
-    void *map;
-    size_t map_len;
     uint64_t data_start; /* 8 + N */
+    pthread_mutex_t lock; /* guards spare: loads may come from several threads */
+    void *spare;          /* a released payload buffer kept for the next load */
 } st_state;
 
 typedef struct st_entry {
@@ -60,42 +67,115 @@ typedef struct st_entry {
     size_t order; /* position in the header */
 } st_entry;
 
+/* Payload buffers carry their capacity in a 64-byte prefix (which also
+ * keeps the payload 64-byte aligned for the kernels). */
+#define ST_BUF_HDR 64
+
+static uint64_t buf_cap(const void *p) { return *(const uint64_t *)((const char *)p - ST_BUF_HDR); }
+
+static void buf_free(void *p) {
+    if (p) free((char *)p - ST_BUF_HDR);
+}
+
+/* A buffer of at least n bytes: the spare one when it is big enough. */
+static void *buf_get(st_state *s, uint64_t n) {
+    void *p = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->spare && buf_cap(s->spare) >= n) {
+        p = s->spare;
+        s->spare = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (p) return p;
+    if (n > SIZE_MAX - ST_BUF_HDR) return NULL;
+    char *b = NULL;
+    if (posix_memalign((void **)&b, ST_BUF_HDR, (size_t)n + ST_BUF_HDR) != 0) return NULL;
+    *(uint64_t *)b = n;
+    return b + ST_BUF_HDR;
+}
+
+/* Keeps the larger of p and the spare buffer for the next load. */
+static void buf_put(st_state *s, void *p) {
+    pthread_mutex_lock(&s->lock);
+    if (!s->spare || buf_cap(s->spare) < buf_cap(p)) {
+        void *old = s->spare;
+        s->spare = p;
+        p = old;
+    }
+    pthread_mutex_unlock(&s->lock);
+    buf_free(p);
+}
+
+/* Reads n bytes at off; 0, or -1 with errno (0 for a file that ended early). */
+static int read_at(int fd, void *dst, uint64_t n, uint64_t off) {
+    char *d = dst;
+    while (n > 0) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t r = pread(fd, d, chunk, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = 0;
+            return -1;
+        }
+        d += r;
+        off += (uint64_t)r;
+        n -= (uint64_t)r;
+    }
+    return 0;
+}
+
 static npuc_status st_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
-    (void)ctx;
     st_state *s = m->be_state;
-    *data = (char *)s->map + s->data_start + m->offset[i];
+    const npuc_tensor_info *t = &m->t[i];
+    void *p = buf_get(s, t->nbytes);
+    if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
+    if (read_at(s->fd, p, t->nbytes, s->data_start + m->offset[i]) != 0) {
+        int e = errno;
+        buf_put(s, p);
+        if (e == 0) {
+            struct stat sb;
+            unsigned long long now = fstat(s->fd, &sb) == 0 ? (unsigned long long)sb.st_size : 0;
+            return npuc_fail(ctx, NPUC_ERR_IO,
+                             "%s: tensor '%s': the file shrank from %llu to %llu bytes while npuc was "
+                             "reading it (truncated or rewritten in place?)",
+                             m->path, t->name, (unsigned long long)m->file_size, now);
+        }
+        return npuc_fail(ctx, NPUC_ERR_IO, "%s: tensor '%s': read: %s", m->path, t->name, strerror(e));
+    }
+    *data = p;
     *owned = 0;
     return NPUC_OK;
+}
+
+static void st_release(npuc_model *m, size_t i, void *data) {
+    (void)i;
+    buf_put(m->be_state, data);
 }
 
 static void st_close(npuc_model *m) {
     st_state *s = m->be_state;
     if (!s) return;
-    if (s->map && s->map != MAP_FAILED) munmap(s->map, s->map_len);
     if (s->fd >= 0) close(s->fd);
+    buf_free(s->spare);
+    pthread_mutex_destroy(&s->lock);
     free(s);
     m->be_state = NULL;
 }
 
-/* Maps tensor i's pages in with one call (MADV_POPULATE_READ, Linux 5.14):
- * reads a disk file's pages, and fills the page table that loading would
- * otherwise fill one fault at a time.  Only reads the map and the offsets,
- * which nothing changes after opening.  A kernel without it refuses; a page
- * past the end of a file shrunk under us gives EFAULT here, not SIGBUS. */
+/* Asks the kernel to read tensor i's bytes into the page cache ahead of
+ * its load (readahead(2)); only reads the fd and the offsets, which nothing
+ * changes after opening. */
 static void st_prefetch(npuc_model *m, size_t i) {
-#if defined(__linux__) && defined(MADV_POPULATE_READ)
+#if defined(__linux__)
     const st_state *s = m->be_state;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t p = (uintptr_t)s->map + (uintptr_t)s->data_start + (uintptr_t)m->offset[i];
-    const uintptr_t a = p & ~(page - 1), e = p + (uintptr_t)m->t[i].nbytes;
-    if (e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_POPULATE_READ);
+    (void)readahead(s->fd, (off64_t)(s->data_start + m->offset[i]), (size_t)m->t[i].nbytes);
 #else
     (void)m;
     (void)i;
 #endif
 }
 
-static const npuc_backend ST_BACKEND = {st_load, st_close, NULL, st_prefetch};
+static const npuc_backend ST_BACKEND = {st_load, st_close, st_release, st_prefetch};
 
 /* Dtypes the format defines (huggingface/safetensors, Dtype) that npuc has no
  * representation for: such a file is well-formed but unsupported. */
@@ -321,7 +401,9 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     st_state *s = NULL;
     *out = NULL;
 
+    unsigned char *head = NULL;
     s = calloc(1, sizeof *s);
+    if (s) pthread_mutex_init(&s->lock, NULL);
     m = npuc__model_new(path, NPUC_FORMAT_SAFETENSORS);
     if (!s || !m) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
     s->fd = -1;
@@ -338,29 +420,34 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     if (fstat(s->fd, &sb) != 0) { st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno)); goto fail; }
     uint64_t fsize = (uint64_t)sb.st_size;
     m->file_size = fsize;
-    if (fsize < 8) { /* mmap of 0 bytes fails: say what is wrong first */
+    if (fsize < 8) { /* say what is wrong first */
         st = parse_header(ctx, path, m, NULL, fsize, 0, &s->data_start);
         goto fail;
     }
-    if ((uint64_t)(size_t)fsize != fsize) {
-        st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: file too large to map", path);
-        goto fail;
-    }
-    s->map_len = (size_t)fsize;
-    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, s->fd, 0);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: mmap: %s", path, strerror(errno));
-        goto fail;
-    }
-    if ((st = parse_header(ctx, path, m, s->map, fsize, o->max_header_bytes, &s->data_start)) != NPUC_OK ||
+    /* The header: its length word, then as much of the file as the length
+     * claims (parse_header checks it against the limit and the size). */
+    unsigned char len8[8];
+    if (read_at(s->fd, len8, 8, 0) != 0) goto short_read;
+    uint64_t hlen = 0, limit = o->max_header_bytes ? o->max_header_bytes : 100000000u;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    uint64_t want = 8 + (hlen <= limit && hlen <= fsize - 8 ? hlen : 0);
+    if (!(head = malloc((size_t)want + 1))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
+    memcpy(head, len8, 8);
+    head[want] = 0;
+    if (want > 8 && read_at(s->fd, head + 8, want - 8, 8) != 0) goto short_read;
+    if ((st = parse_header(ctx, path, m, head, fsize, o->max_header_bytes, &s->data_start)) != NPUC_OK ||
         (st = npuc__model_finish(ctx, m, 0)) != NPUC_OK)
         goto fail;
+    free(head);
     *out = m;
     return NPUC_OK;
+short_read:
+    st = errno ? npuc_fail(ctx, NPUC_ERR_IO, "%s: read: %s", path, strerror(errno))
+               : npuc_fail(ctx, NPUC_ERR_IO, "%s: the file shrank while npuc was reading its header", path);
 fail:
+    free(head);
     if (m) npuc_model_close(m);
-    else free(s);
+    else if (s) { pthread_mutex_destroy(&s->lock); free(s); }
     return st;
 }
 

@@ -20,9 +20,11 @@
  *
  * An npuc_writer writes a new file the same way: declare every tensor first
  * (name, dtype, shape, layer), then hand over each tensor's bytes in declared
- * order.  Bytes go to "<out>.tmp" beside the output; npuc_writer_finish()
- * fsyncs and renames it into place, and any failure or npuc_writer_abort()
- * removes it, so the output path never holds a partial file.
+ * order.  Bytes go to a temporary file of this run's own beside the output
+ * (".<out>.npuc-<pid>-<random>.tmp", see npuc_atomic_file_open);
+ * npuc_writer_finish() fsyncs and renames it into place, and any failure or
+ * npuc_writer_abort() removes it, so the output path never holds a partial
+ * file, and two runs writing the same output never mix their bytes.
  */
 #ifndef NPUC_MODEL_H
 #define NPUC_MODEL_H
@@ -191,6 +193,41 @@ NPUC_API npuc_status npuc_writer_write(npuc_writer *w, const void *data, uint64_
 NPUC_API npuc_status npuc_writer_finish(npuc_writer *w);
 /* Discards everything, removes the temporary file and frees w; NULL is a no-op. */
 NPUC_API void npuc_writer_abort(npuc_writer *w);
+
+/* ---------------------------------------------------------- atomic files */
+
+/* A file that appears at its path whole or not at all: every npuc_writer
+ * writes through one, and so can a caller's side files (reports,
+ * summaries).  npuc_atomic_file_open() creates a new temporary file
+ * ".<base>.npuc-<pid>-<random>.tmp" in path's directory (O_EXCL) and holds
+ * an exclusive flock(2) on it until commit or abort; it first removes the
+ * temporary files of the same output that runs killed outright (SIGKILL)
+ * left behind, recognised by the name and a lock nobody holds.  An existing
+ * path is NPUC_ERR_EXISTS unless overwrite is non-zero.
+ *
+ * npuc_atomic_file_commit() fsyncs the file, moves it to path (overwrite:
+ * rename(2), the last run to commit wins; else renameat2 RENAME_NOREPLACE,
+ * or link(2) where the filesystem lacks it, so a path that appeared in the
+ * meantime is NPUC_ERR_EXISTS and stays untouched), fsyncs the directory
+ * and frees f, whatever happens.  npuc_atomic_file_abort() removes the
+ * temporary file and frees f; NULL is a no-op.  Write through
+ * npuc_atomic_file_fd() (a dup of it for stdio) or reopen the temporary
+ * path; do not close the descriptor, which carries the lock. */
+typedef struct npuc_atomic_file npuc_atomic_file;
+
+NPUC_API npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite,
+                                           npuc_atomic_file **out);
+NPUC_API int npuc_atomic_file_fd(const npuc_atomic_file *f);
+NPUC_API const char *npuc_atomic_file_temp(const npuc_atomic_file *f);
+NPUC_API npuc_status npuc_atomic_file_commit(npuc_atomic_file *f);
+NPUC_API void npuc_atomic_file_abort(npuc_atomic_file *f);
+
+/* Removes the temporary file of every atomic file (hence every writer) this
+ * process has open.  Async-signal-safe: call it from a SIGINT/SIGTERM/SIGHUP
+ * handler before _exit(); the npuc program does.  Relative temporary paths
+ * are resolved against the current directory, so a program that changes
+ * directory while writing should use absolute output paths. */
+NPUC_API void npuc_tempfiles_cleanup(void);
 
 /* Copies a whole model to path (format from opts or extension), converting
  * float tensors to to_dtype when to_dtype_set is non-zero.  Metadata, layer

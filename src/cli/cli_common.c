@@ -9,6 +9,7 @@
  * `npuc: error:` convention and do not name the command's --help.
  */
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -688,6 +689,8 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
         if (!s) return CLI_EXIT_FAIL;
         snprintf(s, n, "%.*s.%s%s", (int)stem, in, tag, *dot ? dot : ".safetensors");
         *out = *alloc = s;
+    } else if (cli_check_output_name(a->cmd, *out) != CLI_EXIT_OK) {
+        return CLI_EXIT_USAGE; /* "-o x.gguf": no format claims it */
     }
     if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) w->format = npuc_model_format(m);
     return CLI_EXIT_OK;

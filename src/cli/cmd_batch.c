@@ -36,6 +36,7 @@
 #endif
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 enum { OPT_INPUT = CLI_OPT_USER, OPT_RESUME, OPT_SHARD, OPT_SUMMARY, OPT_MERGE };
 
@@ -96,28 +97,13 @@ static int mkdir_parents(const char *path) {
     return 0;
 }
 
-/* Writes doc to path through "<path>.tmp" and rename(). */
+/* Writes doc to path as an atomic file (cli_outputs.h): 0, or -1 and errno. */
 static int write_json_file(const char *path, json_t *doc) {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 5);
-    if (!tmp) return -1;
-    snprintf(tmp, n + 5, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int bad = !f;
-    if (f) {
-        if (json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 || fputc('\n', f) == EOF ||
-            fflush(f) != 0 || fsync(fileno(f)) != 0)
-            bad = 1;
-        if (fclose(f) != 0) bad = 1;
-        if (!bad && rename(tmp, path) != 0) bad = 1;
-    }
-    if (bad) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-    }
-    free(tmp);
-    return bad ? -1 : 0;
+    cli_side_file sf;
+    FILE *f = cli_side_open(path, &sf);
+    if (!f) return -1;
+    int ok = json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 && fputc('\n', f) != EOF;
+    return cli_side_close(&sf, ok);
 }
 
 static char *join(const char *a, const char *b) {
@@ -248,6 +234,19 @@ typedef struct slot {
     int fd;
     size_t item;
 } slot;
+
+/* The running workers, for the signal handler (cli_signal_hook): a signal
+ * that stops `npuc batch` is passed on to them, and they are reaped, so
+ * each removes its own temporary files before the batch exits. */
+static slot *volatile g_slots;
+static volatile size_t g_nslots;
+
+static void stop_workers(int sig) {
+    for (size_t s = 0; s < g_nslots; s++)
+        if (g_slots[s].pid > 0) kill(g_slots[s].pid, sig);
+    for (size_t s = 0; s < g_nslots; s++)
+        if (g_slots[s].pid > 0) waitpid(g_slots[s].pid, NULL, 0);
+}
 
 static void worker_main(const job *j, int fd, pid_t parent) {
 #ifdef __linux__
@@ -522,6 +521,14 @@ static int run(int argc, char **argv) {
 
     size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0;
     pid_t self = getpid();
+    g_slots = slots;
+    g_nslots = nslots;
+    cli_signal_hook = stop_workers;
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGHUP);
     while (ndone < n) {
         while (running < (size_t)jobs && next < n) {
             int fds[2];
@@ -529,8 +536,14 @@ static int run(int argc, char **argv) {
             fflush(stdout);
             fflush(stderr);
             job j = {rc, a.pos[0], l.path[next], outs[next], reports[next], b.resume, a.force, &a.policy};
+            sigprocmask(SIG_BLOCK, &stops, &old); /* until the worker is in slots[] */
             pid_t pid = fork();
+            if (pid == 0) {
+                cli_signal_hook = NULL; /* a worker has no workers */
+                sigprocmask(SIG_SETMASK, &old, NULL);
+            }
             if (pid < 0) {
+                sigprocmask(SIG_SETMASK, &old, NULL);
                 cli_error("fork: %s", strerror(errno));
                 close(fds[0]);
                 close(fds[1]);
@@ -545,6 +558,7 @@ static int run(int argc, char **argv) {
             size_t s = 0;
             while (slots[s].pid) s++;
             slots[s] = (slot){pid, fds[0], next};
+            sigprocmask(SIG_SETMASK, &old, NULL);
             running++;
             next++;
         }
@@ -619,6 +633,7 @@ static int run(int argc, char **argv) {
              nfailed, outdir);
     code = nfailed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 done:
+    cli_signal_hook = NULL;
     /* Only after an error can workers still run: stop and reap them. */
     for (size_t s = 0; slots && s < nslots; s++)
         if (slots[s].pid > 0) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 static int run(int argc, char **argv) {
     cli_args a;
@@ -17,6 +18,7 @@ static int run(int argc, char **argv) {
                        NULL, 1, 1, &a);
     if (rc != CLI_CONTINUE) goto done;
     if (!a.output) { rc = cli_usage_error(&cli_cmd_decompress, "missing -o OUT"); goto done; }
+    if ((rc = cli_check_output_name(&cli_cmd_decompress, a.output)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &m)) != CLI_EXIT_OK) goto done;
     cli_write_opts(&a, &wo);

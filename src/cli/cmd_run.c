@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 enum { OPT_NO_STREAM = CLI_OPT_USER };
 
@@ -227,25 +228,13 @@ static void on_tensor(void *user, size_t step, size_t i, size_t n, const npuc_te
     }
 }
 
-/* Text reports go through a temporary file and rename, like artifacts.
- * The library cannot name this failure, so the message goes to r->err. */
+/* Text reports are atomic files, like artifacts (cli_outputs.h).  The
+ * library cannot name this failure, so the message goes to r->err. */
 static npuc_status write_text_report(runner *r, const npuc_summary *s) {
-    size_t n = strlen(r->a->report);
-    char *tmp = malloc(n + 5);
-    if (!tmp) return NPUC_ERR_NOMEM;
-    snprintf(tmp, n + 5, "%s.tmp", r->a->report);
-    FILE *f = fopen(tmp, "w");
-    int bad = !f;
-    if (f) {
-        if (write_table(f, r->rc, s, r->cmdline) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) bad = 1;
-        if (fclose(f) != 0) bad = 1;
-        if (!bad && rename(tmp, r->a->report) != 0) bad = 1;
-    }
-    if (bad) {
-        snprintf(r->err, sizeof r->err, "%s: cannot write the report: %s", r->a->report, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
+    cli_side_file sf;
+    FILE *f = cli_side_open(r->a->report, &sf);
+    int bad = !f || cli_side_close(&sf, write_table(f, r->rc, s, r->cmdline) == 0) != 0;
+    if (bad) snprintf(r->err, sizeof r->err, "%s: cannot write the report: %s", r->a->report, strerror(errno));
     return bad ? NPUC_ERR_IO : NPUC_OK;
 }
 
@@ -286,6 +275,7 @@ static int run(int argc, char **argv) {
         rcode = cli_usage_error(&cli_cmd_run, "missing -o OUT");
         goto done;
     }
+    if ((rcode = cli_check_output_name(&cli_cmd_run, a.output)) != CLI_EXIT_OK) goto done;
     if ((rcode = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     npuc_ctx_set_policy(ctx, &a.policy);
     npuc_status st = npuc_recipe_load(ctx, a.pos[0], &rc);

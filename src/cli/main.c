@@ -10,8 +10,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 /* The commands in the order `npuc --help` lists them: a command of its own,
  * or (name only) the command made from the pass descriptor of that name
@@ -68,6 +70,7 @@ static void usage(FILE *f) {
           "  2  usage error or bad input: unknown flag, missing or malformed file,\n"
           "     an existing output without -f, non-finite values\n"
           "  3  the work was done but a quality gate failed\n"
+          "  129, 130, 143  stopped by SIGHUP, SIGINT or SIGTERM (temporary files removed)\n"
           "\n"
           "Results go to stdout; errors, warnings and progress to stderr.\n"
           "Run 'npuc <command> --help' for a command's options; docs/cli.md is the manual.\n",
@@ -82,11 +85,41 @@ static const cli_command *find_command(const char *name) {
     return NULL;
 }
 
+/* SIGINT, SIGTERM, SIGHUP: remove this run's temporary files (the
+ * library's async-signal-safe registry) and exit 128 + the signal number
+ * (130, 143, 129), as a shell reports a command killed by it.  Nothing
+ * half-written is left at an output path: outputs appear only by rename. */
+void (*volatile cli_signal_hook)(int sig);
+
+static void on_signal(int sig) {
+    void (*hook)(int) = cli_signal_hook;
+    if (hook) hook(sig);
+    npuc_tempfiles_cleanup();
+    _exit(128 + sig);
+}
+
+static void install_signal_handlers(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        /* A signal ignored by whoever started us (nohup, `cmd &` in a
+         * non-interactive shell for SIGINT) stays ignored. */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
     /* A file-size limit (ulimit -f) then fails the write with EFBIG, which
      * is reported and cleaned up like a full disk, instead of killing us
      * with a temporary file left behind. */
     signal(SIGXFSZ, SIG_IGN);
+    install_signal_handlers();
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;

@@ -134,6 +134,14 @@ typedef struct npuc_writer_backend {
     int no_file;
 } npuc_writer_backend;
 
+/* Adds path, a file the caller creates under a name of its own (a recipe's
+ * step file), to the files npuc_tempfiles_cleanup() removes on a signal;
+ * npuc__tempfiles_untrack(path) takes it out again, once the file is gone
+ * or published.  track returns -1 (and the file is not covered) when the
+ * fixed table is full.  Both are in tempfiles.c. */
+int npuc__tempfiles_track(const char *path);
+void npuc__tempfiles_untrack(const char *path);
+
 /* npuc_writer_open with a backend of the caller's instead of the format's
  * (be NULL: the format's, a file at path).  A caller's backend writes no
  * file (no_file), so there is no existing-output check; path names the
@@ -160,6 +168,7 @@ struct npuc_writer {
     int begun, failed;
     const npuc_writer_backend *be;
     void *be_state;
+    npuc_atomic_file *af; /* the output's temporary file (tempfiles.c); NULL before begin */
 };
 
 /* The safetensors header st_writer.c writes for w's declared tensors and

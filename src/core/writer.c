@@ -1,18 +1,15 @@
 /*
  * writer.c - the format-independent half of writing a weight file: the
- * declared tensor table, the temporary file beside the output, and the
- * fsync + rename that makes the output appear whole or not at all.  The
+ * declared tensor table, and the output as an atomic file (tempfiles.c):
+ * this run's own temporary file beside the output, locked while written,
+ * published whole by one rename or removed.  The
  * output format's registry row (format_row.h) supplies the backend and the
  * write options it accepts.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "format_row.h"
 
@@ -68,14 +65,10 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     w->be = be ? be : row->writer;
     w->be_state = be_state;
     w->path = npuc__strdup(path);
-    size_t n = strlen(path);
-    w->tmp = malloc(n + 5);
-    if (!w->path || !w->tmp) {
-        free(w->path); free(w->tmp); free(w);
+    if (!w->path) {
+        free(w);
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
-    memcpy(w->tmp, path, n);
-    memcpy(w->tmp + n, ".tmp", 5);
     *out = w;
     return NPUC_OK;
 }
@@ -164,8 +157,18 @@ static npuc_status begin(npuc_writer *w) {
         free(lj);
         if (st != NPUC_OK) return st;
     }
+    if (!w->be->no_file) {
+        /* The temporary file exists from here on; the backend reopens it by
+         * name (w->tmp) while w->af holds it locked. */
+        npuc_status st = npuc_atomic_file_open(w->ctx, w->path, w->opts.overwrite, &w->af);
+        if (st != NPUC_OK) return st;
+        if (!(w->tmp = npuc__strdup(npuc_atomic_file_temp(w->af)))) {
+            npuc_atomic_file_abort(w->af);
+            w->af = NULL;
+            return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+    }
     w->begun = 1;
-    if (!w->be->no_file) unlink(w->tmp); /* a leftover from a killed run */
     return w->be->begin(w);
 }
 
@@ -198,17 +201,8 @@ static void free_writer(npuc_writer *w) {
 void npuc_writer_abort(npuc_writer *w) {
     if (!w) return;
     if (w->begun && w->be->abort) w->be->abort(w);
-    if (w->begun && !w->be->no_file) unlink(w->tmp);
+    npuc_atomic_file_abort(w->af);
     free_writer(w);
-}
-
-/* fsyncs the directory holding path so the rename itself is durable. */
-static void sync_dir(const char *path) {
-    char *copy = npuc__strdup(path);
-    if (!copy) return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { fsync(fd); close(fd); }
-    free(copy);
 }
 
 npuc_status npuc_writer_finish(npuc_writer *w) {
@@ -222,33 +216,12 @@ npuc_status npuc_writer_finish(npuc_writer *w) {
         goto fail;
     }
     if ((st = w->be->finish(w)) != NPUC_OK) goto fail;
-    if (w->be->no_file) {
-        free_writer(w);
-        return NPUC_OK;
+    if (!w->be->no_file) {
+        st = npuc_atomic_file_commit(w->af); /* frees af, whatever happens */
+        w->af = NULL;
     }
-    if (!w->opts.overwrite) {
-        /* Refuse to clobber a file that appeared while we were writing. */
-        if (link(w->tmp, w->path) != 0) {
-            int e = errno;
-            /* Filesystems without hard links: fall back to a plain rename. */
-            if (e != EEXIST && rename(w->tmp, w->path) == 0) goto done;
-            st = npuc_fail(ctx, e == EEXIST ? NPUC_ERR_EXISTS : NPUC_ERR_IO, "%s: %s", w->path,
-                           e == EEXIST ? "output exists (use -f to overwrite)" : strerror(e));
-            unlink(w->tmp);
-            free_writer(w);
-            return st;
-        }
-        unlink(w->tmp);
-    } else if (rename(w->tmp, w->path) != 0) {
-        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: rename: %s", w->path, strerror(errno));
-        unlink(w->tmp);
-        free_writer(w);
-        return st;
-    }
-done:
-    sync_dir(w->path);
     free_writer(w);
-    return NPUC_OK;
+    return st;
 fail:
     npuc_writer_abort(w);
     return st;

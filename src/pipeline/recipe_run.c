@@ -499,6 +499,7 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
             goto fail;
         }
         if (!(paths[k] = step_path(out, k))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        npuc__tempfiles_track(paths[k]); /* removed by the CLI's signal handler */
     }
     struct stat sb;
     if (!o->write.overwrite && lstat(out, &sb) == 0) {
@@ -568,6 +569,7 @@ done:
     npuc_model_close(m);
     for (size_t k = 0; k < r->nsteps; k++) {
         if (paths[k]) unlink(paths[k]);
+        if (paths[k]) npuc__tempfiles_untrack(paths[k]);
         free(paths[k]);
     }
     free(paths);

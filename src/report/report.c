@@ -193,21 +193,24 @@ npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, co
 
 npuc_status npuc_report_write_file(npuc_ctx *ctx, const char *path, npuc_report_format fmt,
                                    const npuc_summary *s, const npuc_report_info *info) {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 5);
-    if (!tmp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".tmp", 5);
-    FILE *f = fopen(tmp, "w");
+    /* An atomic file (model.h): this run's own temporary file, published
+     * whole by rename, removed on failure or by the CLI's signal handler. */
+    npuc_atomic_file *af;
+    npuc_status st = npuc_atomic_file_open(ctx, path, 1, &af);
+    if (st != NPUC_OK) return st;
+    int fd = dup(npuc_atomic_file_fd(af)); /* the original carries the lock */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
     if (!f) {
-        npuc_status st = npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot write the report: %s", path, strerror(errno));
-        free(tmp);
+        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot write the report: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        npuc_atomic_file_abort(af);
         return st;
     }
-    npuc_status st = npuc_report_write(ctx, f, fmt, s, info);
+    st = npuc_report_write(ctx, f, fmt, s, info);
     if (fclose(f) != 0 && st == NPUC_OK) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno));
-    if (st == NPUC_OK && rename(tmp, path) != 0) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno));
-    if (st != NPUC_OK) unlink(tmp);
-    free(tmp);
-    return st;
+    if (st != NPUC_OK) {
+        npuc_atomic_file_abort(af);
+        return st;
+    }
+    return npuc_atomic_file_commit(af);
 }

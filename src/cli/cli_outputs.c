@@ -1,0 +1,72 @@
+/*
+ * cli_outputs.c - output names and side files (cli_outputs.h).
+ */
+#include "cli_outputs.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+/* 1 when the last path component has an extension: a '.' after its
+ * first character ("x.gguf"; not ".hidden", "dir.d/x"). */
+static int has_extension(const char *path) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    const char *dot = strrchr(base, '.');
+    return dot && dot > base && dot[1] != 0;
+}
+
+int cli_check_output_name(const cli_command *cmd, const char *path) {
+    if (npuc_format_from_path(path) != NPUC_FORMAT_AUTO || !has_extension(path)) return CLI_EXIT_OK;
+    /* Ask the library: opening a writer for the name without a format
+     * fails with the registry's message (it creates nothing). */
+    npuc_ctx *ctx = NULL;
+    if (npuc_ctx_new(&ctx) != NPUC_OK) return cli_usage_error(cmd, "%s: no format claims this extension", path);
+    npuc_write_opts o = npuc_write_opts_defaults();
+    o.overwrite = 1;
+    npuc_writer *w = NULL;
+    int rc = CLI_EXIT_OK;
+    if (npuc_writer_open(ctx, path, &o, &w) != NPUC_OK) rc = cli_usage_error(cmd, "%s", npuc_ctx_errmsg(ctx));
+    else rc = cli_usage_error(cmd, "%s: no format claims this extension", path);
+    npuc_writer_abort(w);
+    npuc_ctx_free(ctx);
+    return rc;
+}
+
+FILE *cli_side_open(const char *path, cli_side_file *s) {
+    s->af = NULL;
+    s->f = NULL;
+    errno = 0;
+    if (npuc_atomic_file_open(NULL, path, 1, &s->af) != NPUC_OK) {
+        if (!errno) errno = EIO;
+        return NULL;
+    }
+    int fd = dup(npuc_atomic_file_fd(s->af)); /* the original carries the lock */
+    if (fd < 0 || !(s->f = fdopen(fd, "w"))) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        npuc_atomic_file_abort(s->af);
+        s->af = NULL;
+        errno = e;
+        return NULL;
+    }
+    return s->f;
+}
+
+int cli_side_close(cli_side_file *s, int ok) {
+    int e = 0;
+    if (s->f) {
+        if (fflush(s->f) != 0 || ferror(s->f)) { ok = 0; e = errno; }
+        if (fclose(s->f) != 0 && ok) { ok = 0; e = errno; }
+        s->f = NULL;
+    }
+    if (!s->af) return ok ? 0 : -1;
+    if (!ok) {
+        npuc_atomic_file_abort(s->af);
+    } else if (npuc_atomic_file_commit(s->af) != NPUC_OK) { /* fsyncs and publishes */
+        ok = 0;
+        e = errno;
+    }
+    s->af = NULL;
+    if (!ok) errno = e ? e : EIO;
+    return ok ? 0 : -1;
+}

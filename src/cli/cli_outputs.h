@@ -1,0 +1,41 @@
+/*
+ * cli_outputs.h - what the commands share about the files they write: the
+ * check that an output's name is one a format claims, and side files
+ * (reports, batch summaries) written whole or not at all through the
+ * library's atomic files (npuc_atomic_file_*, model.h).
+ */
+#ifndef CLI_OUTPUTS_H
+#define CLI_OUTPUTS_H
+
+#include <stdio.h>
+
+#include "cli_common.h"
+
+/* CLI_EXIT_OK when path's extension is one the format registry claims, or
+ * path has no extension (the output then takes the input's format); else
+ * prints the registry's `<path>: cannot tell the output format from the name
+ * (use ...)` as a usage error and returns CLI_EXIT_USAGE.  A name like
+ * "x.gguf" is never written as something else under that name. */
+int cli_check_output_name(const cli_command *cmd, const char *path);
+
+/* A side file being written: stdio on this run's own temporary file. */
+typedef struct cli_side_file {
+    npuc_atomic_file *af;
+    FILE *f;
+} cli_side_file;
+
+/* Opens a new temporary file for path (replacing path when committed);
+ * NULL with errno set when it cannot. */
+FILE *cli_side_open(const char *path, cli_side_file *s);
+/* ok != 0: flushes, fsyncs and publishes the file at its path; ok == 0 or
+ * any failure: removes it.  0, or -1 with errno set.  Always releases s. */
+int cli_side_close(cli_side_file *s, int ok);
+
+/* Called first by the CLI's SIGINT/SIGTERM/SIGHUP handler (main.c) with
+ * the signal number, before this process's temporary files are removed and
+ * it exits 128 + sig; only async-signal-safe code.  `npuc batch` sets it to
+ * pass the signal on to its workers and wait for them, so their temporary
+ * files are gone too by the time it exits.  NULL: nothing. */
+extern void (*volatile cli_signal_hook)(int sig);
+
+#endif

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Issue 15, signals: SIGINT and SIGTERM sent at random moments to `quantize`,
+# `fold-bn` (HDF5 in and out), `run` and `batch` end the run with exit 130 or
+# 143 and no temporary file left (or exit 0 with a complete output when the
+# run finished first); SIGKILL leaves a temporary file, which the next run of
+# the same output removes.
+source "$(dirname "$0")/lib/cli_test.bash"
+"$PY" -c "import numpy" 2>/dev/null || skip "numpy is not installed for $PY"
+env --default-signal=INT true 2>/dev/null || skip "env --default-signal (coreutils >= 8.31) is needed"
+TRIES=${NPUC_SIGNAL_TRIES:-6}
+RANDOM=15
+
+"$PY" "$TESTLIB/io_models.py" dense "$T/d.safetensors" 6 1024 1024
+"$PY" "$TESTLIB/io_models.py" convbn "$T/cb.safetensors" 6 128
+"$NPUC_BIN" convert -q "$T/cb.safetensors" -o "$T/cb.h5"
+mkdir "$T/zoo"
+for i in 1 2 3; do cp "$T/d.safetensors" "$T/zoo/m$i.safetensors"; done
+in_sha=$(cat "$T/d.safetensors" "$T/cb.h5" | sha256sum)
+recipe="$NPUC_SRC/samples/recipes/int8_per_channel.yaml"
+
+temps() { find "$T" \( -name '*.tmp' -o -name '*.npuc-*' \) | head -3; }
+
+# millis CMD...: how long CMD takes, in ms.
+millis() {
+    local s e
+    s=$(date +%s%N)
+    "$@" >/dev/null 2>&1
+    e=$(date +%s%N)
+    echo $(((e - s) / 1000000))
+}
+
+# interrupt NAME OUT CHECK CMD...: TRIES runs of CMD, each sent SIGINT or
+# SIGTERM (alternating) after a random delay within CMD's own duration.
+# OUT is removed before each run; CHECK (a command) checks a run that
+# finished before the signal.
+interrupt() {
+    local name=$1 out=$2 check=$3
+    shift 3
+    rm -rf "$out"
+    local ms hit=0
+    ms=$(millis "$@")
+    rm -rf "$out"
+    [ "$ms" -gt 0 ] || ms=1
+    for i in $(seq "$TRIES"); do
+        local sig=INT want=130 rc=0
+        [ $((i % 2)) -eq 0 ] && sig=TERM want=143
+        rm -rf "$out"
+        # Background jobs of a script start with SIGINT ignored; give the
+        # program the default disposition, as an interactive shell would.
+        env --default-signal=INT,TERM "$@" >/dev/null 2>"$T/sig.err" &
+        local pid=$! d=$((RANDOM % ms + 5))
+        sleep "$(printf '0.%03d' $((d > 999 ? 999 : d)))"
+        [ "$d" -gt 999 ] && sleep $((d / 1000))
+        kill -s "$sig" "$pid" 2>/dev/null || true
+        wait "$pid" || rc=$?
+        if [ "$rc" -eq 0 ]; then
+            $check "$out" || fail "$name try $i: exit 0 after SIG$sig but the output is not complete"
+        else
+            [ "$rc" -eq "$want" ] || fail "$name try $i: SIG$sig after ${d} ms gave exit $rc, not $want: $(cat "$T/sig.err")"
+            hit=$((hit + 1))
+        fi
+        [ -z "$(temps)" ] || fail "$name try $i: SIG$sig after ${d} ms left temporary files: $(temps)"
+    done
+    [ "$hit" -gt 0 ] || fail "$name: no signal arrived while it ran (runs take ${ms} ms)"
+    echo "$name: $TRIES tries (runs take ${ms} ms), $hit interrupted, no temporary file left"
+}
+
+valid() { "$NPUC_BIN" validate --deep "$1" >/dev/null 2>&1; }
+valid_dir() {
+    local f
+    for f in "$1"/m1.safetensors "$1"/m3.safetensors; do valid "$f" || return 1; done
+}
+
+interrupt quantize "$T/q.safetensors" valid "$NPUC_BIN" quantize "$T/d.safetensors" -o "$T/q.safetensors" -j1 --range mse -q
+interrupt fold-bn "$T/f.h5" valid "$NPUC_BIN" fold-bn "$T/cb.h5" -o "$T/f.h5" -q
+interrupt run "$T/r.safetensors" valid "$NPUC_BIN" run "$recipe" "$T/d.safetensors" -o "$T/r.safetensors" -j1 \
+    --report "$T/r.report.json"
+rm -f "$T/r.report.json"
+interrupt batch "$T/bout" valid_dir "$NPUC_BIN" batch "$recipe" --input "$T/zoo" --output "$T/bout" -j2 \
+    --summary "$T/bout.summary.json"
+rm -rf "$T/bout.summary.json" "$T/bout"
+
+# SIGHUP: exit 129.
+env --default-signal=HUP "$NPUC_BIN" fold-bn "$T/cb.h5" -o "$T/h.h5" -q >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 200); do [ -n "$(temps)" ] && break; sleep 0.02; done
+kill -s HUP "$pid" 2>/dev/null || true
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 129 ] || fail "SIGHUP: exit $rc, not 129"
+[ -z "$(temps)" ] || fail "SIGHUP left temporary files: $(temps)"
+
+# SIGKILL: the temporary file stays; the next run of the same output removes it.
+for kind in "quantize $T/d.safetensors -j1 --range mse" "fold-bn $T/cb.h5"; do
+    out="$T/k.safetensors"
+    [[ $kind == fold-bn* ]] && out="$T/k.h5"
+    rm -f "$out"
+    "$NPUC_BIN" $kind -o "$out" -q >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -n "$(temps)" ] && break; sleep 0.05; done
+    kill -s KILL "$pid"
+    wait "$pid" 2>/dev/null || true
+    left=$(temps)
+    [ -n "$left" ] || fail "${kind%% *}: SIGKILL left no temporary file (the run was not writing yet?)"
+    [[ $(basename "$left") == ".$(basename "$out").npuc-$pid-"*.tmp ]] || fail "unexpected temporary name: $left"
+    expect_rc 0 "$NPUC_BIN" $kind -o "$out" -q
+    [ ! -e "$left" ] || fail "${kind%% *}: the killed run's $left is still there after a rerun"
+    [ -z "$(temps)" ] || fail "${kind%% *}: temporary files after the rerun: $(temps)"
+    valid "$out" || fail "${kind%% *}: the rerun's output does not validate"
+done
+echo "SIGHUP and SIGKILL + rerun: ok"
+
+[ "$(cat "$T/d.safetensors" "$T/cb.h5" | sha256sum)" = "$in_sha" ] || fail "an input changed"
