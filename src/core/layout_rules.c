@@ -178,12 +178,7 @@ typedef struct name_rule {
 
 static void set_rule(name_rule *r, int fam, int unamb, npuc_role role, npuc_layout l, const char *label,
                      const char *what) {
-    r->fam = fam;
-    r->unambiguous = unamb;
-    r->role = role;
-    r->layout = l;
-    r->label = label;
-    r->what = what;
+    *r = (name_rule){.fam = fam, .unambiguous = unamb, .role = role, .layout = l, .label = label, .what = what};
 }
 
 /* The conv role of an [out, in/groups, *spatial] weight: depthwise when one
