@@ -15,15 +15,22 @@
  *   HWIO   [*spatial, in, out]        Keras Conv1D/2D/3D
  *   HWIM   [*spatial, in, mult]       Keras DepthwiseConv2D: the channel is the
  *                                     flattened (in, mult) pair, c = i*mult + m
+ *   DOI    [dirs, out, in]            ONNX LSTM/GRU/RNN W and R ([dirs,
+ *                                     gates*hidden, in]): out axis rank-2; the
+ *                                     channel is the flattened (dir, out) pair,
+ *                                     one [out, in] matrix per direction
  *
  * Every layout views a tensor as [outer, C, inner] in row-major order: C
  * channels, each channel's elements at (o*C + c)*inner + k.  npuc_layout_view()
  * gives the three counts; passes need nothing else.
  *
- * Layouts are guessed from the source format and the tensor's name (a Keras
- * "kernel" is HWIO/IO in either file format; otherwise safetensors follows the
- * PyTorch convention) and can be overridden by the user with REGEX=NAME rules
- * (see npuc_model_apply_layout_rules in model.h).
+ * Layouts are decided from evidence, strongest first (docs/formats.md#layouts):
+ * a --layout rule or a recorded "npuc.layout" entry, then the file's structure
+ * and metadata (safetensors "format", Keras model_config, Keras 3 layer
+ * paths), then the naming conventions of the exporter family, then shape
+ * plausibility.  Each tensor records its confidence and a short evidence
+ * phrase; the user overrides with REGEX=NAME rules (see
+ * npuc_model_apply_layout_rules in model.h).
  */
 #ifndef NPUC_TENSOR_H
 #define NPUC_TENSOR_H
@@ -49,7 +56,8 @@ typedef enum npuc_layout {
     NPUC_LAYOUT_IOHW = 4,
     NPUC_LAYOUT_HWIO = 5,
     NPUC_LAYOUT_HWIM = 6,
-    NPUC_LAYOUT_COUNT = 7
+    NPUC_LAYOUT_DOI = 7,
+    NPUC_LAYOUT_COUNT = 8
 } npuc_layout;
 
 /* What a tensor is for, guessed from names and shapes. Values are pinned. */
@@ -105,14 +113,17 @@ typedef struct npuc_tensor_info {
 
 /* Lower-case name of a layout ("oihw"), or "?" when invalid. */
 NPUC_API const char *npuc_layout_name(npuc_layout l);
-/* Parses a layout name or alias (none oi io oihw iohw hwio hwim; linear dense
- * conv convtranspose keras-conv depthwise). Returns 0, or -1 if unknown. */
+/* Parses a layout name or alias (none oi io oihw iohw hwio hwim doi; linear
+ * dense matmul conv convtranspose keras-conv depthwise onnx-rnn). Returns 0,
+ * or -1 if unknown. */
 NPUC_API int npuc_layout_parse(const char *s, npuc_layout *out);
-/* The lowest rank a layout applies to (2 for OI/IO, 3 for the conv layouts, 0 for NONE). */
+/* The lowest rank a layout applies to (2 for OI/IO, 3 for the conv layouts
+ * and DOI, 0 for NONE). */
 NPUC_API int npuc_layout_min_rank(npuc_layout l);
 /* The output-channel axis of a layout for a tensor of the given rank, or -1
  * (NONE, or a rank too small).  For HWIM it is rank-2: the channel spans the
- * last two axes. */
+ * last two axes.  For DOI it is rank-2 too: the channel spans every axis but
+ * the last. */
 NPUC_API int npuc_layout_out_axis(npuc_layout l, int rank);
 /* "certain", "convention", "guess"; "?" when invalid. */
 NPUC_API const char *npuc_confidence_name(npuc_confidence c);
@@ -125,9 +136,12 @@ NPUC_API const char *npuc_role_name(npuc_role r);
 NPUC_API npuc_status npuc_layout_view(const npuc_tensor_info *t, uint64_t *outer, uint64_t *channels,
                              uint64_t *inner);
 
-/* Guesses the role and layout of a tensor from its name, shape and the
- * convention of its source (keras != 0 for Keras files).  Used by readers;
- * exposed so that tools and tests can ask the same question. */
+/* The role and layout npuc decides for a tensor from its name and shape
+ * alone, given only whether its file is a Keras tree (keras != 0): the
+ * naming rules of docs/formats.md without the file's metadata (a reader also
+ * weighs the "format" metadata and Keras model_config, and records the
+ * confidence and evidence in npuc_tensor_info).  Exposed so that tools and
+ * tests can ask the same question. */
 NPUC_API void npuc_guess_role_layout(const char *name, int rank, const int64_t *shape, int keras,
                             npuc_role *role, npuc_layout *layout);
 

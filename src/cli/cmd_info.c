@@ -18,9 +18,12 @@ static const char USAGE[] =
     "Usage: npuc info FILE [options]\n"
     "\n"
     "Lists the tensors of a weight file (.safetensors, .h5): index, name, dtype,\n"
-    "shape, parameter and byte counts, the role and layout npuc infers, and the\n"
-    "output-channel axis passes will use; then totals by dtype, the Keras layers\n"
-    "(for Keras files) and the file's metadata.  Only the header is read.\n"
+    "shape, parameter and byte counts, the role and layout npuc infers, the\n"
+    "output-channel axis passes will use and how sure that is (certain: stated or\n"
+    "implied by the file's structure; convention: the exporter family's naming;\n"
+    "guess: shape alone; -v adds the evidence); then totals by dtype, the Keras\n"
+    "layers (for Keras files) and the file's metadata.  Only the header is read.\n"
+    "Guessed layouts are also warned about on stderr.\n"
     "\n"
     "Options:\n"
     "      --json               print one JSON document (schema \"npuc.info/1\")\n"
@@ -28,10 +31,10 @@ static const char USAGE[] =
     "                           POSIX extended REGEX (unanchored); repeatable, the\n"
     "                           first matching rule wins; a rule that matches no\n"
     "                           tensor is an error.  NAME: none oi io oihw iohw hwio\n"
-    "                           hwim (aliases linear dense matmul conv convtranspose\n"
-    "                           keras-conv depthwise)\n"
+    "                           hwim doi (aliases linear dense matmul conv\n"
+    "                           convtranspose keras-conv depthwise onnx-rnn)\n"
     "  -q, --quiet              no warnings on stderr\n"
-    "  -v, --verbose            show metadata values in full\n"
+    "  -v, --verbose            show each tensor's evidence and metadata values in full\n"
     "  -h, --help               show this help\n"
     "\n"
     "Example:\n"
@@ -150,9 +153,9 @@ static void print_text(const info *s, const cli_args *a) {
 
     /* The tensor table: column widths from the data, numbers right-aligned. */
     static const char *const HDR[] = {"idx", "name", "dtype", "shape", "params", "bytes",
-                                      "role", "layout", "out"};
-    size_t w[9];
-    for (int c = 0; c < 9; c++) w[c] = strlen(HDR[c]);
+                                      "role", "layout", "out", "confidence"};
+    size_t w[10];
+    for (int c = 0; c < 10; c++) w[c] = strlen(HDR[c]);
     char shape[NPUC_MAX_RANK * 21 + 3];
     for (size_t i = 0; i < s->n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -165,12 +168,14 @@ static void print_text(const info *s, const cli_args *a) {
         w[5] = max_sz(w[5], strlen(cli_fmt_size(t->nbytes, b1)));
         w[6] = max_sz(w[6], strlen(npuc_role_name(t->role)));
         w[7] = max_sz(w[7], strlen(npuc_layout_name(t->layout)));
+        w[9] = max_sz(w[9], strlen(npuc_confidence_name(t->confidence)));
     }
     if (s->n) {
         printf("\n  %*s  ", (int)w[0], HDR[0]);
         cli_print_padded(HDR[1], w[1]);
-        printf("  %-*s  %-*s  %*s  %*s  %-*s  %-*s  %s\n", (int)w[2], HDR[2], (int)w[3], HDR[3],
-               (int)w[4], HDR[4], (int)w[5], HDR[5], (int)w[6], HDR[6], (int)w[7], HDR[7], HDR[8]);
+        printf("  %-*s  %-*s  %*s  %*s  %-*s  %-*s  %s  %s%s\n", (int)w[2], HDR[2], (int)w[3], HDR[3],
+               (int)w[4], HDR[4], (int)w[5], HDR[5], (int)w[6], HDR[6], (int)w[7], HDR[7], HDR[8],
+               a->verbose ? "" : HDR[9], a->verbose ? "confidence  evidence" : "");
     }
     for (size_t i = 0; i < s->n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -180,10 +185,17 @@ static void print_text(const info *s, const cli_args *a) {
         else snprintf(axs, sizeof axs, "-");
         printf("  %*zu  ", (int)w[0], i);
         cli_print_padded(t->name, w[1]);
-        printf("  %-*s  %-*s  %*s  %*s  %-*s  %-*s  %3s\n", (int)w[2], npuc_dtype_name(t->dtype),
+        printf("  %-*s  %-*s  %*s  %*s  %-*s  %-*s  %3s  ", (int)w[2], npuc_dtype_name(t->dtype),
                (int)w[3], cli_fmt_shape(t, shape, sizeof shape), (int)w[4],
                cli_fmt_count(t->numel, b1), (int)w[5], cli_fmt_size(t->nbytes, b2), (int)w[6],
                npuc_role_name(t->role), (int)w[7], npuc_layout_name(t->layout), axs);
+        if (a->verbose) {
+            printf("%-*s  ", (int)w[9], npuc_confidence_name(t->confidence));
+            cli_print_padded(t->evidence ? t->evidence : "-", 0);
+            putchar('\n');
+        } else {
+            printf("%s\n", npuc_confidence_name(t->confidence));
+        }
     }
 
     /* Totals by dtype. */
@@ -288,6 +300,8 @@ static json_t *tensor_json(const npuc_tensor_info *t, size_t i) {
         err |= jset(o, "role", json_string(npuc_role_name(t->role)));
         err |= jset(o, "layout", json_string(npuc_layout_name(t->layout)));
         err |= jset(o, "out_axis", ax >= 0 ? json_integer(ax) : json_null());
+        err |= jset(o, "confidence", json_string(npuc_confidence_name(t->confidence)));
+        err |= jset(o, "evidence", t->evidence ? cli_json_str(t->evidence) : json_null());
         err |= jset(o, "group", cli_json_str(t->group));
     }
     json_decref(shape);
@@ -374,6 +388,23 @@ static json_t *info_json(const info *s, const cli_args *a) {
 
 /* ------------------------------------------------------------ command */
 
+/* Never silent: a layout npuc only guessed is named on stderr with the flag
+ * that states it (the first few by name, then a count). */
+static void warn_guesses(npuc_model *m, const cli_args *a) {
+    size_t n = 0;
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        if (t->confidence != NPUC_CONF_GUESS || t->layout == NPUC_LAYOUT_NONE) continue;
+        if (n++ < 3)
+            cli_warn(a, "%s: tensor '%s': layout %s is a guess (%s); state it with --layout 'REGEX=LAYOUT'",
+                     npuc_model_path(m), t->name, npuc_layout_name(t->layout), t->evidence ? t->evidence : "-");
+    }
+    if (n > 3)
+        cli_warn(a, "%s: %zu more tensors have guessed layouts (npuc info -v shows the evidence)",
+                 npuc_model_path(m), n - 3);
+}
+
+
 static int run(int argc, char **argv) {
     cli_args a;
     npuc_ctx *ctx = NULL;
@@ -392,6 +423,7 @@ static int run(int argc, char **argv) {
     }
     if (a.json) rc = cli_json_print(info_json(&s, &a));
     else print_text(&s, &a);
+    warn_guesses(m, &a);
 done:
     info_free(&s);
     npuc_model_close(m);

@@ -133,6 +133,11 @@ void npuc__codec_describe_quant(npuc_tensor_record *r, const json_t *e, const js
 void npuc__codec_describe_fake_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors);
 void npuc__codec_describe_lowrank(npuc_tensor_record *r, const json_t *e, const json_t *tensors);
 void npuc__codec_scheme_quant(const json_t *e, char *buf, size_t n, int *bits);
+/* The scheme name of p (npuc_quant_scheme_name) with the channel count of a
+ * per-channel scheme appended, "int8/ch128", so a reviewer sees an axis of
+ * length 1 at once; channels 0 leaves it out.  Every report of a quant
+ * scheme goes through this. */
+void npuc__quant_scheme_ch(const npuc_quant_params *p, uint64_t channels, char *buf, size_t n);
 void npuc__codec_scheme_fake_quant(const json_t *e, char *buf, size_t n, int *bits);
 void npuc__codec_scheme_nm_sparse(const json_t *e, char *buf, size_t n, int *bits);
 void npuc__codec_noise_quant(npuc_ctx *ctx, npuc_model *m, const json_t *entry, const npuc_tensor_info *orig,

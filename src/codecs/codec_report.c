@@ -24,6 +24,19 @@ static void fake_scheme_name(const npuc_quant_params *p, char *buf, size_t n) {
     snprintf(buf, n, "%s%d/fake", p->symmetric ? "int" : "uint", p->bits);
 }
 
+void npuc__quant_scheme_ch(const npuc_quant_params *p, uint64_t channels, char *buf, size_t n) {
+    npuc_quant_scheme_name(p, buf, n);
+    const size_t l = strlen(buf);
+    if (p->gran == NPUC_GRAN_CHANNEL && channels && l < n)
+        snprintf(buf + l, n - l, "%llu", (unsigned long long)channels);
+}
+
+/* The channel count an entry's "view" [outer, C, inner] records, or 0. */
+static uint64_t entry_channels(const json_t *e) {
+    const json_t *c = json_array_get(json_object_get(e, "view"), 1);
+    return json_is_integer(c) && json_integer_value(c) > 0 ? (uint64_t)json_integer_value(c) : 0;
+}
+
 /* ------------------------------------------------------------ records */
 
 /* The parameters of a quant or fake_quant entry, and the extras both show
@@ -38,7 +51,7 @@ static npuc_quant_params quant_extras(npuc_tensor_record *r, const json_t *e) {
 void npuc__codec_describe_quant(npuc_tensor_record *r, const json_t *e, const json_t *tensors) {
     (void)tensors;
     npuc_quant_params p = quant_extras(r, e);
-    npuc_quant_scheme_name(&p, r->scheme, sizeof r->scheme);
+    npuc__quant_scheme_ch(&p, entry_channels(e), r->scheme, sizeof r->scheme);
     npuc_record_set(r, "group_size", p.gran == NPUC_GRAN_GROUP ? p.group_size : 0);
     npuc_record_set(r, "axis", (double)jint(e, "axis", -1));
 }
@@ -61,7 +74,7 @@ static const json_t *nested_entry(const json_t *tensors, const char *name, const
  * differ, "-" for a factor stored as is; "bits" is the widest factor's. */
 static void describe_nested(npuc_tensor_record *r, const json_t *entry, const json_t *tensors) {
     const json_t *parts = json_object_get(entry, "parts");
-    char s[2][24];
+    char s[2][32];
     int bits = 0;
     for (size_t p = 0; p < 2; p++) {
         const json_t *e = nested_entry(tensors, r->name, json_string_value(json_array_get(parts, p)));
@@ -99,7 +112,7 @@ void npuc__codec_describe(npuc_tensor_record *r, const char *encoding, const jso
 
 void npuc__codec_scheme_quant(const json_t *e, char *buf, size_t n, int *bits) {
     npuc_quant_params p = npuc__quant_entry_params(e);
-    npuc_quant_scheme_name(&p, buf, n);
+    npuc__quant_scheme_ch(&p, entry_channels(e), buf, n);
     *bits = p.bits;
 }
 

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "format_row.h"
+#include "layout_rules.h"
 
 /* ------------------------------------------------------------ open */
 
@@ -184,15 +185,53 @@ static int find_sibling(const npuc_model *m, const char *name, const char *suffi
     return npuc_model_find(m, buf, idx);
 }
 
+/* The model's copy of evidence phrase ev: tensor infos point to one string
+ * per distinct phrase (a model has few).  NULL for "" or out of memory
+ * (*oom set). */
+static const char *intern(npuc_model *m, const char *ev, int *oom) {
+    if (!ev || !*ev) return NULL;
+    for (size_t i = m->nevidence; i-- > 0;)
+        if (strcmp(m->evidence[i], ev) == 0) return m->evidence[i];
+    if (grow((void **)&m->evidence, &m->capevidence, m->nevidence + 1, sizeof *m->evidence) ||
+        !(m->evidence[m->nevidence] = npuc__strdup(ev))) {
+        *oom = 1;
+        return NULL;
+    }
+    return m->evidence[m->nevidence++];
+}
+
+/* Sets tensor i's layout as stated (a rule, a recorded entry, a caller):
+ * that is certain. */
+static int state_layout(npuc_model *m, size_t i, npuc_layout l, const char *why) {
+    int oom = 0;
+    m->t[i].layout = l;
+    m->t[i].confidence = NPUC_CONF_CERTAIN;
+    m->t[i].evidence = intern(m, why, &oom);
+    return oom ? -1 : 0;
+}
+
 npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras) {
     size_t dup = build_index(m->t, m->n, &m->hash, &m->hcap);
     if (dup == (size_t)-1) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
     if (dup) return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: duplicate tensor name '%s'", m->path,
                               m->t[dup - 1].name);
+    /* Evidence, strongest first (layout_rules.h); the file's own "format"
+     * and Keras model_config come from its metadata, as the reader found it. */
+    npuc__layout_src src;
+    if (npuc__layout_src_init(&src, keras, npuc_model_meta_get(m, "format"),
+                              npuc_model_meta_get(m, "model_config")) != 0)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    int oom = 0;
     for (size_t i = 0; i < m->n; i++) {
         npuc_tensor_info *t = &m->t[i];
-        npuc_guess_role_layout(t->name, t->rank, t->shape, keras, &t->role, &t->layout);
+        npuc__layout_decision d;
+        npuc__layout_decide(&src, t, &d);
+        t->role = d.role;
+        t->layout = d.layout;
+        t->confidence = d.conf;
+        t->evidence = intern(m, d.ev, &oom);
     }
+    npuc__layout_src_free(&src);
     /* PyTorch BatchNorm: X.weight / X.bias beside X.running_mean are gamma/beta. */
     for (size_t i = 0; i < m->n; i++) {
         size_t j;
@@ -201,7 +240,11 @@ npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras) {
         const char *dot = strrchr(t->name, '.');
         if (strcmp(dot, ".weight") == 0) t->role = NPUC_ROLE_BN_GAMMA;
         else if (strcmp(dot, ".bias") == 0) t->role = NPUC_ROLE_BN_BETA;
+        else continue;
+        t->confidence = NPUC_CONF_CERTAIN;
+        t->evidence = intern(m, "PyTorch name: BatchNorm weight/bias beside running_mean", &oom);
     }
+    if (oom) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
     /* Layouts recorded by npuc when it wrote the file. */
     const char *lj = npuc_model_meta_get(m, "npuc.layout");
     if (lj) {
@@ -226,7 +269,10 @@ npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras) {
                 json_decref(o);
                 return NPUC_ERR_FORMAT;
             }
-            m->t[idx].layout = l;
+            if (state_layout(m, idx, l, "recorded in npuc.layout metadata") != 0) {
+                json_decref(o);
+                return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+            }
         }
         json_decref(o);
     }
@@ -246,6 +292,8 @@ void npuc_model_close(npuc_model *m) {
     }
     for (size_t i = 0; i < m->nmeta; i++) { free(m->meta_k[i]); free(m->meta_v[i]); }
     for (size_t i = 0; i < m->ngroups; i++) free(m->groups[i]);
+    for (size_t i = 0; i < m->nevidence; i++) free(m->evidence[i]);
+    free(m->evidence);
     free(m->t); free(m->offset); free(m->src); free(m->buf); free(m->owned);
     free(m->hash); free(m->meta_k); free(m->meta_v); free(m->groups); free(m->path);
     free(m);
@@ -289,7 +337,8 @@ npuc_status npuc_model_set_layout(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_l
         (l != NPUC_LAYOUT_NONE && npuc_layout_out_axis(l, t->rank) < 0))
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: tensor '%s': layout '%s' does not fit rank %d",
                          m->path, t->name, npuc_layout_name(l), t->rank);
-    t->layout = l;
+    if (state_layout(m, i, l, "set by the caller") != 0)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
     return NPUC_OK;
 }
 
@@ -300,9 +349,10 @@ npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const ch
     npuc_layout *lay = calloc(nrules, sizeof *lay);
     size_t *hits = calloc(nrules, sizeof *hits);
     npuc_layout *newl = calloc(m->n ? m->n : 1, sizeof *newl);
+    unsigned char *stated = calloc(m->n ? m->n : 1, 1);
     size_t ncomp = 0;
     npuc_status st = NPUC_OK;
-    if (!re || !lay || !hits || !newl) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!re || !lay || !hits || !newl || !stated) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     for (size_t r = 0; r < nrules; r++) {
         const char *eq = strrchr(rules[r], '=');
         if (!eq || eq == rules[r] || !eq[1]) {
@@ -311,7 +361,7 @@ npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const ch
         }
         if (npuc_layout_parse(eq + 1, &lay[r]) != 0) {
             st = npuc_fail(ctx, NPUC_ERR_ARG,
-                           "--layout '%s': unknown layout '%s' (none oi io oihw iohw hwio hwim)",
+                           "--layout '%s': unknown layout '%s' (none oi io oihw iohw hwio hwim doi)",
                            rules[r], eq + 1);
             goto fail;
         }
@@ -343,6 +393,7 @@ npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const ch
                 goto fail;
             }
             newl[i] = lay[r];
+            stated[i] = 1;
             break;
         }
     }
@@ -351,10 +402,14 @@ npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m, const ch
             st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: --layout '%s' matches no tensor", m->path, rules[r]);
             goto fail;
         }
-    for (size_t i = 0; i < m->n; i++) m->t[i].layout = newl[i];
+    for (size_t i = 0; i < m->n; i++)
+        if (stated[i] && state_layout(m, i, newl[i], "stated with --layout") != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
 fail:
     for (size_t r = 0; r < ncomp; r++) regfree(&re[r]);
-    free(re); free(lay); free(hits); free(newl);
+    free(re); free(lay); free(hits); free(newl); free(stated);
     return st;
 }
 

@@ -100,6 +100,9 @@ struct npuc_model {
     char **groups;
     size_t ngroups, capgroups;
 
+    char **evidence; /* distinct evidence phrases the tensor infos point to */
+    size_t nevidence, capevidence;
+
     const npuc_backend *be;
     void *be_state;
 };
@@ -115,8 +118,10 @@ npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc
                             int rank, const int64_t *shape, const char *group, size_t *idx);
 npuc_status npuc__model_add_meta(npuc_ctx *ctx, npuc_model *m, const char *k, const char *v);
 npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g);
-/* Builds the name index (rejecting duplicate names) and guesses roles and
- * layouts, then applies the "npuc.layout" metadata entry if present. */
+/* Builds the name index (rejecting duplicate names), decides roles and
+ * layouts from evidence (layout_rules.h: keras != 0 for a Keras tree read
+ * with Keras rules, plus the "format" and "model_config" metadata), then
+ * applies the "npuc.layout" metadata entry if present. */
 npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras);
 
 /* ---------------------------------------------------------------- writers */
@@ -179,9 +184,5 @@ npuc_status npuc__st_header(npuc_writer *w, char **out, size_t *len);
 npuc_status npuc__st_open_header(npuc_ctx *ctx, const char *path, const void *header, uint64_t file_size,
                                  const npuc_backend *be, void *be_state, npuc_model **out);
 
-/* Serialises layouts that differ from the guess (NONE counts as unset) as the "npuc.layout" JSON
- * object {"name": "io", ...}; returns a malloc'd string or NULL when every
- * layout equals its guess (*err set on allocation failure). */
-char *npuc__layout_meta_json(const npuc_tensor_info *t, size_t n, int keras, int *err);
 
 #endif

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "format_row.h"
+#include "layout_rules.h"
 
 /* "(use .safetensors or .h5)": the first extension of every writable
  * format, for the message when a name has none of them. */
@@ -141,7 +142,11 @@ static npuc_status begin(npuc_writer *w) {
     /* Record layouts that a reader of this file would not guess. */
     int keras = w->row->keras_layouts ? w->row->keras_layouts(w) : 0;
     int err;
-    char *lj = npuc__layout_meta_json(w->t, w->n, keras, &err);
+    npuc__layout_src src;
+    if (npuc__layout_src_from_meta(&src, keras, w->meta_k, w->meta_v, w->nmeta) != 0)
+        return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    char *lj = npuc__layout_meta_json(w->t, w->n, &src, &err);
+    npuc__layout_src_free(&src);
     if (err) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < w->nmeta; i++)
         if (strcmp(w->meta_k[i], "npuc.layout") == 0) {

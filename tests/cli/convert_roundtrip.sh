@@ -125,14 +125,16 @@ must_match "$T/out" '"BF16": \{"tensors": 15,'
 f="$SHARED/ppocrv4_rec.safetensors"
 if [ -f "$f" ]; then
     for out in "$T/lay.safetensors" "$T/lay.h5"; do
-        expect_rc 0 "$NPUC_BIN" convert "$f" -o "$out" --layout '^linear_[0-9]+\.w_0$=io'
+        expect_rc 0 "$NPUC_BIN" convert "$f" -o "$out" --layout '^linear_[0-9]+\.w_0$=oi'
         npuc_py compare "$f" "$out" || fail "--layout changed tensor bytes"
         expect_rc 0 "$NPUC_BIN" info --json "$out"
         "$PY" - "$T/out" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 t = {t["name"]: t for t in d["tensors"]}
-assert t["linear_85.w_0"]["layout"] == "io" and t["linear_85.w_0"]["out_axis"] == 1, t["linear_85.w_0"]
+# The Paddle convention says [in, out]; the stated [out, in] is recorded and certain.
+assert t["linear_85.w_0"]["layout"] == "oi" and t["linear_85.w_0"]["out_axis"] == 0, t["linear_85.w_0"]
+assert t["linear_85.w_0"]["confidence"] == "certain", t["linear_85.w_0"]
 assert t["conv2d_10.w_0"]["out_axis"] == 0
 assert "npuc.layout" in d["metadata"], d["metadata"].keys()
 EOF

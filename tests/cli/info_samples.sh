@@ -155,12 +155,12 @@ must_match "$T/out" '^file: +.*cnn_bn\.safetensors$'
 must_match "$T/out" '^format: +safetensors$'
 must_match "$T/out" '^tensors: +21$'
 must_match "$T/out" '^parameters: +1,861$'
-must_match "$T/out" '^ +idx +name +dtype +shape +params +bytes +role +layout +out$'
-must_match "$T/out" '^ +0 +features\.0\.weight +F32 +\[8,3,3,3\] +216 +864 B +conv +oihw +0$'
-must_match "$T/out" '^ +5 +features\.1\.num_batches_tracked +I64 +\[\] +1 +8 B +bn_count +none +-$'
-must_match "$T/out" '^ +6 +features\.3\.weight +F32 +\[16,8,3,3\] +1,152 +4\.50 KiB +conv +oihw +0$'
-must_match "$T/out" '^ +13 +features\.6\.weight +F32 +\[16,1,3,3\] +144 +576 B +dwconv +oihw +0$'
-must_match "$T/out" '^ +19 +classifier\.weight +F32 +\[10,16\] +160 +640 B +linear +oi +0$'
+must_match "$T/out" '^ +idx +name +dtype +shape +params +bytes +role +layout +out +confidence$'
+must_match "$T/out" '^ +0 +features\.0\.weight +F32 +\[8,3,3,3\] +216 +864 B +conv +oihw +0 +convention$'
+must_match "$T/out" '^ +5 +features\.1\.num_batches_tracked +I64 +\[\] +1 +8 B +bn_count +none +- +certain$'
+must_match "$T/out" '^ +6 +features\.3\.weight +F32 +\[16,8,3,3\] +1,152 +4\.50 KiB +conv +oihw +0 +convention$'
+must_match "$T/out" '^ +13 +features\.6\.weight +F32 +\[16,1,3,3\] +144 +576 B +dwconv +oihw +0 +convention$'
+must_match "$T/out" '^ +19 +classifier\.weight +F32 +\[10,16\] +160 +640 B +linear +oi +0 +convention$'
 must_match "$T/out" '^ +F32 +18 tensors +1,858 params +7\.26 KiB$'
 must_match "$T/out" '^ +I64 +3 tensors +3 params +24 B$'
 must_match "$T/out" '^metadata: 2 keys$'
@@ -178,22 +178,22 @@ EOF
 expect_rc 0 "$NPUC_BIN" info "$SAMPLES/cnn_bn_keras.h5"
 must_match "$T/out" '^format: +hdf5 \(keras2\)$'
 must_match "$T/out" '^tensors: +18$'
-must_match "$T/out" 'conv2d/kernel +F32 +\[3,3,3,8\] +216 +864 B +conv +hwio +3$'
-must_match "$T/out" 'depthwise_conv2d/depthwise_kernel +F32 +\[3,3,16,1\] +144 +576 B +dwconv +hwim +2$'
-must_match "$T/out" 'dense/kernel +F32 +\[16,10\] +160 +640 B +linear +io +1$'
+must_match "$T/out" 'conv2d/kernel +F32 +\[3,3,3,8\] +216 +864 B +conv +hwio +3 +convention$'
+must_match "$T/out" 'depthwise_conv2d/depthwise_kernel +F32 +\[3,3,16,1\] +144 +576 B +dwconv +hwim +2 +certain$'
+must_match "$T/out" 'dense/kernel +F32 +\[16,10\] +160 +640 B +linear +io +1 +certain$'
 must_match "$T/out" '^layers: 7$'
 must_match "$T/out" '^ +batch_normalization_1 +4 tensors +64 params +256 B$'
 must_match "$T/out" '^ +dense +2 tensors +170 params +680 B$'
 must_match "$T/out" '^ +keras_version +2\.11\.0$'
 
 expect_rc 0 "$NPUC_BIN" info "$SAMPLES/mlp_attn.safetensors"
-must_match "$T/out" '^ +0 +embed\.weight +F16 +\[100,64\] +6,400 +12\.50 KiB +embedding +oi +0$'
+must_match "$T/out" '^ +0 +embed\.weight +F16 +\[100,64\] +6,400 +12\.50 KiB +embedding +oi +0 +convention$'
 must_match "$T/out" '^ +F16 +13 tensors +39,616 params +77\.38 KiB$'
 
 # --layout shows up in both renderings.
 expect_rc 0 "$NPUC_BIN" info "$SAMPLES/cnn_bn.safetensors" --layout 'classifier\.weight$=io'
 must_match "$T/out" '^layout rules: classifier\\\.weight\$=io$'
-must_match "$T/out" 'classifier\.weight +F32 +\[10,16\] +160 +640 B +linear +io +1$'
+must_match "$T/out" 'classifier\.weight +F32 +\[10,16\] +160 +640 B +linear +io +1 +certain$'
 
 # ---------------------------------------------------------------- header only
 # A 2 GiB tensor whose payload is a hole: info and validate (without --deep)

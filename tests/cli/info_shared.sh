@@ -3,13 +3,14 @@
 # tensor count, total params, the shape of every conv and 2-D linear weight,
 # and the output-channel axis the layout guess gives:
 #   - PyTorch/ONNX convention (OIHW convs, [out,in] linears) -> axis 0, also
-#     for the .h5 files whose root attribute format == "pt";
+#     for the .h5 files whose root attribute format == "pt"; Paddle MatMul
+#     weights "<op>_N.w_0" of rank 2 are [in,out] -> axis 1 (issue 14);
 #   - Keras-named tensors (nsfwjs, in either format): HWIO conv "kernel" -> 3,
 #     "depthwise_kernel" [kh,kw,in,mult] -> 2 (rank-2: the channel spans the
 #     last two axes), Dense "kernel" [in,out] -> 1.
-# Then the documented override: Paddle MatMul weights are [in,out], so
-# --layout '^linear_[0-9]+\.w_0$=io' moves ppocrv4_rec's linears to axis 1,
-# and a rule that matches no tensor is a usage error (exit 2).
+# Then the documented override: --layout outranks every convention, so
+# --layout '^linear_[0-9]+\.w_0$=oi' moves ppocrv4_rec's linears to axis 0
+# (certain), and a rule that matches no tensor is a usage error (exit 2).
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 [ -n "$SHARED" ] && [ -d "$SHARED" ] || skip "no shared data folder (NPUC_SHARED_DATA)"
@@ -39,6 +40,8 @@ def expected_axis(name, rank):
         return rank - 2          # Keras DepthwiseConv2D [kh, kw, in, mult]
     if leaf == "kernel":
         return rank - 1          # Keras Conv HWIO / Dense [in, out]
+    if leaf.endswith(".w_0") and rank == 2:
+        return 1                 # Paddle MatMul [in, out]
     return 0                     # PyTorch / ONNX: OIHW, [out, in]
 
 n = 0
@@ -63,19 +66,20 @@ EOF
 done
 [ "$checked" -gt 0 ] || skip "none of the shared models is present in $SHARED"
 
-# The documented override (docs/cli.md): Paddle MatMul weights are [in, out].
+# The documented override (docs/cli.md): --layout outranks the Paddle convention.
 for ext in safetensors h5; do
     f="$SHARED/ppocrv4_rec.$ext"
     [ -f "$f" ] || continue
-    expect_rc 0 "$NPUC_BIN" info "$f" --layout '^linear_[0-9]+\.w_0$=io' --json
+    expect_rc 0 "$NPUC_BIN" info "$f" --layout '^linear_[0-9]+\.w_0$=oi' --json
     "$PY" - "$SHARED/ppocrv4_rec.json" "$T/out" <<'EOF'
 import json, sys
 cat = json.load(open(sys.argv[1]))
 doc = json.load(open(sys.argv[2]))
 by = {t["name"]: t for t in doc["tensors"]}
-assert doc["layout_rules"] == [r"^linear_[0-9]+\.w_0$=io"], doc["layout_rules"]
+assert doc["layout_rules"] == [r"^linear_[0-9]+\.w_0$=oi"], doc["layout_rules"]
 for name, shape, role in cat["linear_2d_weights"]:
-    assert by[name]["layout"] == "io" and by[name]["out_axis"] == 1, by[name]
+    assert by[name]["layout"] == "oi" and by[name]["out_axis"] == 0, by[name]
+    assert by[name]["confidence"] == "certain" and "--layout" in by[name]["evidence"], by[name]
 for name, shape, role in cat["conv_weights"]:
     assert by[name]["out_axis"] == 0, by[name]          # untouched
 EOF

@@ -169,7 +169,7 @@ for src in "$mlp" "$keras"; do
     [ "$ext" = h5 ] && { rank=2; [ "$have_h5" = 1 ] || { echo "no h5py: HDF5 round trips skipped"; continue; }; }
     expect_rc 0 "$NPUC_BIN" lowrank -q --rank "$rank" "$src" -o "$T/lr.$ext"
     expect_rc 0 "$NPUC_BIN" quantize -q "$T/lr.$ext" -o "$T/q8.$ext"
-    must_match "$T/out" '\.lr_a .* int8/ch '
+    must_match "$T/out" '\.lr_a .* int8/ch[0-9]+ '
     expect_rc 0 "$NPUC_BIN" decompress -q "$T/q8.$ext" -o "$T/d8.$ext"
     check_nested "$src" "$T/lr.$ext" "$T/q8.$ext" "$T/d8.$ext" 8
     expect_rc 0 "$NPUC_BIN" quantize -q --bits 4 --group-size 32 --quantize-all "$T/lr.$ext" -o "$T/q4.$ext"
@@ -204,7 +204,8 @@ for name, e in desc.items():
         continue
     parts = [q for p in e["parts"] for q in desc[p]["parts"]]
     r = recs[name]
-    assert r["scheme"] == f"r={e['rank']}+int8/ch", r
+    ch = [f"int8/ch{desc[p]['view'][1]}" for p in e["parts"]]  # per-channel schemes show their channel count
+    assert r["scheme"] == f"r={e['rank']}+" + (ch[0] if ch[0] == ch[1] else ",".join(ch)), r
     assert r["bytes_after"] == sum(size[p] for p in parts), (r, parts)
     k += 1
 assert k > 0

@@ -62,7 +62,7 @@ assert q == ["features.0.weight", "features.3.weight", "features.6.weight", "cla
 assert t["features.1.running_var"]["action"] == "kept"
 assert t["features.0.weight"]["extra"]["bits"] == 8 and "input convolution" in t["features.0.weight"]["note"]
 assert t["classifier.weight"]["extra"]["bits"] == 8 and "output head" in t["classifier.weight"]["note"]
-assert t["features.3.weight"]["extra"]["bits"] == 4 and t["features.3.weight"]["scheme"] == "int4/ch"
+assert t["features.3.weight"]["extra"]["bits"] == 4 and t["features.3.weight"]["scheme"] == "int4/ch16"
 e = t["features.3.weight"]["error"]
 assert e["sqnr_db"] > 10 and 0.9 < e["cosine"] <= 1 and e["clipped"] == 0
 # The uniform-noise prediction is in the right range of the measured MSE.
@@ -157,7 +157,7 @@ expect_rc 0 "$NPUC_BIN" quantize --bits 4 --layer-group-size '^features\.3\.weig
 import json, sys
 t = {x["name"]: x for x in json.load(open(sys.argv[1]))["tensors"]}
 assert t["features.3.weight"]["scheme"] == "int4/g16" and t["features.3.weight"]["extra"]["group_size"] == 16
-assert t["features.6.weight"]["scheme"] == "int4/ch"
+assert t["features.6.weight"]["scheme"] == "int4/ch16"  # per-channel schemes show their channel count
 PY
 bad "group size must be 2" --layer-group-size 'classifier=1' "$cnn"
 bad "matches no tensor" --layer-group-size 'nothing_like_this=8' "$cnn"

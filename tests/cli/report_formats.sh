@@ -111,7 +111,7 @@ for ext in txt csv json md html; do
 done
 validate "$T/p.json" || fail "quantize --report JSON does not validate"
 must_match "$T/p.md" '^## npuc report: quantize'
-must_match "$T/p.md" '^\| 1 \| `features\.3\.weight` \| \[16,8,3,3\] \| quantized \| int4/ch \|'
+must_match "$T/p.md" '^\| 1 \| `features\.3\.weight` \| \[16,8,3,3\] \| quantized \| int4/ch16 \|'
 must_match "$T/p.md" '^\| input \| `.*cnn_bn\.safetensors`: 9184 bytes, sha256 `[0-9a-f]{64}` \|'
 must_match "$T/p.md" '^\| time \(UTC\) \| [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z \|'
 must_match "$T/p.html" '^<!DOCTYPE html>'

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "npuc/npuc.h"
+#include "layout_rules.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -185,11 +186,14 @@ static void check_model(npuc_ctx *ctx, const char *path, const specs *s, int sty
         assert_int_equal(t->dtype, p->dt);
         assert_int_equal(t->rank, p->rank);
         for (int k = 0; k < p->rank; k++) assert_int_equal(t->shape[k], p->shape[k]);
-        /* Declared layouts survive; NONE means "no opinion": the guess. */
-        npuc_role role;
-        npuc_layout guess;
-        npuc_guess_role_layout(p->name, p->rank, p->shape, style != NPUC_H5_PLAIN, &role, &guess);
-        assert_int_equal(t->layout, p->rank == 2 ? NPUC_LAYOUT_IO : guess);
+        /* Declared layouts survive; NONE means "no opinion": the reader's
+         * decision, which weighs the file's "format" = "tf" metadata. */
+        npuc__layout_src src;
+        npuc__layout_decision d;
+        assert_int_equal(npuc__layout_src_init(&src, style != NPUC_H5_PLAIN, "tf", NULL), 0);
+        npuc__layout_decide(&src, t, &d);
+        npuc__layout_src_free(&src);
+        assert_int_equal(t->layout, p->rank == 2 ? NPUC_LAYOUT_IO : d.layout);
         const char *g = expect_group(p, style);
         if (g) {
             assert_non_null(t->group);

@@ -238,26 +238,30 @@ static void test_layout_rules(void **state) {
     assert_int_equal(npuc_writer_finish(w), NPUC_OK);
     npuc_model *m;
     assert_int_equal(npuc_model_open(ctx, p, NULL, &m), NPUC_OK);
-    assert_int_equal(npuc_model_tensor(m, 0)->layout, NPUC_LAYOUT_OI);
+    /* Paddle's MatMul weights are [in, out] (issue 14: decided from the name). */
+    assert_int_equal(npuc_model_tensor(m, 0)->layout, NPUC_LAYOUT_IO);
+    assert_int_equal(npuc_model_tensor(m, 0)->confidence, NPUC_CONF_CONVENTION);
     assert_int_equal(npuc_model_tensor(m, 1)->layout, NPUC_LAYOUT_OIHW);
     const char *bad[] = {"nomatch=io"};
     assert_int_equal(npuc_model_apply_layout_rules(ctx, m, bad, 1), NPUC_ERR_ARG);
     assert_non_null(strstr(npuc_ctx_errmsg(ctx), "matches no tensor"));
     const char *unfit[] = {"conv=io"};
     assert_int_equal(npuc_model_apply_layout_rules(ctx, m, unfit, 1), NPUC_ERR_ARG);
-    const char *good[] = {"^fc\\.=dense"};
+    const char *good[] = {"^fc\\.=linear"};
     assert_int_equal(npuc_model_apply_layout_rules(ctx, m, good, 1), NPUC_OK);
-    assert_int_equal(npuc_model_tensor(m, 0)->layout, NPUC_LAYOUT_IO);
+    assert_int_equal(npuc_model_tensor(m, 0)->layout, NPUC_LAYOUT_OI);
+    assert_int_equal(npuc_model_tensor(m, 0)->confidence, NPUC_CONF_CERTAIN);
     /* The override survives a copy through the "npuc.layout" metadata entry. */
     const char *p2 = npuc_test_path("lay2.safetensors");
     assert_int_equal(npuc_model_convert(ctx, m, p2, &o, 0, NPUC_DTYPE_F32), NPUC_OK);
     npuc_model_close(m);
     assert_int_equal(npuc_model_open(ctx, p2, NULL, &m), NPUC_OK);
-    assert_int_equal(npuc_model_tensor(m, 0)->layout, NPUC_LAYOUT_IO);
-    assert_string_equal(npuc_model_meta_get(m, "npuc.layout"), "{\"fc.w_0\":\"io\"}");
+    assert_int_equal(npuc_model_tensor(m, 0)->layout, NPUC_LAYOUT_OI);
+    assert_int_equal(npuc_model_tensor(m, 0)->confidence, NPUC_CONF_CERTAIN);
+    assert_string_equal(npuc_model_meta_get(m, "npuc.layout"), "{\"fc.w_0\":\"oi\"}");
     uint64_t outer, ch, inner;
     assert_int_equal(npuc_layout_view(npuc_model_tensor(m, 0), &outer, &ch, &inner), NPUC_OK);
-    assert_int_equal(outer, 3); assert_int_equal(ch, 4); assert_int_equal(inner, 1);
+    assert_int_equal(outer, 1); assert_int_equal(ch, 3); assert_int_equal(inner, 4);
     assert_int_equal(npuc_layout_view(npuc_model_tensor(m, 1), &outer, &ch, &inner), NPUC_OK);
     assert_int_equal(outer, 1); assert_int_equal(ch, 2); assert_int_equal(inner, 3);
     npuc_model_close(m);

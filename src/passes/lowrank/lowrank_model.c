@@ -387,6 +387,9 @@ npuc_status npuc__lowrank_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sin
     if ((st = npuc_lowrank_params_check(ctx, &o->params)) != NPUC_OK) goto fail;
     if ((st = npuc__reject_artifact(ctx, m, NULL)) != NPUC_OK) goto fail;
     if ((st = make_plan(ctx, m, o, plan, sum)) != NPUC_OK) goto fail;
+    /* Never silent: the matrix split follows the layout (pass_guard.c). */
+    for (size_t i = 0; i < n; i++)
+        if (plan[i].select && (st = npuc__drive_guard(&dr, i, "the low-rank split")) != NPUC_OK) goto fail;
     /* Open the output first: an existing OUT without -f fails before the work. */
     if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK) goto fail;
     if ((st = check_finite(ctx, m, plan)) != NPUC_OK) goto fail;

@@ -224,7 +224,7 @@ const npuc_pass npuc__pass_quantize = {
                    "follows OUT's extension, else IN's format",
     .json_help = "print an npuc.quantize/1 JSON document instead of the table",
     NPUC__PASS_TABLES,
-    .flags = 0,
+    .flags = NPUC_PASS_WARNINGS, /* the layout guard's warnings (pass_guard.c) */
     .tag = tag,
     .validate = validate,
     .echo_value = echo_value,

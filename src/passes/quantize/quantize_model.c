@@ -164,7 +164,9 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         qplan *q = &plan[i];
         q->p = o->params;
-        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2;
+        /* By default every weight of rank >= 2, but not a bias whatever its
+         * shape (Paddle stores conv biases as [1,C,1,1]). */
+        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2 && t->role != NPUC_ROLE_BIAS;
         int ex = npuc__rules_match(&exc, t->name) >= 0;
         int r = npuc__rules_match(&lb, t->name);
         if (r >= 0) {
@@ -441,6 +443,16 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
     if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
+    /* Never silent: per-channel and per-group scales, and N:M groups, follow
+     * the layout; say so when it is not certain (pass_guard.c). */
+    for (size_t i = 0; i < n; i++) {
+        const qplan *q = &plan[i];
+        if (!q->quantize || (q->p.gran == NPUC_GRAN_TENSOR && !q->nm) || (q->p.axis >= 0 && !q->nm)) continue;
+        if ((st = npuc__drive_guard(&dr, i, q->nm ? "N:M groups along the reduction axis"
+                                            : q->p.gran == NPUC_GRAN_GROUP ? "per-group quantization"
+                                                                           : "per-channel quantization")) != NPUC_OK)
+            goto fail;
+    }
 
     /* Records that do not depend on the data. */
     uint64_t max_scales = 1;
@@ -455,7 +467,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         npuc_record_set(r, "symmetric", q->p.symmetric);
         npuc_record_set(r, "group_size", q->p.gran == NPUC_GRAN_GROUP ? q->p.group_size : 0);
         npuc_record_set(r, "axis", q->qs.axis);
-        npuc_quant_scheme_name(&q->p, r->scheme, sizeof r->scheme);
+        npuc__quant_scheme_ch(&q->p, q->qs.channels, r->scheme, sizeof r->scheme);
         if (!o->fake_quant) {
             uint64_t code_bytes = q->packed ? npuc_packed_size(t->numel, q->p.bits) : t->numel;
             r->bytes_after = code_bytes + q->qs.nscales * 4 + (q->p.symmetric ? 0 : q->qs.nscales);

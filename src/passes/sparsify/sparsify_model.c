@@ -178,6 +178,11 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         (st = npuc__rules_check_hits(ctx, &exc, "--exclude", path)) != NPUC_OK)
         goto fail;
 
+    /* Never silent: N:M groups run along the reduction axis the layout names. */
+    for (size_t i = 0; i < n; i++)
+        if (plan[i].sparsify && (st = npuc__drive_guard(&dr, i, "N:M groups along the reduction axis")) != NPUC_OK)
+            goto fail;
+
     /* Declare. */
     if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK || (st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
