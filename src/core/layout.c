@@ -60,6 +60,18 @@ int npuc_layout_out_axis(npuc_layout l, int rank) {
     }
 }
 
+npuc_layout npuc__layout_other_family(npuc_layout l) {
+    switch (l) {
+    case NPUC_LAYOUT_OI: return NPUC_LAYOUT_IO;
+    case NPUC_LAYOUT_IO: return NPUC_LAYOUT_OI;
+    case NPUC_LAYOUT_OIHW:
+    case NPUC_LAYOUT_IOHW: return NPUC_LAYOUT_HWIO;
+    case NPUC_LAYOUT_HWIO:
+    case NPUC_LAYOUT_HWIM: return NPUC_LAYOUT_OIHW;
+    default: return NPUC_LAYOUT_NONE;
+    }
+}
+
 const char *npuc_confidence_name(npuc_confidence c) {
     static const char *const N[NPUC_CONF_COUNT] = {"certain", "convention", "guess"};
     return (unsigned)c < NPUC_CONF_COUNT ? N[c] : "?";

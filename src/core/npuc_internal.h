@@ -53,6 +53,12 @@ int npuc__shape_sizes(npuc_dtype dt, int rank, const int64_t *shape, uint64_t *n
 
 /* Duplicates a string (NULL -> NULL); NULL on allocation failure of a non-NULL s. */
 char *npuc__strdup(const char *s);
+/* The layout the other convention family (PyTorch/ONNX vs Keras/TF) would
+ * give the same tensor: OI<->IO, OIHW/IOHW->HWIO, HWIO/HWIM->OIHW; NONE for
+ * the rest.  What a doubtful layout is checked against (pass_guard.c,
+ * graph_consistency.c). */
+npuc_layout npuc__layout_other_family(npuc_layout l);
+
 /* regcomp(re, pat, REG_EXTENDED | REG_NOSUB) for a pattern from a user or a
  * file, refused with REG_ESIZE ("Regular expression too big") when it is
  * longer than 1024 bytes or would expand past about 20000 nodes (counted

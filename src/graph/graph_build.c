@@ -79,6 +79,7 @@ int npuc__in_axis(const npuc_tensor_info *t) {
     case NPUC_LAYOUT_OI: case NPUC_LAYOUT_OIHW: return 1;
     case NPUC_LAYOUT_IO: case NPUC_LAYOUT_IOHW: return 0;
     case NPUC_LAYOUT_HWIO: case NPUC_LAYOUT_HWIM: return t->rank - 2;
+    case NPUC_LAYOUT_DOI: return t->rank - 1;
     default: return -1;
     }
 }

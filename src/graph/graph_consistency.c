@@ -40,19 +40,6 @@ static int is_certain(const npuc_tensor_info *t, const unsigned char *sure, size
     return sure ? sure[i] : t->confidence == NPUC_CONF_CERTAIN && t->evidence != NULL;
 }
 
-/* The layout of the other convention family (as pass_guard.c names it). */
-static npuc_layout other_family(npuc_layout l) {
-    switch (l) {
-    case NPUC_LAYOUT_OI: return NPUC_LAYOUT_IO;
-    case NPUC_LAYOUT_IO: return NPUC_LAYOUT_OI;
-    case NPUC_LAYOUT_OIHW:
-    case NPUC_LAYOUT_IOHW: return NPUC_LAYOUT_HWIO;
-    case NPUC_LAYOUT_HWIO:
-    case NPUC_LAYOUT_HWIM: return NPUC_LAYOUT_OIHW;
-    default: return NPUC_LAYOUT_NONE;
-    }
-}
-
 /* Output (in = 0) or input (in = 1) extent of weight t under its layout
  * (alt = 0), or under the other family's (alt = 1) when its layout is not
  * certain; 0 when there is none.  An alternative reading of 1 channel is no
@@ -60,7 +47,7 @@ static npuc_layout other_family(npuc_layout l) {
 static uint64_t extent(const npuc_tensor_info *t, int certain, int in, int alt) {
     npuc_tensor_info u = *t;
     if (alt) {
-        if (certain || (u.layout = other_family(t->layout)) == NPUC_LAYOUT_NONE ||
+        if (certain || (u.layout = npuc__layout_other_family(t->layout)) == NPUC_LAYOUT_NONE ||
             u.rank < npuc_layout_min_rank(u.layout))
             return 0;
     }

@@ -21,20 +21,6 @@
 #define GUARD_SHORT_AXIS 4
 #define GUARD_MIN_NUMEL 256
 
-/* The layout of the other convention family for the same tensor: what the
- * decision would have been had the file come from the other side. */
-static npuc_layout alternative(const npuc_tensor_info *t) {
-    switch (t->layout) {
-    case NPUC_LAYOUT_OI: return NPUC_LAYOUT_IO;
-    case NPUC_LAYOUT_IO: return NPUC_LAYOUT_OI;
-    case NPUC_LAYOUT_OIHW:
-    case NPUC_LAYOUT_IOHW: return NPUC_LAYOUT_HWIO;
-    case NPUC_LAYOUT_HWIO:
-    case NPUC_LAYOUT_HWIM: return NPUC_LAYOUT_OIHW;
-    default: return NPUC_LAYOUT_NONE;
-    }
-}
-
 static uint64_t channels_of(const npuc_tensor_info *t, npuc_layout l) {
     npuc_tensor_info v = *t;
     uint64_t o, c, k;
@@ -56,7 +42,7 @@ npuc_status npuc__drive_guard(npuc__drive *d, size_t i, const char *what) {
     else
         snprintf(why, sizeof why, "its channel axis has length %llu for %llu elements", (unsigned long long)c,
                  (unsigned long long)t->numel);
-    const npuc_layout a = alternative(t);
+    const npuc_layout a = npuc__layout_other_family(t->layout);
     const uint64_t ac = a != NPUC_LAYOUT_NONE ? channels_of(t, a) : 0;
     if (ac) snprintf(alt, sizeof alt, "; the alternative is %s (%llu channels)", npuc_layout_name(a),
                      (unsigned long long)ac);
