@@ -177,6 +177,10 @@ static inline const npuc_tensor_info *npuc__gt(const npuc__graph *g, int64_t i) 
 
 /* ------------------------------------------------------------ tensors */
 
+/* 1 for a Keras 3 variable path ".../vars/<digits>" (unnamed, Keras defaults
+ * apply: a BatchNorm's epsilon is 1e-3). */
+int npuc__graph_is_keras3_var(const char *name);
+
 /* Output / input channel axis of a weight tensor, -1 when it has none. */
 int npuc__out_axis(const npuc_tensor_info *t);
 int npuc__in_axis(const npuc_tensor_info *t);

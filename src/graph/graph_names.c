@@ -227,3 +227,11 @@ int npuc__graph_same_counter(const char *bn_leaf, const char *layer_leaf) {
     }
     return 0;
 }
+
+int npuc__graph_is_keras3_var(const char *name) {
+    const char *v = strstr(name, "/vars/");
+    if (!v || !v[6]) return 0;
+    for (const char *d = v + 6; *d; d++)
+        if (*d < '0' || *d > '9') return 0;
+    return 1;
+}

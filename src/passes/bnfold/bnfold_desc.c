@@ -25,7 +25,7 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "eps", .flag = "eps", .type = NPUC_OPT_NUM, .lo = 0, .hi = INFINITY,
      .flags = NPUC_OPT_LO_OPEN | NPUC_OPT_HI_OPEN, .metavar = "E", .section = "Folding",
      .help = "BatchNorm epsilon for every pair (default: model_config's,\n"
-             "else 1e-3 for Keras names, 1e-5 for PyTorch/ONNX/Paddle)",
+             "else 1e-3 for Keras names and Keras 3 variables, 1e-5 for\nPyTorch/ONNX/Paddle)",
      .bad = "must be a positive number"},
     {.name = "pair", .flag = "pair", .type = NPUC_OPT_LIST, .metavar = "CONV=BN", .section = "Pairs",
      .help = "fold BatchNorm BN (module, layer or one of its tensors) into\n"

@@ -181,7 +181,7 @@ static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_
         } else if (isfinite(cfg) && cfg > 0) {
             x->eps = cfg;
             snprintf(x->eps_source, sizeof x->eps_source, "model_config");
-        } else if (x->bn.keras) {
+        } else if (x->bn.keras || (b >= 0 && npuc__graph_is_keras3_var(npuc__gt(g, g->bns[b].mean)->name))) {
             x->eps = NPUC_BNFOLD_EPS_KERAS;
             snprintf(x->eps_source, sizeof x->eps_source, "keras default");
         } else {
