@@ -158,10 +158,10 @@ static int reads(const npuc_tensor_info *tx, int bn, const npuc_tensor_info *ty,
     return ty->rank == 2 && (tx->rank != 2 || bn) && in % c == 0;
 }
 
-/* Module y reads what x hands on (evidence ev): under both layouts'
- * family, or under both alternatives. */
+/* Module y reads what x hands on (evidence ev; strong: stated or
+ * model_config): under both layouts' family, or under both alternatives. */
 static npuc_status check_edge(npuc_ctx *ctx, const npuc__graph *g, const unsigned char *sure, size_t x, size_t y,
-                              const char *ev) {
+                              const char *ev, int strong) {
     const npuc_tensor_info *tx;
     const uint64_t c = handed(g, sure, x, 0, &tx);
     if (c == 0) return NPUC_OK;
@@ -183,6 +183,12 @@ static npuc_status check_edge(npuc_ctx *ctx, const npuc__graph *g, const unsigne
     handed(g, sure, x, 0, &tx);
     if (npuc__is_dw(ty, 0) || (ty->layout == NPUC_LAYOUT_OIHW && ty->shape[1] == 1))
         return mismatch(ctx, g, tx, what, c, ty, "the depthwise conv after it", npuc__out_channels(ty), ev);
+    /* Numbering alone does not tell an nn.Sequential from an nn.ModuleList
+     * whose members run side by side (heads, experts): a plain layer that
+     * does not read what the one numbered before it hands on is no proof of
+     * damage, so only stated and model_config edges are held to it.  A
+     * BatchNorm or a depthwise conv after a layer has no other producer. */
+    if (!strong) return NPUC_OK;
     return mismatch(ctx, g, tx, what, c, ty, "its consumer's input", extent(ty, cy, 1, 0), ev);
 }
 
@@ -190,10 +196,10 @@ static npuc_status check_edges(npuc_ctx *ctx, npuc__graph *g, const unsigned cha
     npuc_status st;
     for (size_t i = 0; i < g->nxe; i++)
         for (size_t k = 0; k < g->xe[i].ncons; k++)
-            if ((st = check_edge(ctx, g, sure, g->xe[i].prod, g->xe[i].cons[k], "--next/--graph")) != NPUC_OK)
+            if ((st = check_edge(ctx, g, sure, g->xe[i].prod, g->xe[i].cons[k], "--next/--graph", 1)) != NPUC_OK)
                 return st;
     for (size_t i = 0; i < g->nxb; i++)
-        if ((st = check_edge(ctx, g, sure, g->xb[i].prod, g->xb[i].bn, "--graph bn_pairs")) != NPUC_OK) return st;
+        if ((st = check_edge(ctx, g, sure, g->xb[i].prod, g->xb[i].bn, "--graph bn_pairs", 1)) != NPUC_OK) return st;
     g->no_guess = 1;
     for (size_t x = 0; x < g->nmods; x++) {
         const npuc_tensor_info *tx;
@@ -202,7 +208,8 @@ static npuc_status check_edges(npuc_ctx *ctx, npuc__graph *g, const unsigned cha
         if (npuc__graph_next(g, x, &r) != 0 || r.guess) continue;
         const char *ev = r.evidence == NPUC_EVIDENCE_CONFIG ? "Keras model_config" : "nn.Sequential naming";
         for (size_t k = 0; k < r.n; k++)
-            if ((st = check_edge(ctx, g, sure, x, r.mod[k], ev)) != NPUC_OK) return st;
+            if ((st = check_edge(ctx, g, sure, x, r.mod[k], ev, r.evidence == NPUC_EVIDENCE_CONFIG)) != NPUC_OK)
+                return st;
     }
     return NPUC_OK;
 }

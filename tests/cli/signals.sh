@@ -71,7 +71,7 @@ valid_dir() {
     for f in "$1"/m1.safetensors "$1"/m3.safetensors; do valid "$f" || return 1; done
 }
 
-interrupt quantize "$T/q.safetensors" valid "$NPUC_BIN" quantize "$T/d.safetensors" -o "$T/q.safetensors" -j1 --range mse -q
+interrupt quantize "$T/q.safetensors" valid "$NPUC_BIN" quantize "$T/d.safetensors" -o "$T/q.safetensors" -j1 --bits 4 --group-size 32 --asymmetric --range mse -q
 interrupt fold-bn "$T/f.h5" valid "$NPUC_BIN" fold-bn "$T/cb.h5" -o "$T/f.h5" -q
 interrupt run "$T/r.safetensors" valid "$NPUC_BIN" run "$recipe" "$T/d.safetensors" -o "$T/r.safetensors" -j1 \
     --report "$T/r.report.json"
@@ -91,7 +91,7 @@ wait "$pid" || rc=$?
 [ -z "$(temps)" ] || fail "SIGHUP left temporary files: $(temps)"
 
 # SIGKILL: the temporary file stays; the next run of the same output removes it.
-for kind in "quantize $T/d.safetensors -j1 --range mse" "fold-bn $T/cb.h5"; do
+for kind in "quantize $T/d.safetensors -j1 --bits 4 --group-size 32 --asymmetric --range mse" "fold-bn $T/cb.h5"; do
     out="$T/k.safetensors"
     [[ $kind == fold-bn* ]] && out="$T/k.h5"
     rm -f "$out"
