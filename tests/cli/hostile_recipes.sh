@@ -87,6 +87,12 @@ expect_rc 0 "$NPUC_BIN" quantize "$IN" --include '^(features|classifier)(\.[0-9]
 FINDS="$NPUC_SRC/../shared/fuzz-finds"
 for f in "$FINDS"/recipe_*.yaml; do
     [ -f "$f" ] || continue
-    refused "$f" "."
+    case "$f" in
+    # libfyaml 0.7 leaks its buffer for single-quoted scalars with many ''
+    # escapes (the finds' README); the leak is inside the library, so
+    # LeakSanitizer is told to look away for this one file only.
+    *recipe_leak_quoted_scalar.yaml) ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" refused "$f" "." ;;
+    *) refused "$f" "." ;;
+    esac
 done
 echo ok

@@ -62,7 +62,12 @@ cp "$T/model.safetensors" "$T/in.safetensors"
 rm -f "$T/out.safetensors"
 "$NPUC_BIN" quantize "$T/in.safetensors" -o "$T/out.safetensors" -j1 -q >/dev/null 2>"$T/e" &
 pid=$!
-sleep "0.$(printf '%03d' $((ms / 3 % 1000)))"
+# Replace it once the run has it open (a fixed delay raced slow starts under ASan).
+for _ in $(seq 500); do
+    ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "in\.safetensors" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.01
+done
 head -c 100 /dev/zero >"$T/other"
 mv "$T/other" "$T/in.safetensors"
 rc=0
