@@ -183,10 +183,15 @@ npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite
     }
     char prefix[TEMP_BASE_MAX + 16];
     temp_prefix(base, prefix, sizeof prefix);
-    int fd = -1, tries = 0;
+    int fd = -1, tries = 0, slot = -1;
     for (;;) {
         snprintf(tmp, cap, "%s/%s%ld-%016llx" TEMP_SUFFIX, dir, prefix, (long)getpid(),
                  (unsigned long long)random64());
+        /* Registered before it exists, so a signal between the create and
+         * the registration cannot leave it behind; the name carries our pid
+         * and 64 random bits, so it is no other run's file. */
+        slot_free(slot);
+        slot = slot_claim(tmp);
         fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0) {
             if (errno == EEXIST && ++tries < 100) continue;
@@ -207,13 +212,13 @@ npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite
         }
     }
     free(dir);
-    if (st != NPUC_OK) { free(f); free(tmp); free(p); return st; }
+    if (st != NPUC_OK) { slot_free(slot); free(f); free(tmp); free(p); return st; }
     f->ctx = ctx;
     f->path = p;
     f->tmp = tmp;
     f->fd = fd;
     f->overwrite = overwrite;
-    f->slot = slot_claim(tmp);
+    f->slot = slot;
     *out = f;
     return NPUC_OK;
 }

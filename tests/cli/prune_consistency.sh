@@ -36,6 +36,8 @@ for src in $models; do
     cat=""
     [ -f "$(dirname "$src")/$stem.json" ] && case "$src" in "$SHARED"/*) cat="$(dirname "$src")/$stem.json" ;; esac
     variants="--structured=filter:0.3 --structured=filter:0.6 --structured=filter:0.6:--accept-guesses magnitude:0.5"
+    # NPUC_TEST_QUICK (the sanitizer pass of .ci/run): one sparsity per mode.
+    [ -n "${NPUC_TEST_QUICK:-}" ] && variants="--structured=filter:0.6:--accept-guesses magnitude:0.5"
     case "$src" in "$SAMPLES"/*) variants="$variants --structured=channel:0.5" ;; esac
     for v in $variants; do
         IFS=: read -r mode s extra <<<"$v"
