@@ -112,6 +112,15 @@ cmp -s "$T/self.safetensors" "$T/ref8.safetensors" || fail "quantize -f onto its
 [ "$(sha256sum <"$T/self_link.safetensors")" = "$before" ] || fail "the input's other name changed: the input was written in place"
 no_temps
 
+# A --report path that cannot be written fails before anything is published.
+for bad in "$T/no/such/dir/r.json" "$T"; do
+    rm -f "$T/rep.safetensors"
+    expect_rc 2 "$NPUC_BIN" quantize "$T/d.safetensors" -o "$T/rep.safetensors" --report "$bad"
+    must_match "$T/err" "cannot write the report there"
+    [ ! -e "$T/rep.safetensors" ] || fail "--report $bad: the artifact was published without its report"
+done
+no_temps
+
 # Inputs are never modified.
 [ "$(sha256sum "$T/d.safetensors" "$T/d.h5")" = "$in_sha" ] || fail "an input changed"
 echo "atomic outputs: ok"
