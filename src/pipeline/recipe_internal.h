@@ -36,6 +36,28 @@ struct npuc_recipe {
     char sha[65];
 };
 
+/* recipe_files.c: one run's anchor (an atomic file for out, flock-held
+ * while the run lives) and its step files "<anchor>.s<k>" (k = 1..nsteps),
+ * registered for signal cleanup.  open fails with NPUC_ERR_EXISTS when out
+ * exists without overwrite, and first sweeps the step files of dead runs in
+ * out's folder.  close removes the step files, then the anchor; it accepts
+ * a zeroed or half-opened f. */
+typedef struct npuc__run_files {
+    npuc_atomic_file *anchor;
+    char **paths;
+    size_t n;
+} npuc__run_files;
+npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, int overwrite, npuc__run_files *f);
+void npuc__run_files_close(npuc__run_files *f);
+/* Moves the finished file tmp to out: link() without overwrite (an output
+ * that appeared meanwhile gives NPUC_ERR_EXISTS), rename() with it; then
+ * fsyncs the folder. */
+npuc_status npuc__run_commit(npuc_ctx *ctx, const char *tmp, const char *out, int overwrite);
+/* Removes, in out's folder, the step files (and their writers' temporary
+ * files) of every run whose anchor is gone or unlocked; returns how many.
+ * *err (may be NULL) gets the first unlink errno other than ENOENT. */
+size_t npuc__step_files_sweep(const char *out, int *err);
+
 /* recipe_yaml_guard.c: the text is UTF-8 without NUL bytes (checked before
  * libfyaml sees it); the document, built with aliases unresolved, expands to
  * a bounded number of nodes and depth, and is then resolved.  NPUC_ERR_ARG

@@ -6,9 +6,10 @@
  * A quantize step streams its input: it runs at the same time as the step
  * before it, which writes into an in-memory pipe (src/pipeline/pipe.h) instead
  * of a file (run_group below; safetensors artifacts only).  Every other
- * step reads "<out>.s<k>.tmp", written beside the output by the step before
- * through the writer's temp + fsync + rename and removed as soon as it has
- * been read (docs/recipes.md#how-a-recipe-runs).
+ * step reads the step file the step before wrote beside the output, a name
+ * private to this run (recipe_files.c), through the writer's temp + fsync +
+ * rename, removed as soon as it has been read
+ * (docs/recipes.md#how-a-recipe-runs).
  *
  * Provenance: the three "npuc.recipe*" / "npuc.input_sha256" entries are
  * added to the opened input's metadata before the first step; every pass
@@ -269,44 +270,6 @@ done:
 
 /* ------------------------------------------------------------ files */
 
-static char *step_path(const char *out, size_t k) {
-    size_t n = strlen(out) + 32;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s.s%zu.tmp", out, k + 1);
-    return p;
-}
-
-static void fsync_dir_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-/* Moves the finished file tmp to out: link() so an output that appeared
- * meanwhile is not clobbered without overwrite, rename() with it. */
-static npuc_status commit(npuc_ctx *ctx, const char *tmp, const char *out, int overwrite) {
-    if (!overwrite) {
-        if (link(tmp, out) != 0) {
-            int e = errno;
-            if (e == EEXIST) return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", out);
-            /* Filesystems without hard links: a plain rename. */
-            if (rename(tmp, out) != 0) return npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", out, strerror(errno));
-        } else {
-            unlink(tmp);
-        }
-    } else if (rename(tmp, out) != 0) {
-        return npuc_fail(ctx, NPUC_ERR_IO, "%s: rename: %s", out, strerror(errno));
-    }
-    fsync_dir_of(out);
-    return NPUC_OK;
-}
-
 /* Prefixes a step's failure with where it happened, and names the input
  * instead of an intermediate file the user never asked for. */
 static npuc_status step_fail(npuc_ctx *ctx, npuc_status st, const npuc_recipe *r, size_t k, const char *in,
@@ -322,19 +285,21 @@ static npuc_status step_fail(npuc_ctx *ctx, npuc_status st, const npuc_recipe *r
                      r->name, r->steps[k].mark.line, r->steps[k].mark.col, msg);
 }
 
+/* Steps of one streamed group call back from their own threads: the
+ * group's mutex (one per run_group call, never process-wide, so runs in
+ * other threads do not wait on each other) makes the caller's on_tensor
+ * see one call at a time. */
 typedef struct hook_user {
     const npuc_run_opts *o;
     size_t step;
+    pthread_mutex_t *mu;
 } hook_user;
-
-/* Steps of one streamed group call back from their own threads. */
-static pthread_mutex_t g_hook_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_tensor_hook(void *user, size_t index, size_t count, const npuc_tensor_record *rec) {
     hook_user *h = user;
-    pthread_mutex_lock(&g_hook_mu);
+    pthread_mutex_lock(h->mu);
     h->o->on_tensor(h->o->user, h->step, index, count, rec);
-    pthread_mutex_unlock(&g_hook_mu);
+    pthread_mutex_unlock(h->mu);
 }
 
 /* ------------------------------------------------------------ streamed groups
@@ -392,7 +357,12 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
     const size_t g = last - k + 1;
     npuc_status st = NPUC_OK;
     step_job *jobs = calloc(g, sizeof *jobs);
+    pthread_mutex_t hook_mu;
     if (!jobs) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (pthread_mutex_init(&hook_mu, NULL) != 0) {
+        free(jobs);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "cannot create a mutex");
+    }
     for (size_t j = 0; j < g; j++) {
         step_job *J = &jobs[j];
         J->r = r;
@@ -419,6 +389,7 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
         if ((J->st = check_patterns(J->c, r, k + j, J->m)) != NPUC_OK) break;
         J->hu.o = o;
         J->hu.step = k + j;
+        J->hu.mu = &hook_mu;
         J->h.write = *wo;
         J->h.recipe = r->name;
         J->h.write.overwrite = 1; /* our own temporary names: a leftover is stale */
@@ -476,6 +447,7 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
         npuc_ctx_free(jobs[j].c);
     }
     free(jobs);
+    pthread_mutex_destroy(&hook_mu);
     return st;
 }
 
@@ -486,26 +458,20 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     memset(sum, 0, sizeof *sum);
     npuc_status st = NPUC_OK;
     npuc_model *m = NULL;
-    char **paths = calloc(r->nsteps, sizeof *paths);
+    npuc__run_files files = {0};
+    char **paths = NULL;
     char in_sha[65];
-    if (!paths || npuc_summary_init(sum, "run", 0) != NPUC_OK) {
-        free(paths);
-        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    }
+    if (npuc_summary_init(sum, "run", 0) != NPUC_OK) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t k = 0; k < r->nsteps; k++) {
         if (!npuc_step_available(r->steps[k].kind)) {
             st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s:%d:%d: step '%s' is not available in this build", r->name,
                            r->steps[k].mark.line, r->steps[k].mark.col, npuc_step_kind_name(r->steps[k].kind));
             goto fail;
         }
-        if (!(paths[k] = step_path(out, k))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-        npuc__tempfiles_track(paths[k]); /* removed by the CLI's signal handler */
     }
-    struct stat sb;
-    if (!o->write.overwrite && lstat(out, &sb) == 0) {
-        st = npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", out);
-        goto fail;
-    }
+    /* Fails with NPUC_ERR_EXISTS when out exists without overwrite. */
+    if ((st = npuc__run_files_open(ctx, out, r->nsteps, o->write.overwrite, &files)) != NPUC_OK) goto fail;
+    paths = files.paths;
     if (o->input_sha256) snprintf(in_sha, sizeof in_sha, "%s", o->input_sha256);
     else if ((st = npuc_sha256_file(ctx, in, in_sha)) != NPUC_OK) goto fail;
     if ((st = npuc_model_open(ctx, in, NULL, &m)) != NPUC_OK) goto fail;
@@ -561,18 +527,13 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
         st = npuc_fail(ctx, gate, "%s", gate_msg);
         goto done;
     }
-    if ((st = commit(ctx, paths[r->nsteps - 1], out, o->write.overwrite)) != NPUC_OK) goto fail;
+    if ((st = npuc__run_commit(ctx, paths[r->nsteps - 1], out, o->write.overwrite)) != NPUC_OK) goto fail;
     goto done;
 fail:
     npuc_summary_free(sum);
 done:
     npuc_model_close(m);
-    for (size_t k = 0; k < r->nsteps; k++) {
-        if (paths[k]) unlink(paths[k]);
-        if (paths[k]) npuc__tempfiles_untrack(paths[k]);
-        free(paths[k]);
-    }
-    free(paths);
+    npuc__run_files_close(&files);
     return st;
 }
 
@@ -642,6 +603,10 @@ npuc_status npuc_recipe_sweep(npuc_ctx *ctx, const char *out, const char *report
     }
     free(dir);
     free(p);
+    /* Step files of runs that died (recipe_files.c). */
+    int err = 0;
+    cnt += npuc__step_files_sweep(out, &err);
+    if (err && st == NPUC_OK) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot remove a step file: %s", out, strerror(err));
     if (removed) *removed = cnt;
     return st;
 }

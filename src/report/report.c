@@ -149,24 +149,38 @@ void npuc__fmt_g(double v, char *buf, size_t n) {
     else snprintf(buf, n, "%.4g", v);
 }
 
-static const npuc_summary *g_sort; /* qsort has no context argument */
+/* A record index with its sort key, so the comparison needs no context:
+ * qsort() has no context argument, and a global one would make two reports
+ * written at once in two threads sort by each other's records. */
+typedef struct keyed {
+    double key;
+    size_t idx;
+} keyed;
 
-static int by_sqnr(const void *a, const void *b) {
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    double vx = npuc__record_sqnr(&g_sort->records[x]), vy = npuc__record_sqnr(&g_sort->records[y]);
-    if (vx != vy) return vx < vy ? -1 : 1;
-    return x < y ? -1 : 1;
+static int by_key(const void *a, const void *b) {
+    const keyed *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+int npuc__sort_by_sqnr(const npuc_summary *s, size_t *idx, size_t n) {
+    if (n < 2) return 0;
+    keyed *k = malloc(n * sizeof *k); /* n <= s->nrecords: no overflow */
+    if (!k) return -1;
+    for (size_t i = 0; i < n; i++) k[i] = (keyed){npuc__record_sqnr(&s->records[idx[i]]), idx[i]};
+    qsort(k, n, sizeof *k, by_key);
+    for (size_t i = 0; i < n; i++) idx[i] = k[i].idx;
+    free(k);
+    return 0;
 }
 
 size_t *npuc__report_order(const npuc_summary *s, int sort) {
     size_t *o = malloc(sizeof *o * (s->nrecords ? s->nrecords : 1));
     if (!o) return NULL;
     for (size_t i = 0; i < s->nrecords; i++) o[i] = i;
-    if (sort) {
-        /* Not thread-safe through g_sort; reports are written from one thread. */
-        g_sort = s;
-        qsort(o, s->nrecords, sizeof *o, by_sqnr);
-        g_sort = NULL;
+    if (sort && npuc__sort_by_sqnr(s, o, s->nrecords) != 0) {
+        free(o);
+        return NULL;
     }
     return o;
 }

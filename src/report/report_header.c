@@ -67,15 +67,6 @@ static void utc_now(char buf[32]) {
     if (!gmtime_r(&now, &tm) || strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) buf[0] = 0;
 }
 
-static const npuc_summary *g_worst; /* qsort has no context argument; reports use one thread */
-
-static int worst_cmp(const void *a, const void *b) {
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    double vx = npuc__record_sqnr(&g_worst->records[x]), vy = npuc__record_sqnr(&g_worst->records[y]);
-    if (vx != vy) return vx < vy ? -1 : 1;
-    return x < y ? -1 : 1;
-}
-
 npuc_status npuc__report_doc_init(npuc_ctx *ctx, const npuc_summary *s, const npuc_report_info *info,
                                   npuc__report_doc *d) {
     memset(d, 0, sizeof *d);
@@ -92,9 +83,7 @@ npuc_status npuc__report_doc_init(npuc_ctx *ctx, const npuc_summary *s, const np
     }
     for (size_t i = 0; i < s->nrecords; i++)
         if (s->records[i].has_error) d->worst[d->nworst++] = i;
-    g_worst = s;
-    qsort(d->worst, d->nworst, sizeof *d->worst, worst_cmp);
-    g_worst = NULL;
+    if (npuc__sort_by_sqnr(s, d->worst, d->nworst) != 0) goto nomem;
     for (size_t i = 0; i < s->nwarnings; i++) {
         char **w = realloc(d->warnings, (d->nwarnings + 1) * sizeof *w);
         if (!w) goto nomem;

@@ -51,6 +51,9 @@ void npuc__fmt_g(double v, char *buf, size_t n);
 /* Copies s for one-line display (control characters -> '?'), at most max_cols
  * code points, "..." when cut; returns the columns used. */
 size_t npuc__fmt_name(const char *s, size_t max_cols, char *buf, size_t n);
+/* Sorts the record indices idx[0..n) worst SQNR first (npuc__record_sqnr,
+ * ties in index order); reentrant.  0, or -1 when out of memory. */
+int npuc__sort_by_sqnr(const npuc_summary *s, size_t *idx, size_t n);
 /* Record indices in report order: file order, or worst SQNR first. */
 size_t *npuc__report_order(const npuc_summary *s, int by_sqnr);
 /* Lower-case dtype name ("f32"). */
