@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* 1 when the last path component has an extension: a '.' after its
@@ -69,4 +70,21 @@ int cli_side_close(cli_side_file *s, int ok) {
     s->af = NULL;
     if (!ok) errno = e ? e : EIO;
     return ok ? 0 : -1;
+}
+
+int cli_side_probe(const char *path, const char *what) {
+    struct stat sb;
+    cli_side_file sf;
+    if (!path) return CLI_CONTINUE;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        cli_error("%s: cannot write the %s there: is a directory", path, what);
+        return CLI_EXIT_USAGE;
+    }
+    if (!cli_side_open(path, &sf)) {
+        int e = errno;
+        cli_error("%s: cannot write the %s there: %s", path, what, strerror(e));
+        return e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    }
+    cli_side_close(&sf, 0);
+    return CLI_CONTINUE;
 }

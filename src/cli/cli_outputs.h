@@ -31,6 +31,14 @@ FILE *cli_side_open(const char *path, cli_side_file *s);
  * any failure: removes it.  0, or -1 with errno set.  Always releases s. */
 int cli_side_close(cli_side_file *s, int ok);
 
+/* Tries a side file's path before any work, so a run never publishes its
+ * artifact and then fails on the report or summary asked for: creates this
+ * run's temporary file beside path and removes it again.  CLI_CONTINUE, or
+ * prints "<path>: cannot write the <what> there: <reason>" and returns
+ * CLI_EXIT_USAGE (a directory, a missing or read-only folder, no
+ * permission) or CLI_EXIT_FAIL (anything else).  path NULL: CLI_CONTINUE. */
+int cli_side_probe(const char *path, const char *what);
+
 /* Called first by the CLI's SIGINT/SIGTERM/SIGHUP handler (main.c) with
  * the signal number, before this process's temporary files are removed and
  * it exits 128 + sig; only async-signal-safe code.  `npuc batch` sets it to

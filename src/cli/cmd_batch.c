@@ -329,7 +329,9 @@ static int by_file(const void *a, const void *b) {
 static int merge(const cli_args *a, const bargs *b) {
     size_t n = (size_t)a->npos, total = 0, cap = 0, nf = 0;
     json_t **all = NULL, *first = NULL;
-    int rc = CLI_EXIT_USAGE;
+    int rc = cli_side_probe(b->merge, "merged summary"); /* before reading anything */
+    if (rc != CLI_CONTINUE) return rc;
+    rc = CLI_EXIT_USAGE;
     for (size_t i = 0; i < n; i++) {
         json_error_t je;
         json_t *d = json_load_file(a->pos[i], 0, &je);
@@ -484,7 +486,8 @@ static int run(int argc, char **argv) {
         code = CLI_EXIT_USAGE;
         goto done;
     }
-    if (mkdir(outdir, 0777) != 0 && errno != EEXIST) {
+    int made_outdir = mkdir(outdir, 0777) == 0;
+    if (!made_outdir && errno != EEXIST) {
         cli_error("%s: %s", outdir, strerror(errno));
         code = CLI_EXIT_FAIL;
         goto done;
@@ -494,6 +497,14 @@ static int run(int argc, char **argv) {
         code = CLI_EXIT_USAGE;
         goto done;
     }
+    /* The summary's path is tried before any file is worked on (it may be
+     * inside the output folder, hence after the mkdir, undone on failure):
+     * a batch never publishes outputs and then fails on its summary. */
+    if ((code = cli_side_probe(b.summary, "summary")) != CLI_CONTINUE) {
+        if (made_outdir) rmdir(outdir);
+        goto done;
+    }
+    code = CLI_EXIT_OK;
     if (S_ISDIR(isb.st_mode) && isb.st_dev == osb.st_dev && isb.st_ino == osb.st_ino) {
         cli_error("%s: the output folder is the input folder (outputs would replace inputs)", outdir);
         code = CLI_EXIT_USAGE;

@@ -162,26 +162,6 @@ static int finish(cli_pass_run *r) {
     return cli_emit_result(r->ctx, &r->a, &r->sum, r->in, r->out, r->cmdline, r->params, r->a.report, flags);
 }
 
-/* A --report path that cannot be written fails before any work, so an
- * artifact is never published without the report that was asked for: the
- * probe creates this run's temporary file beside it and removes it again. */
-static int probe_report(cli_pass_run *r) {
-    struct stat sb;
-    cli_side_file sf;
-    if (!r->a.report) return CLI_CONTINUE;
-    if (stat(r->a.report, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        cli_error("%s: cannot write the report there: is a directory", r->a.report);
-        return CLI_EXIT_USAGE;
-    }
-    if (!cli_side_open(r->a.report, &sf)) {
-        int e = errno;
-        cli_error("%s: cannot write the report there: %s", r->a.report, strerror(e));
-        return e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
-    }
-    cli_side_close(&sf, 0);
-    return CLI_CONTINUE;
-}
-
 static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **argv) {
     int rc;
     npuc_status st;
@@ -195,7 +175,8 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     r->io = npuc_pass_io_defaults();
     cli_write_opts(&r->a, &r->io.write);
     if (h && h->prepare && (rc = h->prepare(r)) != CLI_CONTINUE) return rc;
-    if ((rc = probe_report(r)) != CLI_CONTINUE) return rc;
+    /* An unwritable --report fails before any work (cli_outputs.h). */
+    if ((rc = cli_side_probe(r->a.report, "report")) != CLI_CONTINUE) return rc;
     npuc_ctx_set_threads(r->ctx, r->a.jobs);
     npuc_ctx_set_policy(r->ctx, &r->a.policy);
     if ((rc = cli_open_model(r->ctx, &r->a, r->in, &r->m)) != CLI_EXIT_OK) return rc;

@@ -10,14 +10,13 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph/graph_internal.h"
 
-/* A graph file holds less than this (the NUL after it must fit 64 MiB). */
-#define GRAPH_FILE_MAX ((size_t)(64u << 20) - 1)
 
 const npuc__xedge *npuc__graph_stated_next(const npuc__graph *g, size_t x) {
     for (size_t i = 0; i < g->nxe; i++)
@@ -156,12 +155,14 @@ static npuc_status add_bn_pair(npuc_ctx *ctx, npuc__graph *g, const char *file, 
 static npuc_status read_graph_file(npuc_ctx *ctx, npuc__graph *g, const char *file) {
     char *buf;
     size_t len;
-    int rerr; /* a read error ends the text there */
-    int rc = npuc__graph_slurp(file, GRAPH_FILE_MAX, &buf, &len, &rerr);
-    if (rc == -1)
-        return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "--graph %s: %s", file,
-                         strerror(errno));
-    if (rc != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "--graph %s: out of memory (or larger than 64 MiB)", file);
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "--graph %s", file);
+    npuc_status rs = npuc__graph_read_text(ctx, file, what, "graph file", &buf, &len);
+    if (rs != NPUC_OK) return rs;
+    if (memchr(buf, 0, len)) {
+        free(buf);
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: NUL byte in the file", file);
+    }
     npuc_status st = NPUC_OK;
     json_t *root = NULL;
     const char *p = buf;
@@ -181,14 +182,24 @@ static npuc_status read_graph_file(npuc_ctx *ctx, npuc__graph *g, const char *fi
         const char *k;
         json_object_foreach(next, k, e) {
             char rhs[4096] = "";
+            if (json_is_string(e) && strlen(json_string_value(e)) >= sizeof rhs) {
+                st = npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: \"next\" of '%s' is longer than %zu bytes", file, k,
+                               sizeof rhs - 1);
+                goto done;
+            }
             if (json_is_string(e)) snprintf(rhs, sizeof rhs, "%s", json_string_value(e));
             else if (json_is_array(e)) {
                 size_t j, l = 0;
                 json_t *s;
                 json_array_foreach(e, j, s) {
-                    if (!json_is_string(s)) break;
+                    /* Every entry a name, the list whole: never a list cut short. */
+                    if (!json_is_string(s)) { rhs[0] = 0; break; }
                     l += (size_t)snprintf(rhs + l, sizeof rhs - l, "%s%s", j ? "," : "", json_string_value(s));
-                    if (l >= sizeof rhs) break;
+                    if (l >= sizeof rhs) {
+                        st = npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: \"next\" of '%s' is longer than %zu bytes",
+                                       file, k, sizeof rhs - 1);
+                        goto done;
+                    }
                 }
             }
             if (!*rhs) { st = npuc_fail(ctx, NPUC_ERR_ARG, "--graph %s: \"next\" of '%s' is not a name or list", file, k); goto done; }

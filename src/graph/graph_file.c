@@ -23,26 +23,33 @@
 
 /* ------------------------------------------------------------ files */
 
-int npuc__graph_slurp(const char *path, size_t limit, char **buf, size_t *len, int *read_errno) {
-    FILE *fp = fopen(path, "rb");
+npuc_status npuc__graph_read_text(npuc_ctx *ctx, const char *path, const char *label, const char *noun, char **buf,
+                                  size_t *len) {
     *buf = NULL;
     *len = 0;
-    *read_errno = 0;
-    if (!fp) return -1;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: cannot read the %s: %s", label,
+                         noun, strerror(errno));
+    npuc_status st = NPUC_OK;
     size_t cap = 4096, n = 0;
     char *b = malloc(cap + 1);
-    int rc = 0;
-    while (b) {
-        if (n >= limit) {
-            rc = -2;
+    for (;;) {
+        if (!b) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory reading the %s", label, noun);
+            break;
+        }
+        if (n > NPUC__GRAPH_FILE_MAX) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s larger than %zu MiB", label, noun, NPUC__GRAPH_FILE_MAX >> 20);
             break;
         }
         if (n == cap) {
+            /* cap stays <= 2 * (NPUC__GRAPH_FILE_MAX + 1): no overflow. */
             char *nb = realloc(b, 2 * cap + 1);
             if (!nb) {
                 free(b);
                 b = NULL;
-                break;
+                continue; /* the NOMEM error above */
             }
             b = nb;
             cap *= 2;
@@ -50,20 +57,20 @@ int npuc__graph_slurp(const char *path, size_t limit, char **buf, size_t *len, i
         size_t r = fread(b + n, 1, cap - n, fp);
         n += r;
         if (r == 0) {
-            if (ferror(fp)) *read_errno = errno;
+            if (ferror(fp)) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read error: %s", label, strerror(errno));
+            else if (n > NPUC__GRAPH_FILE_MAX) continue; /* the size error above */
             break;
         }
     }
     fclose(fp);
-    if (!b) return -3;
-    if (rc) {
+    if (st != NPUC_OK) {
         free(b);
-        return rc;
+        return st;
     }
     b[n] = 0;
     *buf = b;
     *len = n;
-    return 0;
+    return NPUC_OK;
 }
 
 void npuc__graph_json_pair(const json_t *o, const char **conv, const char **bn) {
@@ -75,8 +82,6 @@ void npuc__graph_json_pair(const json_t *o, const char **conv, const char **bn) 
 }
 
 /* ------------------------------------------------------------ stated pairs */
-
-#define PAIRS_FILE_MAX (64u << 20)
 
 void npuc__graph_pair_statements_free(npuc__pair_stmt *s, size_t n) {
     if (!s) return;
@@ -191,23 +196,6 @@ done:
     return st;
 }
 
-/* The pairs file's text (NUL-terminated). */
-static npuc_status read_pairs_file(npuc_ctx *ctx, const char *path, char **out, size_t *len) {
-    int rerr;
-    int rc = npuc__graph_slurp(path, PAIRS_FILE_MAX, out, len, &rerr);
-    if (rc == -1)
-        return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: cannot read the pairs file: %s",
-                         path, strerror(errno));
-    if (rc == -2) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: pairs file larger than %u MiB", path, PAIRS_FILE_MAX >> 20);
-    if (rc != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    if (rerr) {
-        free(*out);
-        *out = NULL;
-        return npuc_fail(ctx, NPUC_ERR_IO, "%s: read error: %s", path, strerror(rerr));
-    }
-    return NPUC_OK;
-}
-
 npuc_status npuc__graph_pair_statements(npuc_ctx *ctx, const char *const *pairs, size_t npairs, const char *file,
                                         npuc__pair_stmt **out, size_t *n) {
     stmts v = {NULL, 0, 0};
@@ -219,7 +207,7 @@ npuc_status npuc__graph_pair_statements(npuc_ctx *ctx, const char *const *pairs,
     if (st == NPUC_OK && file) {
         char *text = NULL;
         size_t len = 0;
-        if ((st = read_pairs_file(ctx, file, &text, &len)) == NPUC_OK) {
+        if ((st = npuc__graph_read_text(ctx, file, file, "pairs file", &text, &len)) == NPUC_OK) {
             size_t k = 0;
             while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r' || text[k] == '\n')) k++;
             if (k < len && (text[k] == '[' || text[k] == '{')) {

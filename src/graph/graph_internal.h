@@ -104,11 +104,18 @@ void npuc__kbn_edges_free(npuc__graph *g);
 
 /* ------------------------------------------------------------ files (graph_file.c) */
 
-/* Reads a whole file of less than `limit` bytes, NUL-terminated.  Returns
- * 0; or -1 when it cannot be opened (errno kept), -2 when it is too large,
- * -3 out of memory.  *read_errno gets the errno of a read error (0 when
- * none; what was read before it is returned). */
-int npuc__graph_slurp(const char *path, size_t limit, char **buf, size_t *len, int *read_errno);
+/* The largest graph or pairs file read (bytes): the text is held whole, and
+ * the JSON parsed from it takes a small multiple of that. */
+#define NPUC__GRAPH_FILE_MAX ((size_t)64 << 20)
+
+/* Reads the whole file path (at most NPUC__GRAPH_FILE_MAX bytes) into *buf,
+ * NUL-terminated, length *len (a NUL inside is the caller's to refuse).
+ * Every failure is an error whose message starts with label and names the
+ * file's role noun ("pairs file"): cannot open (NPUC_ERR_NOT_FOUND / _IO),
+ * too large (NPUC_ERR_ARG), out of memory (NPUC_ERR_NOMEM), a read error
+ * (NPUC_ERR_IO): never a text silently cut short.  *buf is NULL on error. */
+npuc_status npuc__graph_read_text(npuc_ctx *ctx, const char *path, const char *label, const char *noun, char **buf,
+                                  size_t *len);
 
 /* Reads the conv and BatchNorm names of a JSON pair object: "conv", and
  * "bn" or one of the BatchNorm's tensors ("gamma", "mean", "var", "beta"). */
