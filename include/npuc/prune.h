@@ -99,7 +99,8 @@ typedef struct npuc_nm_geom {
     uint64_t meta_bytes;      /* ceil(kept * meta_bits / 8) */
 } npuc_nm_geom;
 
-/* Parses "N:M" (1 <= N < M <= 16).  Returns 0, or -1 when malformed. */
+/* Parses "N:M" (1 <= N < M <= 16; decimal digits only: no sign, no spaces).
+ * Returns 0, or -1 when malformed or out of range. */
 NPUC_API int npuc_nm_parse(const char *s, int *n, int *m);
 
 /* The N:M geometry of tensor t.  Fails with NPUC_ERR_ARG (message names the

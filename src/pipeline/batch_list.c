@@ -151,18 +151,44 @@ npuc_status npuc_batch_list_dir(npuc_ctx *ctx, const char *dir, const char *skip
     return st;
 }
 
+#define BATCH_LINE_MAX 4096 /* bytes of one line of a list file (PATH_MAX) */
+
+/* Reads one line (without its '\n') into buf, which holds BATCH_LINE_MAX + 1
+ * bytes, NUL-terminated; *len is its length, BATCH_LINE_MAX + 1 when longer
+ * (the rest of the line is not read).  -1 at the end of the file or on a
+ * read error (ferror tells). */
+static int read_line(FILE *f, char *buf, size_t *len) {
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n > BATCH_LINE_MAX) break; /* one byte past the limit is enough to know */
+        buf[n++] = (char)c;
+    }
+    if (c == EOF && n == 0) return -1;
+    buf[n < BATCH_LINE_MAX + 1 ? n : BATCH_LINE_MAX] = 0;
+    *len = n;
+    return 0;
+}
+
 npuc_status npuc_batch_list_file(npuc_ctx *ctx, const char *listfile, npuc_batch_list *l) {
     memset(l, 0, sizeof *l);
     FILE *f = fopen(listfile, "r");
     if (!f)
         return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: %s", listfile, strerror(errno));
-    size_t cap = 0, lineno = 0, bufcap = 0;
-    char *line = NULL;
-    ssize_t len;
-    npuc_status st = NPUC_OK;
-    while (st == NPUC_OK && (len = getline(&line, &bufcap, f)) >= 0) {
+    size_t cap = 0, lineno = 0;
+    /* A line is one path: a fixed buffer, so a list without newlines (a
+     * binary file, /dev/zero) costs BATCH_LINE_MAX bytes, not the file. */
+    char *line = malloc(BATCH_LINE_MAX + 1);
+    npuc_status st = line ? NPUC_OK : npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    size_t len;
+    while (st == NPUC_OK && read_line(f, line, &len) == 0) {
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len > BATCH_LINE_MAX) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "%s:%zu: line longer than %d bytes: not a list of paths", listfile, lineno,
+                           BATCH_LINE_MAX);
+            break;
+        }
+        while (len > 0 && line[len - 1] == '\r') line[--len] = 0;
         if (memchr(line, 0, (size_t)len)) {
             st = npuc_fail(ctx, NPUC_ERR_ARG, "%s:%zu: a NUL byte in the path", listfile, lineno);
             break;
@@ -197,7 +223,7 @@ npuc_status npuc_batch_list_file(npuc_ctx *ctx, const char *listfile, npuc_batch
         }
         if (push(l, &cap, s, rel)) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
-    if (st == NPUC_OK && ferror(f)) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read error", listfile);
+    if (st == NPUC_OK && ferror(f)) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read error: %s", listfile, strerror(errno));
     free(line);
     fclose(f);
     if (st == NPUC_OK && sort_list(l)) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");

@@ -124,6 +124,14 @@ npuc_status npuc__cmp_folds_open(npuc_ctx *ctx, npuc__lview *a, const npuc__lvie
             (size_t)json_integer_value(c) > cmax)
             cmax = (size_t)json_integer_value(c);
     }
+    /* A recorded channel count is only a claim: a fold that resolves has
+     * as many channels as one of the original's tensors has elements, so
+     * the scratch never outgrows the largest of them (a small file cannot
+     * make this ask for 800 MB). */
+    uint64_t numel_max = 1;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->t[i].info.numel > numel_max) numel_max = a->t[i].info.numel;
+    if (cmax > numel_max) cmax = (size_t)numel_max;
     out->f = calloc(np ? np : 1, sizeof *out->f);
     float *tmp = malloc(cmax * sizeof(float));
     double *st = malloc(6 * cmax * sizeof(double));

@@ -23,17 +23,29 @@
 
 #include "passes/prune/prune_internal.h"
 
+/* One decimal number of at most two digits (N and M are at most 16): no
+ * sign, no spaces, no long that could be cut to an int on the way. */
+static int nm_number(const char **p) {
+    const char *s = *p;
+    int v = 0, k = 0;
+    while (s[k] >= '0' && s[k] <= '9') {
+        if (++k > 2) return -1;
+        v = 10 * v + (s[k - 1] - '0');
+    }
+    if (k == 0) return -1;
+    *p = s + k;
+    return v;
+}
+
 int npuc_nm_parse(const char *s, int *n, int *m) {
     if (!s) return -1;
-    char *end;
-    long a = strtol(s, &end, 10);
-    if (end == s || *end != ':') return -1;
-    const char *t = end + 1;
-    long b = strtol(t, &end, 10);
-    if (end == t || *end) return -1;
+    int a = nm_number(&s);
+    if (a < 0 || *s++ != ':') return -1;
+    int b = nm_number(&s);
+    if (b < 0 || *s) return -1;
     if (a < 1 || b > 16 || a >= b) return -1;
-    *n = (int)a;
-    *m = (int)b;
+    *n = a;
+    *m = b;
     return 0;
 }
 
