@@ -6,11 +6,14 @@
  * Names.  A run first opens an atomic file for its output
  * (npuc_atomic_file_open, tempfiles.c), ".<out>.npuc-<pid>-<random>.tmp":
  * this empty file is the run's anchor, created with O_EXCL and flock-held by
- * the run for its whole life.  Step k writes "<anchor>.s<k>" (the writer
- * goes through its own temporary file and rename, so its temp is
- * "..<out>.npuc-<pid>-<random>.tmp.s<k>.npuc-<pid>-<random>.tmp").  Two runs
- * writing the same output, or outputs in the same folder, so never share a
- * step file: the pid and 64 random bits of the anchor are in every name.
+ * the run for its whole life.  Step k writes ".<out>.npucstep-<pid>-<random>
+ * .s<k>.tmp" with the anchor's pid and random part (the writer goes through
+ * its own temporary file and rename, "..<out>.npucstep-...s<k>.tmp.npuc-
+ * <pid>-<random>.tmp").  Two runs writing the same output, or outputs in the
+ * same folder, so never share a step file.  "npucstep-" is not the
+ * temporary-file pattern of tempfiles.c, whose stale-file cleanup would take
+ * an unlocked step file of a live run for a dead run's file; the names still
+ * end in ".tmp", as every temporary file of npuc does.
  *
  * Liveness.  The step files carry no lock of their own (a published step
  * file is closed); they live exactly as long as their anchor's lock is held:
@@ -26,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,9 @@
 
 #include "pipeline/recipe_internal.h"
 
+#define TEMP_TAG ".npuc-"     /* tempfiles.c's pattern: ".<out>.npuc-<pid>-<random>.tmp" */
+#define STEP_TAG ".npucstep-" /* a step file: ".<out>.npucstep-<pid>-<random>.s<k>.tmp" */
+
 /* ------------------------------------------------------------ one run's files */
 
 npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, int overwrite, npuc__run_files *f) {
@@ -42,14 +49,22 @@ npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, 
     npuc_status st = npuc_atomic_file_open(ctx, out, overwrite, &f->anchor);
     if (st != NPUC_OK) return st;
     npuc__step_files_sweep(out, NULL); /* dead runs' step files; ours has none yet */
-    const char *a = npuc_atomic_file_temp(f->anchor);
+    /* ".../.<x>.npuc-<id>.tmp" -> ".../.<x>.npucstep-<id>.s<k>.tmp" */
+    const char *a = npuc_atomic_file_temp(f->anchor), *tag = strstr(a, TEMP_TAG), *t;
+    while (tag && (t = strstr(tag + 1, TEMP_TAG))) tag = t;
+    size_t al = strlen(a);
+    if (!tag || al < 4 || strcmp(a + al - 4, ".tmp") != 0) {
+        npuc__run_files_close(f);
+        return npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: unexpected temporary name %s", out, a);
+    }
+    const size_t pre = (size_t)(tag - a), id = al - 4 - pre - strlen(TEMP_TAG);
     f->paths = calloc(nsteps ? nsteps : 1, sizeof *f->paths);
     f->n = nsteps;
     if (!f->paths) goto nomem;
     for (size_t k = 0; k < nsteps; k++) {
-        size_t n = strlen(a) + 32;
+        size_t n = al + 48;
         if (!(f->paths[k] = malloc(n))) goto nomem;
-        snprintf(f->paths[k], n, "%s.s%zu", a, k + 1);
+        snprintf(f->paths[k], n, "%.*s" STEP_TAG "%.*s.s%zu.tmp", (int)pre, a, (int)id, tag + strlen(TEMP_TAG), k + 1);
         npuc__tempfiles_track(f->paths[k]); /* removed by the CLI's signal handler */
     }
     return NPUC_OK;
@@ -104,15 +119,14 @@ npuc_status npuc__run_commit(npuc_ctx *ctx, const char *tmp, const char *out, in
 
 /* ------------------------------------------------------------ sweeping */
 
-/* The length of the anchor name that name (a step file, or a step file's
- * writer temp: one more leading '.') starts with, after skip leading bytes:
- * ".<x>.npuc-<digits>-<16 hex>.tmp" followed by ".s<digits>".  0 when name
- * is not a step file's. */
-static size_t anchor_len(const char *name, size_t *skip) {
-    *skip = (name[0] == '.' && name[1] == '.') ? 1 : 0;
-    const char *a = name + *skip;
-    for (const char *t = strstr(a + 1, ".npuc-"); t; t = strstr(t + 1, ".npuc-")) {
-        const char *p = t + 6;
+/* When name is a step file (or a step file's writer temp: one more leading
+ * '.'), writes the name of its run's anchor to anchor (cap bytes) and
+ * returns 1; else 0.  Step file: ".<x>.npucstep-<digits>-<16 hex>.s<digits>
+ * .tmp..."; anchor: ".<x>.npuc-<digits>-<16 hex>.tmp". */
+static int anchor_of(const char *name, char *anchor, size_t cap) {
+    const char *a = (name[0] == '.' && name[1] == '.') ? name + 1 : name;
+    for (const char *t = strstr(a + 1, STEP_TAG); t; t = strstr(t + 1, STEP_TAG)) {
+        const char *id = t + strlen(STEP_TAG), *p = id;
         if (!isdigit((unsigned char)*p)) continue;
         while (isdigit((unsigned char)*p)) p++;
         if (*p++ != '-') continue;
@@ -120,8 +134,9 @@ static size_t anchor_len(const char *name, size_t *skip) {
         while (h < 16 && isxdigit((unsigned char)p[h])) h++;
         if (h != 16) continue;
         p += 16;
-        if (strncmp(p, ".tmp.s", 6) != 0 || !isdigit((unsigned char)p[6])) continue;
-        return (size_t)(p + 4 - a);
+        if (strncmp(p, ".s", 2) != 0 || !isdigit((unsigned char)p[2])) continue;
+        int n = snprintf(anchor, cap, "%.*s" TEMP_TAG "%.*s.tmp", (int)(t - a), a, (int)(p - id), id);
+        return n > 0 && (size_t)n < cap;
     }
     return 0;
 }
@@ -146,11 +161,7 @@ size_t npuc__step_files_sweep(const char *out, int *err) {
     struct dirent *e;
     char anchor[NAME_MAX + 1];
     while ((e = readdir(d)) != NULL) {
-        size_t skip, n = anchor_len(e->d_name, &skip);
-        if (!n || n > NAME_MAX) continue;
-        memcpy(anchor, e->d_name + skip, n);
-        anchor[n] = 0;
-        if (!anchor_dead(dirfd(d), anchor)) continue;
+        if (!anchor_of(e->d_name, anchor, sizeof anchor) || !anchor_dead(dirfd(d), anchor)) continue;
         if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
         else if (errno != ENOENT && err && !*err) *err = errno;
     }

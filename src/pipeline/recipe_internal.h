@@ -37,8 +37,9 @@ struct npuc_recipe {
 };
 
 /* recipe_files.c: one run's anchor (an atomic file for out, flock-held
- * while the run lives) and its step files "<anchor>.s<k>" (k = 1..nsteps),
- * registered for signal cleanup.  open fails with NPUC_ERR_EXISTS when out
+ * while the run lives) and its step files ".<out>.npucstep-<id>.s<k>.tmp"
+ * (k = 1..nsteps, <id> the anchor's pid and random part), registered for
+ * signal cleanup.  open fails with NPUC_ERR_EXISTS when out
  * exists without overwrite, and first sweeps the step files of dead runs in
  * out's folder.  close removes the step files, then the anchor; it accepts
  * a zeroed or half-opened f. */

@@ -67,11 +67,11 @@ out="$T/trap.safetensors"
 if strace -f -qq -o /dev/null true 2>/dev/null; then
     strace -f -qq -e trace=openat,rename,renameat,renameat2,link -o "$T/ns.trace" \
         "$NPUC_BIN" run "$R/fold_int8.yaml" "$cnn" -o "$out" -q --no-stream || fail "--no-stream run failed"
-    grep -q '\.tmp\.s1' "$T/ns.trace" || fail "--no-stream wrote no step file: $(cat "$T/ns.trace")"
+    grep -Eq 'npucstep-[0-9]+-[0-9a-f]{16}\.s1\.tmp' "$T/ns.trace" || fail "--no-stream wrote no step file: $(cat "$T/ns.trace")"
     rm -f "$out"
     strace -f -qq -e trace=openat,rename,renameat,renameat2,link -o "$T/s.trace" \
         "$NPUC_BIN" run "$R/fold_int8.yaml" "$cnn" -o "$out" -q || fail "streamed run failed"
-    ! grep -q '\.tmp\.s1' "$T/s.trace" || fail "the streamed run wrote its intermediate: $(grep '\.tmp\.s1' "$T/s.trace")"
+    ! grep -Eq 'npucstep-[0-9]+-[0-9a-f]{16}\.s1\.tmp' "$T/s.trace" || fail "the streamed run wrote its intermediate: $(grep -E 'npucstep-[0-9]+-[0-9a-f]{16}\.s1\.tmp' "$T/s.trace")"
     cmp -s "$out" "$T/fold.s.safetensors" || fail "traced run differs from the plain streamed run"
     ls -a "$T" | grep -q 'npuc-' && fail "temporary files left: $(ls -a "$T")"
 fi
