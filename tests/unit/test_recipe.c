@@ -7,10 +7,13 @@
  * sharded and checked.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -381,6 +384,42 @@ static void test_sweep(void **state) {
     }
 }
 
+/* Step files of runs (src/pipeline/recipe_files.c): removed when their
+ * run's anchor is gone or unlocked, kept while a live run holds it. */
+static void test_sweep_step_files(void **state) {
+    (void)state;
+    char out[1024];
+    snprintf(out, sizeof out, "%s", npuc_test_path("w.safetensors"));
+    /* A live run: its anchor locked here. */
+    const char *live_anchor = ".w.safetensors.npuc-11-0123456789abcdef.tmp";
+    const char *live[] = {".w.safetensors.npucstep-11-0123456789abcdef.s1.tmp",
+                          "..w.safetensors.npucstep-11-0123456789abcdef.s2.tmp.npuc-11-00000000000000aa.tmp"};
+    /* A run killed without cleanup: anchor gone; another: anchor left unlocked. */
+    const char *dead_anchor = ".w.safetensors.npuc-12-fedcba9876543210.tmp";
+    const char *dead[] = {".w.safetensors.npucstep-13-00000000000000ff.s1.tmp",
+                          "..w.safetensors.npucstep-13-00000000000000ff.s3.tmp.npuc-13-00000000000000bb.tmp",
+                          ".w.safetensors.npucstep-12-fedcba9876543210.s2.tmp"};
+    const char *other[] = {".w.safetensors.npucstep-14-0123.s1.tmp", "w.safetensors.npucstep-x.s1.tmp"};
+    npuc_test_write_file(npuc_test_path(live_anchor), "", 0);
+    npuc_test_write_file(npuc_test_path(dead_anchor), "", 0);
+    for (int i = 0; i < 2; i++) npuc_test_write_file(npuc_test_path(live[i]), "x", 1);
+    for (int i = 0; i < 3; i++) npuc_test_write_file(npuc_test_path(dead[i]), "x", 1);
+    for (int i = 0; i < 2; i++) npuc_test_write_file(npuc_test_path(other[i]), "x", 1);
+    int fd = open(npuc_test_path(live_anchor), O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    size_t removed = 0;
+    assert_int_equal(npuc_recipe_sweep(ctx, out, NULL, &removed), NPUC_OK);
+    assert_int_equal(removed, 3);
+    for (int i = 0; i < 3; i++) assert_false(npuc_test_exists(npuc_test_path(dead[i])));
+    for (int i = 0; i < 2; i++) assert_true(npuc_test_exists(npuc_test_path(live[i])));
+    for (int i = 0; i < 2; i++) assert_true(npuc_test_exists(npuc_test_path(other[i])));
+    close(fd); /* the live run dies */
+    assert_int_equal(npuc_recipe_sweep(ctx, out, NULL, &removed), NPUC_OK);
+    assert_int_equal(removed, 2);
+    for (int i = 0; i < 2; i++) assert_false(npuc_test_exists(npuc_test_path(live[i])));
+}
+
 /* ------------------------------------------------------------ batch lists */
 
 static void test_batch_lists(void **state) {
@@ -450,6 +489,7 @@ int main(void) {
         cmocka_unit_test(test_run_patterns),
         cmocka_unit_test(test_run_layer_overrides),
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_sweep_step_files),
         cmocka_unit_test(test_batch_lists),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
