@@ -127,7 +127,7 @@ typedef struct npuc_run_opts {
      * nothing appears at out.  May be NULL. */
     npuc_status (*before_commit)(void *user, npuc_ctx *ctx, const npuc_summary *sum);
     void *user;
-    int no_stream;                /* 1: every step writes its "<out>.s<k>.tmp", none streams
+    int no_stream;                /* 1: every step writes its step file, none streams
                                      into the next (the output is the same either way) */
 } npuc_run_opts;
 
@@ -136,16 +136,19 @@ NPUC_API npuc_run_opts npuc_run_opts_defaults(void);
 /* Runs recipe r on the file in and writes one artifact to out.
  *
  * The steps run in order, each a whole pass: step k reads step k-1's result
- * and writes "<out>.s<k>.tmp" beside out (through its own ".tmp" and
- * rename) - except that a quantize step streams its input from the step
+ * and writes its step file ".<out>.npucstep-<pid>-<random>.s<k>.tmp" beside
+ * out (through its own temporary file and rename), a name private to this
+ * run: concurrent runs, in one folder or on one output, never share one
+ * (docs/outputs.md) - except that a quantize step streams its input from the step
  * before it when the artifact is safetensors: the two run at the same time
  * and the intermediate tensors pass through memory, never through a file
  * (docs/recipes.md#how-a-recipe-runs; no_stream turns this off, the artifact
  * is byte-identical either way).  The last result is checked for the provenance entries and then
  * moved to out (link() without overwrite, rename() with it) and the
  * directory fsynced.  Intermediate files are removed as soon as the next
- * step has read them, and on any failure; a run killed by a signal may
- * leave them, and npuc_recipe_sweep removes them.
+ * step has read them, and on any failure; a run killed by SIGKILL may
+ * leave them, and the next run in out's folder (or npuc_recipe_sweep)
+ * removes them once their run's lock is gone.
  *
  * *sum (pass "run") holds every step's records in step order, each with the
  * extra "step" (1-based) first; bytes/params "before" are the first step's,
@@ -185,7 +188,8 @@ NPUC_API npuc_status npuc_recipe_output_complete(npuc_ctx *ctx, const npuc_recip
 
 /* Removes what a killed run writing out (and its report at report, which
  * may be NULL) can leave: "<out>.tmp", "<out>.s<k>.tmp", "<out>.s<k>.tmp.tmp"
- * and "<report>.tmp".  *removed (may be NULL) gets the number of files
+ * and "<report>.tmp" (names of older versions), and in out's folder the
+ * step files of every run that is no longer alive (its lock released).  *removed (may be NULL) gets the number of files
  * removed.  Fails with NPUC_ERR_IO only when a file exists and cannot be
  * removed. */
 NPUC_API npuc_status npuc_recipe_sweep(npuc_ctx *ctx, const char *out, const char *report, size_t *removed);
