@@ -7,10 +7,14 @@
 # fuzz tree (clang-14, NPUC_FUZZ=ON NPUC_SANITIZE=ON) in $NPUC_FUZZ_BUILD
 # (default build-fuzz/ at the top of the source tree) when needed, then runs
 # fuzz_TARGET under nice for SECONDS seconds (JOBS > 1: libFuzzer's fork
-# mode with JOBS workers, which keeps going after a crash).  New inputs go to
+# mode with JOBS workers, which keeps going after a crash).  Inputs the fuzzer
+# makes are at most a target's max_len bytes ($NPUC_FUZZ_MAX_LEN overrides),
+# so the corpora stay small; seeds may be larger.  New inputs go to
 # a scratch folder and are merged back into fuzz/corpus/TARGET/ only when
-# they add coverage (-merge=1).  Crashes, leaks, timeouts and out-of-memory
-# inputs are saved under fuzz/crashes/TARGET/; the script prints executions,
+# they add coverage (-merge=1; the merge also drops earlier finds that no
+# longer add any, never the named seeds and regression files).  Crashes, leaks, timeouts and out-of-memory
+# inputs are saved under fuzz/crashes/TARGET/, the fuzzer's log as
+# fuzz/crashes/TARGET.log; the script prints executions,
 # the corpus before and after, and exits 1 when a crash was saved.
 set -euo pipefail
 
@@ -35,22 +39,28 @@ bin=$build/fuzz/fuzz_$target
 corpus=$here/corpus/$target
 crashes=$here/crashes/$target
 mkdir -p "$corpus" "$crashes"
+case $target in
+  hdf5) max_len=65536 ;;      # HDF5 files are rarely smaller than a few KiB
+  artifact) max_len=16384 ;;
+  *) max_len=4096 ;;
+esac
+max_len=${NPUC_FUZZ_MAX_LEN:-$max_len}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/npuc-fuzz-$target.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 mkdir "$scratch/new"
 
 count() { find "$1" -maxdepth 1 -type f ! -name '.*' | wc -l; }
-size() { du -sk "$1" | cut -f1; }
+size() { find "$1" -maxdepth 1 -type f ! -name '.*' -printf '%s\n' | awk '{s += $1} END {printf "%d", (s + 1023) / 1024}'; }
 before_n=$(count "$corpus") before_k=$(size "$corpus")
 crash_before=$(count "$crashes")
 
 export LSAN_OPTIONS="suppressions=$here/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-args=(-max_total_time="$secs" -rss_limit_mb=2048 -timeout=30 -max_len=262144 -print_final_stats=1
+args=(-max_total_time="$secs" -rss_limit_mb=2048 -timeout=30 -max_len="$max_len" -print_final_stats=1
       -artifact_prefix="$crashes/")
 if ((jobs > 1)); then args+=(-fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1); fi
 
-log=$scratch/fuzz.log
+log=$here/crashes/$target.log
 echo "fuzz/run.sh: $target for ${secs}s with $jobs job(s); log $log"
 set +e
 (cd "$scratch" && nice "$bin" "${args[@]}" "$scratch/new" "$corpus") >"$log" 2>&1
@@ -61,8 +71,20 @@ set -e
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 [[ -n $execs ]] || execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
 
-"$bin" -merge=1 -rss_limit_mb=2048 -timeout=30 -max_len=262144 "$corpus" "$scratch/new" >"$scratch/merge.log" 2>&1 || {
-  echo "fuzz/run.sh: merge failed (see below)" >&2; tail -20 "$scratch/merge.log" >&2; }
+# Minimising merge: the named files (seeds, regression inputs) always stay;
+# of the fuzzer's finds (40-hex names), old and new, only those adding
+# coverage beyond them are kept.
+mkdir "$scratch/merged" "$scratch/old"
+find "$corpus" -maxdepth 1 -regextype posix-extended -type f ! -name '.*' ! -regex '.*/[0-9a-f]{40}' -exec cp {} "$scratch/merged/" \;
+find "$corpus" -maxdepth 1 -regextype posix-extended -type f -regex '.*/[0-9a-f]{40}' -exec cp {} "$scratch/old/" \;
+if "$bin" -merge=1 -rss_limit_mb=2048 -timeout=30 "$scratch/merged" "$scratch/old" "$scratch/new" \
+     >"$scratch/merge.log" 2>&1; then
+  find "$corpus" -maxdepth 1 -regextype posix-extended -type f -regex '.*/[0-9a-f]{40}' -delete
+  find "$scratch/merged" -maxdepth 1 -regextype posix-extended -type f -regex '.*/[0-9a-f]{40}' -exec cp {} "$corpus/" \;
+else
+  echo "fuzz/run.sh: merge failed, corpus left as it was:" >&2
+  tail -20 "$scratch/merge.log" >&2
+fi
 
 after_n=$(count "$corpus") after_k=$(size "$corpus")
 crash_after=$(count "$crashes")
