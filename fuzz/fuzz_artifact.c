@@ -12,16 +12,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const char *path = npuc_fuzz_write(data, size, ".safetensors");
-    npuc_ctx *ctx = npuc_fuzz_ctx();
-    if (!path || !ctx) {
-        npuc_ctx_free(ctx);
-        return 0;
-    }
-    npuc_open_opts o = npuc_open_opts_defaults();
-    o.format = NPUC_FORMAT_SAFETENSORS;
-    npuc_model *m;
-    if (npuc_model_open(ctx, path, &o, &m) == NPUC_OK) {
+    npuc_ctx *ctx;
+    npuc_model *m = npuc_fuzz_open(data, size, ".safetensors", NPUC_FORMAT_SAFETENSORS, &ctx);
+    if (m) {
         npuc_artifact_info info;
         (void)npuc_artifact_check(ctx, m, 1, &info);
         (void)npuc_model_check_consistency(ctx, m);
@@ -30,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         npuc_write_opts wo = npuc_write_opts_defaults();
         wo.overwrite = 1;
         if (out) (void)npuc_decompress_model(ctx, m, out, &wo);
-        npuc_model_close(m);
     }
+    npuc_model_close(m);
     npuc_ctx_free(ctx);
     return 0;
 }

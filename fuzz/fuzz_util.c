@@ -80,7 +80,25 @@ npuc_ctx *npuc_fuzz_ctx(void) {
     return ctx;
 }
 
+npuc_model *npuc_fuzz_open(const uint8_t *data, size_t size, const char *ext, npuc_format format,
+                           npuc_ctx **ctx) {
+    const char *path = npuc_fuzz_write(data, size, ext);
+    npuc_model *m = NULL;
+    *ctx = npuc_fuzz_ctx();
+    if (!path || !*ctx) return NULL;
+    npuc_open_opts o = npuc_open_opts_defaults();
+    o.format = format;
+    if (npuc_model_open(*ctx, path, &o, &m) != NPUC_OK) return NULL;
+    return m;
+}
+
 void npuc_fuzz_read_all(npuc_ctx *ctx, npuc_model *m) {
+    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
+        const char *k, *v;
+        npuc_model_meta_at(m, i, &k, &v);
+    }
+    for (size_t i = 0; i < npuc_model_group_count(m); i++) (void)npuc_model_group(m, i);
+    (void)npuc_model_format_opt(m, "structure");
     for (size_t i = 0; i < npuc_model_count(m); i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         const void *data;
@@ -97,4 +115,13 @@ void npuc_fuzz_read_all(npuc_ctx *ctx, npuc_model *m) {
         npuc_model_read_f32(ctx, m, i, w);
         free(w);
     }
+}
+
+int npuc_fuzz_model(const uint8_t *data, size_t size, const char *ext, npuc_format format) {
+    npuc_ctx *ctx;
+    npuc_model *m = npuc_fuzz_open(data, size, ext, format, &ctx);
+    if (m) npuc_fuzz_read_all(ctx, m);
+    npuc_model_close(m);
+    npuc_ctx_free(ctx);
+    return 0;
 }

@@ -38,8 +38,20 @@ const char *npuc_fuzz_path(const char *name);
 /* A new context (one thread, NPUC_FUZZ_MAX_MEMORY), or NULL. */
 npuc_ctx *npuc_fuzz_ctx(void);
 
-/* Reads every tensor of m: its raw bytes, then as float32 when that fits
- * NPUC_FUZZ_MAX_F32.  Errors are ignored. */
+/* Writes data to the scratch file with extension ext and opens it as a model
+ * of the given format.  Returns the model, or NULL when the file could not be
+ * written or opened; *ctx gets a new fuzz context either way (NULL when out
+ * of memory), which the caller frees after closing the model. */
+npuc_model *npuc_fuzz_open(const uint8_t *data, size_t size, const char *ext, npuc_format format,
+                           npuc_ctx **ctx);
+
+/* Walks everything a reader hands out for m: metadata, Keras groups, and
+ * every tensor, raw and as float32 when that fits NPUC_FUZZ_MAX_F32.
+ * Errors are ignored. */
 void npuc_fuzz_read_all(npuc_ctx *ctx, npuc_model *m);
+
+/* The whole weight-file target: npuc_fuzz_open, npuc_fuzz_read_all, close.
+ * Returns 0 (libFuzzer's "keep going"). */
+int npuc_fuzz_model(const uint8_t *data, size_t size, const char *ext, npuc_format format);
 
 #endif

@@ -42,32 +42,23 @@ static void on_alarm(int sig) {
     _exit(1);
 }
 
-/* Reads a whole file; returns 0, or -1 with errno. */
+/* Reads a whole regular file; returns 0, or -1 with errno. */
 static int slurp(const char *path, uint8_t **buf, size_t *len) {
     FILE *f = fopen(path, "rb");
+    struct stat st;
     if (!f) return -1;
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *b = malloc(cap);
-    while (b) {
-        if (n == cap) {
-            uint8_t *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
+        fclose(f);
+        return -1;
     }
-    int bad = !b || ferror(f);
+    size_t n = (size_t)st.st_size;
+    uint8_t *b = malloc(n ? n : 1);
+    size_t got = b ? fread(b, 1, n, f) : 0;
+    int bad = !b || got != n || ferror(f);
     fclose(f);
     if (bad) {
         free(b);
-        errno = EIO;
+        errno = b ? EIO : ENOMEM;
         return -1;
     }
     *buf = b;
