@@ -1,0 +1,200 @@
+/*
+ * h5_child.c - the contained HDF5 reader's child process (h5_worker.h).
+ *
+ * It runs right after fork() in a copy of the host process: single
+ * threaded, so it touches only HDF5, malloc and this protocol (never OpenMP,
+ * never the host's locks or stdio).  It asks to die with its parent
+ * (PR_SET_PDEATHSIG), drops the host's signal handlers (a Ctrl-C handler
+ * that removes the host's temp files must not run here) and descriptors,
+ * writes no core files, and bounds its CPU time and address space before
+ * each piece of work, so a spin or a runaway allocation in libhdf5 ends in
+ * a signal the parent reports.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h5_proto.h"
+#include "h5_worker.h"
+
+/* The address space in use now, or 0 when unknown. */
+static uint64_t vm_bytes(void) {
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char b[64];
+    ssize_t n = read(fd, b, sizeof b - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    b[n] = 0;
+    unsigned long long pages = strtoull(b, NULL, 10);
+    long ps = sysconf(_SC_PAGESIZE);
+    return pages && ps > 0 ? pages * (uint64_t)ps : 0;
+}
+
+/* Lets the next piece of work use cpu_s more seconds of CPU and extra more
+ * bytes of address space.  Only soft limits move (the hard ones stay as
+ * inherited, so they can be raised again for the next tensor). */
+static void set_limits(unsigned cpu_s, uint64_t extra) {
+    struct rusage ru;
+    struct rlimit rl;
+    if (getrusage(RUSAGE_SELF, &ru) == 0 && getrlimit(RLIMIT_CPU, &rl) == 0) {
+        rlim_t used = (rlim_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                      (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec > 0);
+        rlim_t want = used + cpu_s;
+        if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) want = rl.rlim_max;
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_CPU, &rl);
+    }
+#if !defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer reserves terabytes of shadow address space: an
+     * RLIMIT_AS would make every allocation fail, so sanitized builds go
+     * without the memory cap (CPU and wall time still apply). */
+    uint64_t vm = vm_bytes();
+    if (vm && getrlimit(RLIMIT_AS, &rl) == 0) {
+        uint64_t want = vm + extra;
+        if (want < vm) want = UINT64_MAX;
+        if (rl.rlim_max != RLIM_INFINITY && want > (uint64_t)rl.rlim_max) want = rl.rlim_max;
+        rl.rlim_cur = want >= (uint64_t)RLIM_INFINITY ? RLIM_INFINITY : (rlim_t)want;
+        setrlimit(RLIMIT_AS, &rl);
+    }
+#else
+    (void)extra;
+    (void)vm_bytes;
+#endif
+}
+
+static void detach(int *sock, pid_t parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0); /* the parent died before the prctl */
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+    /* Terminal signals go to the whole process group: the host decides what
+     * Ctrl-C means, and the child goes when the host goes. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    struct rlimit core = {0, 0};
+    setrlimit(RLIMIT_CORE, &core);
+    /* Keep stderr (sanitizer reports), the socket as fd 3; stdin/stdout on
+     * /dev/null; every other inherited descriptor closed, so the child holds
+     * no output file, lock or pipe end of the host's open. */
+    if (*sock != 3) {
+        if (dup2(*sock, 3) < 0) _exit(4);
+        *sock = 3;
+    }
+    int dn = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (dn >= 0) {
+        dup2(dn, 0);
+        dup2(dn, 1);
+    }
+    if (close_range(4, ~0u, 0) != 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (long fd = 4; fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
+    }
+}
+
+static void send_err(int sock, const npuc_ctx *c, npuc_status st) {
+    const char *msg = c->msg;
+    npuc__h5p_send(sock, NPUC_H5P_ERR, (int32_t)st, msg, strlen(msg), -1);
+}
+
+/* The model as the parent rebuilds it: style, groups, metadata, tensors. */
+static int describe(npuc_h5p_enc *e, const npuc_model *m) {
+    npuc__h5p_put_u64(e, (uint64_t)npuc_model_h5_style(m));
+    npuc__h5p_put_u64(e, m->ngroups);
+    for (size_t i = 0; i < m->ngroups; i++) npuc__h5p_put_str(e, m->groups[i]);
+    npuc__h5p_put_u64(e, m->nmeta);
+    for (size_t i = 0; i < m->nmeta; i++) {
+        npuc__h5p_put_str(e, m->meta_k[i]);
+        npuc__h5p_put_str(e, m->meta_v[i]);
+    }
+    npuc__h5p_put_u64(e, m->n);
+    for (size_t i = 0; i < m->n; i++) {
+        const npuc_tensor_info *t = &m->t[i];
+        npuc__h5p_put_str(e, t->name);
+        npuc__h5p_put_str(e, m->src[i] ? m->src[i] : "");
+        npuc__h5p_put_u64(e, (uint64_t)t->dtype);
+        npuc__h5p_put_u64(e, (uint64_t)t->rank);
+        for (int k = 0; k < t->rank; k++) npuc__h5p_put_u64(e, (uint64_t)t->shape[k]);
+        npuc__h5p_put_u64(e, t->group != NULL);
+        if (t->group) npuc__h5p_put_str(e, t->group);
+    }
+    return e->oom ? -1 : 0;
+}
+
+/* One tensor read into the parent's memfd. */
+static void serve_load(int sock, npuc_model *m, uint64_t headroom, const unsigned char *p,
+                       uint64_t len, int fd) {
+    npuc_ctx c = {0};
+    uint64_t req[2];
+    if (len != sizeof req || fd < 0) _exit(5); /* the parent never sends that */
+    memcpy(req, p, sizeof req);
+    npuc_status st;
+    if (req[0] >= m->n || req[1] != m->t[req[0]].nbytes) {
+        st = npuc_fail(&c, NPUC_ERR_INTERNAL, "%s: contained reader: bad tensor request", m->path);
+        send_err(sock, &c, st);
+        return;
+    }
+    const size_t i = (size_t)req[0];
+    const uint64_t nb = m->t[i].nbytes;
+    const size_t maplen = nb ? (size_t)nb : 1;
+    void *buf = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (buf == MAP_FAILED) {
+        st = npuc_fail(&c, NPUC_ERR_NOMEM, "%s: tensor '%s': contained reader cannot map %llu bytes",
+                       m->path, m->t[i].name, (unsigned long long)nb);
+        send_err(sock, &c, st);
+        return;
+    }
+    uint64_t extra = headroom;
+    if (npuc_add_overflow(extra, 2 * nb, &extra)) extra = UINT64_MAX;
+    set_limits(NPUC_H5_LOAD_CPU_S + (unsigned)(nb >> 24), extra);
+    st = npuc__h5_read(&c, m, i, buf);
+    munmap(buf, maplen);
+    if (st != NPUC_OK) send_err(sock, &c, st);
+    else npuc__h5p_send(sock, NPUC_H5P_LOAD_OK, 0, NULL, 0, -1);
+}
+
+_Noreturn void npuc__h5_child_main(int sock, const char *path, uint64_t headroom, pid_t parent) {
+    detach(&sock, parent);
+    npuc_ctx c = {0};
+    npuc_model *m = NULL;
+    struct stat sb;
+    uint64_t fsz = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    set_limits(NPUC_H5_OPEN_CPU_S + (unsigned)(fsz >> 28), headroom);
+    npuc_status st = npuc__h5_scan(&c, path, &m);
+    if (st != NPUC_OK) {
+        send_err(sock, &c, st);
+        _exit(0);
+    }
+    npuc_h5p_enc e = {0};
+    if (describe(&e, m) != 0) {
+        st = npuc_fail(&c, NPUC_ERR_NOMEM, "%s: out of memory in the contained HDF5 reader", path);
+        send_err(sock, &c, st);
+        _exit(0);
+    }
+    if (npuc__h5p_send(sock, NPUC_H5P_OPEN_OK, 0, e.p, e.n, -1) != 0) _exit(0);
+    free(e.p);
+    for (;;) {
+        npuc_h5p_hdr h;
+        unsigned char *p;
+        int fd;
+        if (npuc__h5p_recv(sock, -1, 64, &h, &p, &fd) != 0) _exit(0); /* the parent closed */
+        if (h.type != NPUC_H5P_LOAD) _exit(5);
+        serve_load(sock, m, headroom, p, h.len, fd);
+        free(p);
+        if (fd >= 0) close(fd);
+    }
+}
