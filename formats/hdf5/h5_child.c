@@ -45,6 +45,8 @@ static uint64_t vm_bytes(void) {
  * inherited, so they can be raised again for the next tensor). */
 static void set_limits(unsigned cpu_s, uint64_t extra) {
     struct rusage ru;
+    const unsigned floor_s = npuc__h5_timeout_env();
+    if (floor_s > cpu_s) cpu_s = floor_s;
     struct rlimit rl;
     if (getrusage(RUSAGE_SELF, &ru) == 0 && getrlimit(RLIMIT_CPU, &rl) == 0) {
         rlim_t used = (rlim_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +

@@ -53,13 +53,18 @@ static const npuc_backend WORKER_BACKEND = {w_load, w_close, w_release, NULL};
 
 /* ------------------------------------------------------------ the child's end */
 
-/* NPUC_H5_TIMEOUT in seconds when set and sane, else dflt. */
-static unsigned wall_limit(unsigned dflt) {
+unsigned npuc__h5_timeout_env(void) {
     const char *e = getenv("NPUC_H5_TIMEOUT");
-    if (!e || !*e) return dflt;
+    if (!e || !*e) return 0;
     char *end;
     unsigned long v = strtoul(e, &end, 10);
-    return *end || v == 0 || v > 86400 ? dflt : (unsigned)v;
+    return *end || v > 86400 ? 0 : (unsigned)v;
+}
+
+/* NPUC_H5_TIMEOUT when set, else dflt. */
+static unsigned wall_limit(unsigned dflt) {
+    unsigned v = npuc__h5_timeout_env();
+    return v ? v : dflt;
 }
 
 static void sleep_ms(long ms) {

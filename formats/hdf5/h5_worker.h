@@ -7,7 +7,8 @@
  *
  * Limits (the child's own; the parent enforces the wall time):
  *   CPU   open: NPUC_H5_OPEN_CPU_S + 1 s per 256 MiB of file;
- *         each tensor: NPUC_H5_LOAD_CPU_S + 1 s per 16 MiB of tensor
+ *         each tensor: NPUC_H5_LOAD_CPU_S + 1 s per 16 MiB of tensor;
+ *         at least NPUC_H5_TIMEOUT when set
  *   wall  open: NPUC_H5_OPEN_WALL_S + 1 s per 64 MiB of file;
  *         each tensor: NPUC_H5_LOAD_WALL_S + 1 s per 4 MiB; both replaced
  *         by NPUC_H5_TIMEOUT=SECONDS when set
@@ -23,7 +24,7 @@
 
 #include "h5_common.h"
 
-#define NPUC_H5_OPEN_CPU_S 2u
+#define NPUC_H5_OPEN_CPU_S 1u
 #define NPUC_H5_LOAD_CPU_S 10u
 #define NPUC_H5_OPEN_WALL_S 30u
 #define NPUC_H5_LOAD_WALL_S 60u
@@ -36,6 +37,9 @@
  * memory the parent passes until the socket closes.  Never returns; leaves
  * with _exit (no atexit handlers, no stdio flush of the parent's buffers). */
 _Noreturn void npuc__h5_child_main(int sock, const char *path, uint64_t headroom, pid_t parent);
+
+/* NPUC_H5_TIMEOUT=SECONDS (1..86400) from the environment, else 0. */
+unsigned npuc__h5_timeout_env(void);
 
 /* 1 and *style when m is read by the contained reader, else 0. */
 int npuc__h5_worker_style(const npuc_model *m, npuc_h5_style *style);
