@@ -74,6 +74,53 @@ static void set_limits(unsigned cpu_s, uint64_t extra) {
 #endif
 }
 
+#define NPUC_H5_KEEP_FDS 256
+
+/* The descriptors of the files this process's HDF5 has open (the host's
+ * own, or npuc's writer's), or -1 when that cannot be told (too many, or a
+ * driver other than sec2, whose handle is not a descriptor). */
+static int hdf5_fds(int *fds, int cap) {
+    npuc_h5_quiet q;
+    int n = 0;
+    npuc__h5_quiet_begin(&q);
+    ssize_t cnt = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE);
+    hid_t ids[NPUC_H5_KEEP_FDS];
+    if (cnt < 0 || cnt > cap || cnt > NPUC_H5_KEEP_FDS) n = -1;
+    else if (cnt > 0 && H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_FILE, (size_t)cnt, ids) != cnt) n = -1;
+    for (ssize_t k = 0; n >= 0 && k < cnt; k++) {
+        hid_t fapl = H5Fget_access_plist(ids[k]);
+        hid_t drv = fapl < 0 ? H5I_INVALID_HID : H5Pget_driver(fapl);
+        void *h = NULL;
+        if (drv != H5FD_SEC2 || H5Fget_vfd_handle(ids[k], H5P_DEFAULT, &h) < 0 || !h) n = -1;
+        else fds[n++] = *(int *)h;
+        if (fapl >= 0) H5Pclose(fapl);
+    }
+    npuc__h5_quiet_end(&q);
+    return n;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Closes every descriptor above 2 except keep[0..n). */
+static void close_except(int *keep, int n) {
+    qsort(keep, (size_t)n, sizeof *keep, cmp_int);
+    unsigned lo = 3;
+    for (int k = 0; k <= n; k++) {
+        unsigned hi = k < n ? (unsigned)keep[k] : ~0u;
+        if (k < n && keep[k] < 3) continue;
+        if (hi > lo && close_range(lo, hi - 1, 0) != 0) {
+            long max = sysconf(_SC_OPEN_MAX);
+            long end = max > 0 && max < 65536 ? max : 65536;
+            for (long fd = lo; fd < end && (unsigned long)fd < hi; fd++) close((int)fd);
+        }
+        lo = hi + 1;
+        if (hi == ~0u) break;
+    }
+}
+
 static void detach(int *sock, pid_t parent) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(0); /* the parent died before the prctl */
@@ -90,22 +137,23 @@ static void detach(int *sock, pid_t parent) {
     sigprocmask(SIG_SETMASK, &none, NULL);
     struct rlimit core = {0, 0};
     setrlimit(RLIMIT_CORE, &core);
-    /* Keep stderr (sanitizer reports), the socket as fd 3; stdin/stdout on
-     * /dev/null; every other inherited descriptor closed, so the child holds
-     * no output file, lock or pipe end of the host's open. */
-    if (*sock != 3) {
-        if (dup2(*sock, 3) < 0) _exit(4);
-        *sock = 3;
-    }
+    /* stdin/stdout on /dev/null; every other inherited descriptor closed
+     * (the child must not hold the host's output files, locks or pipe ends)
+     * except stderr (sanitizer reports), the socket, and the files the
+     * host's HDF5 has open: HDF5 shares one open file between H5Fopen calls
+     * on the same inode, so the child's copy of the library may read through
+     * those descriptors. */
+    int keep[NPUC_H5_KEEP_FDS + 1];
+    int nk = hdf5_fds(keep, NPUC_H5_KEEP_FDS);
+    if (nk >= 0) keep[nk++] = *sock;
     int dn = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (dn >= 0) {
-        dup2(dn, 0);
-        dup2(dn, 1);
+    for (int fd = 0; fd < 2 && dn >= 0; fd++) {
+        int kept = fd == *sock || nk < 0;
+        for (int k = 0; k < nk; k++) kept |= keep[k] == fd;
+        if (!kept) dup2(dn, fd);
     }
-    if (close_range(4, ~0u, 0) != 0) {
-        long max = sysconf(_SC_OPEN_MAX);
-        for (long fd = 4; fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
-    }
+    if (dn > 2) close(dn);
+    if (nk >= 0) close_except(keep, nk); /* else: not known which, close nothing */
 }
 
 static void send_err(int sock, const npuc_ctx *c, npuc_status st) {

@@ -139,7 +139,7 @@ static void bury(h5_worker *w, death how, unsigned wall_s) {
 
 /* What a failed recv means. */
 static death recv_death(void) {
-    return errno == 0 ? DEATH_EOF : errno == ETIMEDOUT ? DEATH_TIMEOUT : errno == EPROTO ? DEATH_GARBAGE : DEATH_IO;
+    return errno == 0 || errno == ECONNRESET || errno == EPIPE ? DEATH_EOF : errno == ETIMEDOUT ? DEATH_TIMEOUT : errno == EPROTO ? DEATH_GARBAGE : DEATH_IO;
 }
 
 /* The child's error reply as this ctx's error: a known error status and a
