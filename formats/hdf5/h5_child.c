@@ -185,34 +185,73 @@ static int describe(npuc_h5p_enc *e, const npuc_model *m) {
     return e->oom ? -1 : 0;
 }
 
-/* One tensor read into the parent's memfd. */
-static void serve_load(int sock, npuc_model *m, uint64_t headroom, const unsigned char *p,
-                       uint64_t len, int fd) {
+/* The parent's shared buffers this child has mapped, by id. */
+typedef struct bufmap {
+    uint64_t id, cap;
+    void *p;
+} bufmap;
+typedef struct buftab {
+    bufmap *v;
+    size_t n, cap;
+} buftab;
+
+static bufmap *buf_find(buftab *t, uint64_t id) {
+    for (size_t k = 0; k < t->n; k++)
+        if (t->v[k].id == id) return &t->v[k];
+    return NULL;
+}
+
+static void buf_drop(buftab *t, uint64_t id) {
+    bufmap *b = buf_find(t, id);
+    if (!b) return;
+    munmap(b->p, (size_t)b->cap);
+    *b = t->v[--t->n];
+}
+
+/* Maps the buffer a new id names (its memfd came with the request). */
+static bufmap *buf_add(buftab *t, uint64_t id, uint64_t cap, int fd) {
+    if (t->n == t->cap) {
+        size_t nc = t->cap ? 2 * t->cap : 8;
+        bufmap *v = realloc(t->v, nc * sizeof *v);
+        if (!v) return NULL;
+        t->v = v;
+        t->cap = nc;
+    }
+    /* MAP_POPULATE: the parent allocated the pages; map them in one go
+     * instead of one fault per page during the read. */
+    void *p = mmap(NULL, (size_t)cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) return NULL;
+    t->v[t->n] = (bufmap){id, cap, p};
+    return &t->v[t->n++];
+}
+
+/* One tensor read into a shared buffer of the parent's. */
+static void serve_load(int sock, npuc_model *m, buftab *bt, uint64_t headroom,
+                       const unsigned char *p, uint64_t len, int fd) {
     npuc_ctx c = {0};
-    uint64_t req[2];
-    if (len != sizeof req || fd < 0) _exit(5); /* the parent never sends that */
+    uint64_t req[4];
+    if (len != sizeof req) _exit(5); /* the parent never sends that */
     memcpy(req, p, sizeof req);
     npuc_status st;
-    if (req[0] >= m->n || req[1] != m->t[req[0]].nbytes) {
+    bufmap *b = buf_find(bt, req[2]);
+    if (req[0] >= m->n || req[1] != m->t[req[0]].nbytes || req[3] < req[1] || req[3] > SIZE_MAX ||
+        (!b && fd < 0) || (b && (fd >= 0 || b->cap != req[3]))) {
         st = npuc_fail(&c, NPUC_ERR_INTERNAL, "%s: contained reader: bad tensor request", m->path);
         send_err(sock, &c, st);
         return;
     }
     const size_t i = (size_t)req[0];
     const uint64_t nb = m->t[i].nbytes;
-    const size_t maplen = nb ? (size_t)nb : 1;
-    void *buf = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (buf == MAP_FAILED) {
+    if (!b && !(b = buf_add(bt, req[2], req[3], fd))) {
         st = npuc_fail(&c, NPUC_ERR_NOMEM, "%s: tensor '%s': contained reader cannot map %llu bytes",
-                       m->path, m->t[i].name, (unsigned long long)nb);
+                       m->path, m->t[i].name, (unsigned long long)req[3]);
         send_err(sock, &c, st);
         return;
     }
     uint64_t extra = headroom;
     if (npuc_add_overflow(extra, 2 * nb, &extra)) extra = UINT64_MAX;
     set_limits(NPUC_H5_LOAD_CPU_S + (unsigned)(nb >> 24), extra);
-    st = npuc__h5_read(&c, m, i, buf);
-    munmap(buf, maplen);
+    st = npuc__h5_read(&c, m, i, b->p);
     if (st != NPUC_OK) send_err(sock, &c, st);
     else npuc__h5p_send(sock, NPUC_H5P_LOAD_OK, 0, NULL, 0, -1);
 }
@@ -237,13 +276,21 @@ _Noreturn void npuc__h5_child_main(int sock, const char *path, uint64_t headroom
     }
     if (npuc__h5p_send(sock, NPUC_H5P_OPEN_OK, 0, e.p, e.n, -1) != 0) _exit(0);
     free(e.p);
+    buftab bt = {0};
     for (;;) {
         npuc_h5p_hdr h;
         unsigned char *p;
         int fd;
         if (npuc__h5p_recv(sock, -1, 64, &h, &p, &fd) != 0) _exit(0); /* the parent closed */
-        if (h.type != NPUC_H5P_LOAD) _exit(5);
-        serve_load(sock, m, headroom, p, h.len, fd);
+        if (h.type == NPUC_H5P_LOAD) {
+            serve_load(sock, m, &bt, headroom, p, h.len, fd);
+        } else if (h.type == NPUC_H5P_DROP && h.len == sizeof(uint64_t)) {
+            uint64_t id;
+            memcpy(&id, p, sizeof id);
+            buf_drop(&bt, id);
+        } else {
+            _exit(5);
+        }
         free(p);
         if (fd >= 0) close(fd);
     }

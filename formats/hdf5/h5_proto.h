@@ -22,8 +22,10 @@
 typedef enum npuc_h5p_type {
     NPUC_H5P_OPEN_OK = 1, /* child -> parent: the model description */
     NPUC_H5P_ERR = 2,     /* child -> parent: status + one-line message */
-    NPUC_H5P_LOAD = 3,    /* parent -> child: u64 index, u64 nbytes, + a memfd */
-    NPUC_H5P_LOAD_OK = 4  /* child -> parent: the memfd holds the tensor */
+    NPUC_H5P_LOAD = 3,    /* parent -> child: u64 index, nbytes, buffer id, buffer size;
+                             a new buffer's memfd travels with it */
+    NPUC_H5P_LOAD_OK = 4, /* child -> parent: the buffer holds the tensor */
+    NPUC_H5P_DROP = 5     /* parent -> child: u64 buffer id, no longer used (no reply) */
 } npuc_h5p_type;
 
 typedef struct npuc_h5p_hdr {

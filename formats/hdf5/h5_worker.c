@@ -7,11 +7,15 @@
  * (npuc__h5_fork holds the HDF5 lock across fork, so the child's copy of the
  * library is consistent even when other threads use HDF5 for writing), waits
  * for the model description and rebuilds the model from it with the core's
- * builders.  A tensor read creates a sealed memfd of the tensor's size
- * (sealed: the child cannot shrink it under our mapping, which would raise
- * SIGBUS here), passes it to the child, and maps it once the child says it
- * is filled; npuc_model_release unmaps it.  One request at a time per model
- * (a mutex), since the socket carries one conversation.
+ * builders.  Tensor bytes travel through shared buffers: sealed memfds
+ * (sealed: the child cannot shrink one under our mapping, which would raise
+ * SIGBUS here) whose pages we allocate up front (a shared-memory page fault
+ * per 4 KiB in the child's read costs more than the copy), mapped here and,
+ * after the descriptor is passed once, in the child.  As the safetensors
+ * reader keeps one spare buffer, a released buffer is kept as the spare for
+ * the next read, so a model read tensor by tensor creates and maps a buffer
+ * only when a larger tensor comes.  One request at a time per model (a
+ * mutex), since the socket carries one conversation.
  *
  * Everything the child sends is checked: the frame (h5_proto.c), the
  * description's counts, strings, dtypes, ranks and shapes, an error's status
@@ -37,6 +41,13 @@
 #include "h5_proto.h"
 #include "h5_worker.h"
 
+/* A shared buffer: a sealed memfd mapped here (and, once sent, in the child). */
+typedef struct shbuf {
+    uint64_t id, cap;
+    int fd, sent;
+    void *p;
+} shbuf;
+
 typedef struct h5_worker {
     pid_t pid; /* -1 once reaped */
     int sock;
@@ -44,6 +55,10 @@ typedef struct h5_worker {
     int dead;       /* the child is gone; why says how */
     char why[320];
     pthread_mutex_t mu;
+    shbuf spare;    /* the one released buffer kept for the next read (p == NULL: none) */
+    shbuf *used;    /* buffers handed out by w_load */
+    size_t nused, capused;
+    uint64_t next_id;
 } h5_worker;
 
 static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned);
@@ -307,6 +322,51 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
 
 /* ------------------------------------------------------------ backend */
 
+/* Unmaps and closes b, and tells a live child to unmap it too. */
+static void shbuf_destroy(h5_worker *w, shbuf *b) {
+    if (!b->p) return;
+    munmap(b->p, (size_t)b->cap);
+    close(b->fd);
+    if (b->sent && !w->dead && w->sock >= 0)
+        npuc__h5p_send(w->sock, NPUC_H5P_DROP, 0, &b->id, sizeof b->id, -1);
+    memset(b, 0, sizeof *b);
+}
+
+/* A new buffer of at least len bytes (64 KiB granules, so tensors of
+ * similar sizes share one), its pages allocated and mapped. */
+static int shbuf_new(h5_worker *w, size_t len, shbuf *b) {
+    const size_t gran = (size_t)64 << 10;
+    if (len > SIZE_MAX - gran) { errno = ENOMEM; return -1; }
+    size_t cap = (len + gran - 1) / gran * gran;
+    memset(b, 0, sizeof *b);
+    b->fd = memfd_create("npuc-h5-tensor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (b->fd < 0) return -1;
+    if (ftruncate(b->fd, (off_t)cap) != 0 || fallocate(b->fd, 0, 0, (off_t)cap) != 0 ||
+        fcntl(b->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        goto fail;
+    b->p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b->fd, 0);
+    if (b->p == MAP_FAILED) goto fail;
+    b->cap = cap;
+    b->id = ++w->next_id;
+    return 0;
+fail:;
+    int e = errno;
+    close(b->fd);
+    memset(b, 0, sizeof *b);
+    errno = e;
+    return -1;
+}
+
+/* Keeps a buffer no longer handed out: as the spare when it is the larger. */
+static void shbuf_put(h5_worker *w, shbuf *b) {
+    if (w->spare.p && w->spare.cap >= b->cap) {
+        shbuf_destroy(w, b);
+        return;
+    }
+    shbuf_destroy(w, &w->spare);
+    w->spare = *b;
+}
+
 static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
     h5_worker *w = m->be_state;
     const npuc_tensor_info *t = &m->t[i];
@@ -316,26 +376,38 @@ static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, i
     const unsigned wall = wall_limit(NPUC_H5_LOAD_WALL_S + (unsigned)(t->nbytes >> 22));
     npuc_status st = NPUC_OK;
     unsigned char *p = NULL;
-    int fd = -1;
+    shbuf b = {0};
     pthread_mutex_lock(&w->mu);
     if (w->dead) {
         st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", m->path, t->name, w->why);
         goto done;
     }
-    fd = memfd_create("npuc-h5-tensor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    if (w->nused == w->capused) {
+        size_t nc = w->capused ? 2 * w->capused : 8;
+        shbuf *v = realloc(w->used, nc * sizeof *v);
+        if (!v) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+            goto done;
+        }
+        w->used = v;
+        w->capused = nc;
+    }
+    if (w->spare.p && w->spare.cap >= len) {
+        b = w->spare;
+        memset(&w->spare, 0, sizeof w->spare);
+    } else if (shbuf_new(w, len, &b) != 0) {
         st = npuc_fail(ctx, errno == ENOMEM || errno == ENOSPC ? NPUC_ERR_NOMEM : NPUC_ERR_IO,
                        "%s: tensor '%s': cannot create %zu bytes of shared memory (%s)", m->path,
                        t->name, len, strerror(errno));
         goto done;
     }
-    const uint64_t req[2] = {i, t->nbytes};
-    if (npuc__h5p_send(w->sock, NPUC_H5P_LOAD, 0, req, sizeof req, fd) != 0) {
+    const uint64_t req[4] = {i, t->nbytes, b.id, b.cap};
+    if (npuc__h5p_send(w->sock, NPUC_H5P_LOAD, 0, req, sizeof req, b.sent ? -1 : b.fd) != 0) {
         bury(w, errno == EPIPE || errno == ECONNRESET ? DEATH_EOF : DEATH_IO, wall);
         st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", m->path, t->name, w->why);
         goto done;
     }
+    b.sent = 1;
     npuc_h5p_hdr h;
     if (npuc__h5p_recv(w->sock, (int)(wall > 2000000u ? 2000000000u : wall * 1000u), NPUC_MSG_MAX, &h, &p,
                        NULL) != 0) {
@@ -353,26 +425,29 @@ static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, i
         st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", m->path, t->name, w->why);
         goto done;
     }
-    /* MAP_POPULATE: the pages exist (the child wrote them); mapping them in
-     * one call is cheaper than a fault per page while the pass reads. */
-    void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (q == MAP_FAILED) {
-        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': cannot map %zu bytes (%s)", m->path,
-                       t->name, len, strerror(errno));
-        goto done;
-    }
-    *data = q;
+    w->used[w->nused++] = b;
+    *data = b.p;
     *owned = 0;
+    b.p = NULL;
 done:
+    if (b.p) shbuf_put(w, &b);
     pthread_mutex_unlock(&w->mu);
     free(p);
-    if (fd >= 0) close(fd);
     return st;
 }
 
 static void w_release(npuc_model *m, size_t i, void *data) {
-    const uint64_t nb = m->t[i].nbytes;
-    munmap(data, nb ? (size_t)nb : 1);
+    h5_worker *w = m->be_state;
+    (void)i;
+    pthread_mutex_lock(&w->mu);
+    for (size_t k = 0; k < w->nused; k++) {
+        if (w->used[k].p != data) continue;
+        shbuf b = w->used[k];
+        w->used[k] = w->used[--w->nused];
+        shbuf_put(w, &b);
+        break;
+    }
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void w_close(npuc_model *m) {
@@ -380,9 +455,14 @@ static void w_close(npuc_model *m) {
     if (!w) return;
     int status, killed;
     if (w->sock >= 0) close(w->sock);
+    w->sock = -1;
     /* The child is idle between requests and holds nothing worth keeping:
      * no need to wait for it to notice the closed socket. */
     reap(w, 0, &status, &killed);
+    w->dead = 1;
+    shbuf_destroy(w, &w->spare);
+    for (size_t k = 0; k < w->nused; k++) shbuf_destroy(w, &w->used[k]);
+    free(w->used);
     pthread_mutex_destroy(&w->mu);
     free(w);
     m->be_state = NULL;
