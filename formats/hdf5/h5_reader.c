@@ -21,7 +21,8 @@
  * storage and unavailable filters, and refuse datasets whose size is out of
  * proportion to their storage (NPUC_H5_FILL_SLACK + NPUC_H5_MAX_RATIO x the
  * stored bytes): reading one can allocate at most that much.  Payloads are
- * read on demand into a malloc'd buffer.
+ * read on demand (npuc__h5_read) into the caller's buffer: a malloc'd one here
+ * (NPUC_H5_INPROCESS=1), the parent's shared memory in the contained reader.
  */
 #include <stdio.h>
 #include <stdlib.h>
