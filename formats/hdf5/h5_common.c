@@ -1,5 +1,6 @@
 /*
- * h5_common.c - helpers both HDF5 halves need: error silencing and capture,
+ * h5_common.c - helpers both HDF5 halves need: the one HDF5 lock, error
+ * silencing and capture,
  * the dtype <-> HDF5 type table, string attributes, a string map.
  *
  * Float types.  HDF5 describes a float by its size and bit fields (sign
@@ -8,44 +9,83 @@
  * custom floats.  We identify a stored float by exactly those fields, so a
  * file written by h5py, by Keras or by us maps back to the same dtype.
  */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "h5_common.h"
 
 /* ------------------------------------------------------------ library */
 
+/* HDF5 1.10 (Debian's serial build) is not thread-safe: every HDF5 call in
+ * the process goes through this one lock, taken by npuc__h5_quiet_begin.
+ * It is recursive so that an entry point may call another.  Besides this
+ * lock and its once-flag the backend keeps no mutable global state: what
+ * quiet_begin saves lives in the caller's npuc_h5_quiet. */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_lock;
+
 /* HDF5 1.10 closes whatever is still open from an atexit() handler, and
  * crashes there (H5F__close_cb) on a file whose write failed, for example
  * on a full disk or past a file-size limit: the failure npuc reported
  * cleanly would end in a segfault.  npuc closes every object it opens, so
- * the handler has nothing to do; it must be declined before the library's
- * first call, hence a constructor. */
-__attribute__((constructor)) static void npuc_h5_no_atexit(void) { H5dont_atexit(); }
+ * the handler has nothing to do for npuc and we decline it.  This used to
+ * be a constructor, which declined it for every host process that merely
+ * linked libnpuc; now it happens once, under pthread_once, right before
+ * npuc's own first HDF5 call.  It has no effect when the host initialised
+ * HDF5 itself before that (the handler is registered at library init), so
+ * a host that relies on HDF5's exit-time cleanup of its own files should
+ * call H5open() before handing npuc an HDF5 file.  The contained reader's
+ * child (h5_worker.c) leaves with _exit and never runs atexit handlers. */
+static void init_once(void) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&g_lock, &a);
+    pthread_mutexattr_destroy(&a);
+    H5dont_atexit();
+}
 
 /* ------------------------------------------------------------ quiet */
 
-static int g_quiet_depth;
-static H5E_auto2_t g_saved_func;
-static void *g_saved_data;
-static int g_saved;
-
-void npuc__h5_quiet_begin(void) {
-    if (g_quiet_depth++ > 0) return;
+void npuc__h5_quiet_begin(npuc_h5_quiet *q) {
+    pthread_once(&g_once, init_once);
+    pthread_mutex_lock(&g_lock);
     /* H5Eget_auto2 fails when the application installed a handler with the
      * old H5Eset_auto1; then there is nothing we could restore faithfully,
-     * so we silence anyway and leave the stack handler off afterwards. */
-    g_saved = H5Eget_auto2(H5E_DEFAULT, &g_saved_func, &g_saved_data) >= 0;
+     * so we silence anyway and leave the stack handler off afterwards.  A
+     * nested call saves "none" (the outer one silenced) and restores it. */
+    q->saved = H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data) >= 0;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-void npuc__h5_quiet_end(void) {
-    if (g_quiet_depth <= 0) return;
-    if (--g_quiet_depth > 0) return;
-    if (g_saved) H5Eset_auto2(H5E_DEFAULT, g_saved_func, g_saved_data);
-    g_saved = 0;
+void npuc__h5_quiet_end(npuc_h5_quiet *q) {
+    if (q->saved) H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
+    q->saved = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+pid_t npuc__h5_fork(void) {
+    pthread_once(&g_once, init_once);
+    /* Holding the lock across fork(): no other thread is inside HDF5, so the
+     * child's copy of the library's state is consistent.  The child is single
+     * threaded and starts with a fresh lock (the copy is owned by a thread
+     * that does not exist there). */
+    pthread_mutex_lock(&g_lock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&g_lock, &a);
+        pthread_mutexattr_destroy(&a);
+        return 0;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return pid;
 }
 
 typedef struct errbuf {

@@ -4,15 +4,17 @@
  * printing, capturing its error text for npuc messages, the npuc dtype <->
  * HDF5 type mapping, string attributes, and a small string map.
  *
- * HDF5 (1.10, serial build) is not thread-safe and keeps global state, so the
- * HDF5 backend must not be entered from two threads at once; npuc contexts
- * are per-thread anyway and nothing here adds locking.
+ * HDF5 (1.10, serial build) is not thread-safe and keeps global state: every
+ * HDF5 call npuc makes is bracketed by npuc__h5_quiet_begin/end, which hold
+ * one process-wide lock (h5_common.c).  Input files are read by a contained
+ * worker process by default (h5_worker.c, docs/hdf5-containment.md).
  */
 #ifndef NPUC_H5_COMMON_H
 #define NPUC_H5_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <hdf5.h>
 
@@ -29,8 +31,19 @@
 
 /* ------------------------------------------------------------ entry points */
 
-/* Opens an HDF5 file (h5_reader.c). */
+/* Opens an HDF5 file: in the contained reader (h5_worker.c), or in this
+ * process when the environment has NPUC_H5_INPROCESS=1. */
 npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
+/* The in-process reader (h5_reader.c): scan builds the tensor table,
+ * metadata and groups of path without deciding layouts (the contained
+ * reader's child runs it and ships the result); open_inprocess is scan +
+ * npuc__model_finish.  read fills buf (tensor i's nbytes) with its data. */
+npuc_status npuc__h5_scan(npuc_ctx *ctx, const char *path, npuc_model **out);
+npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, npuc_model **out);
+npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf);
+/* 1 when a model read from a tree of this style is read with Keras layout
+ * rules (not when its "format" metadata says "pt"). */
+int npuc__h5_keras_rules(const npuc_model *m, npuc_h5_style style);
 /* The row's describe hook (h5_reader.c): "structure" -> the tree m was read
  * from ("plain", "keras2", "keras3"). */
 const char *npuc__h5_describe(const npuc_model *m, const char *key);
@@ -45,12 +58,22 @@ extern const npuc__format_row npuc__h5_format;
 /* ------------------------------------------------------------ quiet */
 
 /* HDF5 prints its error stack to stderr by default; a library must not.
- * Every backend entry point brackets its HDF5 calls with quiet_begin/end.
- * The calls nest (a depth counter): the outermost begin saves the
- * application's handler and installs none, the matching end restores it, so
- * calling them repeatedly or recursively never loses the caller's handler. */
-void npuc__h5_quiet_begin(void);
-void npuc__h5_quiet_end(void);
+ * Every HDF5 call is bracketed with quiet_begin/end on a caller-owned q:
+ * begin takes the process-wide HDF5 lock (recursive, so calls nest), saves
+ * the application's error handler in q and installs none; end restores it
+ * and releases the lock. */
+typedef struct npuc_h5_quiet {
+    H5E_auto2_t func;
+    void *data;
+    int saved;
+} npuc_h5_quiet;
+void npuc__h5_quiet_begin(npuc_h5_quiet *q);
+void npuc__h5_quiet_end(npuc_h5_quiet *q);
+
+/* fork() with the HDF5 lock held, so the child (0 returned) holds a
+ * consistent copy of the library; the child gets a fresh lock.  -1 on
+ * failure (errno set). */
+pid_t npuc__h5_fork(void);
 
 /* Copies the most specific message of HDF5's current error stack into buf
  * ("inflate() failed"), or "unknown HDF5 error".  Call it right after the

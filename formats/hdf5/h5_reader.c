@@ -21,7 +21,8 @@
  * storage and unavailable filters, and refuse datasets whose size is out of
  * proportion to their storage (NPUC_H5_FILL_SLACK + NPUC_H5_MAX_RATIO x the
  * stored bytes): reading one can allocate at most that much.  Payloads are
- * read on demand into a malloc'd buffer.
+ * read on demand (npuc__h5_read) into the caller's buffer: a malloc'd one here
+ * (NPUC_H5_INPROCESS=1), the parent's shared memory in the contained reader.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "h5_common.h"
+#include "h5_worker.h"
 
 typedef struct h5r_state {
     hid_t file;
@@ -794,9 +796,7 @@ static npuc_status build(walker *w, hid_t root) {
     return walk_group(w, root, NULL, 0, NULL);
 }
 
-npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o,
-                          npuc_model **out) {
-    (void)o;
+npuc_status npuc__h5_scan(npuc_ctx *ctx, const char *path, npuc_model **out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot stat", path);
@@ -806,13 +806,14 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     walker w = {.ctx = ctx, .m = m, .path = path, .file = H5I_INVALID_HID, .style = NPUC_H5_PLAIN};
     npuc_status st = NPUC_OK;
     hid_t fapl = H5I_INVALID_HID, root = H5I_INVALID_HID;
+    npuc_h5_quiet q;
     h5r_state *s = calloc(1, sizeof *s);
     if (!s) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
     s->file = H5I_INVALID_HID;
     m->be = &H5_BACKEND;
     m->be_state = s;
 
-    npuc__h5_quiet_begin();
+    npuc__h5_quiet_begin(&q);
     /* STRONG: closing the file closes anything still open in it.  No file
      * locking: we only read, and locking fails on some network filesystems. */
     fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -837,16 +838,8 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     if ((st = build(&w, root)) != NPUC_OK) goto fail_quiet;
     s->style = w.style;
     H5Gclose(root);
-    root = H5I_INVALID_HID;
     H5Pclose(fapl);
-    fapl = H5I_INVALID_HID;
-    npuc__h5_quiet_end();
-
-    /* ONNX/PyTorch weights moved into a Keras layout keep OIHW: the file says
-     * so with format = "pt" (h5_format.c applies the same rule when writing). */
-    const char *fmt = npuc_model_meta_get(m, "format");
-    int keras = w.style != NPUC_H5_PLAIN && !(fmt && strcmp(fmt, "pt") == 0);
-    if ((st = npuc__model_finish(ctx, m, keras)) != NPUC_OK) goto fail;
+    npuc__h5_quiet_end(&q);
     free(w.seen.slot);
     free(w.added.slot);
     *out = m;
@@ -855,7 +848,7 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
 fail_quiet:
     if (root >= 0) H5Gclose(root);
     if (fapl >= 0) H5Pclose(fapl);
-    npuc__h5_quiet_end();
+    npuc__h5_quiet_end(&q);
 fail:
     free(w.seen.slot);
     free(w.added.slot);
@@ -863,19 +856,35 @@ fail:
     return st;
 }
 
+int npuc__h5_keras_rules(const npuc_model *m, npuc_h5_style style) {
+    /* ONNX/PyTorch weights moved into a Keras layout keep OIHW: the file says
+     * so with format = "pt" (h5_format.c applies the same rule when writing). */
+    const char *fmt = npuc_model_meta_get(m, "format");
+    return style != NPUC_H5_PLAIN && !(fmt && strcmp(fmt, "pt") == 0);
+}
+
+npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, npuc_model **out) {
+    npuc_model *m;
+    npuc_status st = npuc__h5_scan(ctx, path, &m);
+    if (st != NPUC_OK) return st;
+    const h5r_state *s = m->be_state;
+    if ((st = npuc__model_finish(ctx, m, npuc__h5_keras_rules(m, s->style))) != NPUC_OK) {
+        npuc_model_close(m);
+        return st;
+    }
+    *out = m;
+    return NPUC_OK;
+}
+
 /* ------------------------------------------------------------ backend */
 
-static npuc_status h5_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
+npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf) {
     h5r_state *s = m->be_state;
     const npuc_tensor_info *t = &m->t[i];
     char err[256];
     npuc_status st = NPUC_OK;
-    if (t->nbytes > SIZE_MAX - 1)
-        return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': too large for memory", m->path, t->name);
-    /* Never a NULL buffer, even for zero bytes: NULL means "not loaded". */
-    unsigned char *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
-    if (!buf) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
-    npuc__h5_quiet_begin();
+    npuc_h5_quiet q;
+    npuc__h5_quiet_begin(&q);
     hid_t did = H5Oopen_by_addr(s->file, (haddr_t)m->offset[i]);
     hid_t ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
     if (did < 0 || H5Iget_type(did) != H5I_DATASET) {
@@ -900,7 +909,18 @@ done:
     if (mt >= 0) H5Tclose(mt);
     if (ft >= 0) H5Tclose(ft);
     if (did >= 0) H5Oclose(did);
-    npuc__h5_quiet_end();
+    npuc__h5_quiet_end(&q);
+    return st;
+}
+
+static npuc_status h5_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
+    const npuc_tensor_info *t = &m->t[i];
+    if (t->nbytes > SIZE_MAX - 1)
+        return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': too large for memory", m->path, t->name);
+    /* Never a NULL buffer, even for zero bytes: NULL means "not loaded". */
+    unsigned char *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (!buf) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
+    npuc_status st = npuc__h5_read(ctx, m, i, buf);
     if (st != NPUC_OK) {
         free(buf);
         return st;
@@ -914,9 +934,10 @@ static void h5_close(npuc_model *m) {
     h5r_state *s = m->be_state;
     if (!s) return;
     if (s->file >= 0) {
-        npuc__h5_quiet_begin();
+        npuc_h5_quiet q;
+        npuc__h5_quiet_begin(&q);
         H5Fclose(s->file);
-        npuc__h5_quiet_end();
+        npuc__h5_quiet_end(&q);
     }
     free(s);
     m->be_state = NULL;
@@ -924,13 +945,17 @@ static void h5_close(npuc_model *m) {
 
 /* ------------------------------------------------------------ describing */
 
-/* Models whose backend is not this reader's (none today) are PLAIN. */
+/* Models read by neither this reader nor the contained one are PLAIN. */
 npuc_h5_style npuc_model_h5_style(const npuc_model *m) {
+    npuc_h5_style st;
+    if (m && npuc__h5_worker_style(m, &st)) return st;
     const h5r_state *s = m && m->be == &H5_BACKEND ? m->be_state : NULL;
     return s ? s->style : NPUC_H5_PLAIN;
 }
 
 const char *npuc__h5_describe(const npuc_model *m, const char *key) {
-    if (strcmp(key, "structure") != 0 || m->be != &H5_BACKEND) return NULL;
+    npuc_h5_style ws;
+    if (strcmp(key, "structure") != 0) return NULL;
+    if (m->be != &H5_BACKEND && !npuc__h5_worker_style(m, &ws)) return NULL;
     return npuc_h5_style_name(npuc_model_h5_style(m));
 }

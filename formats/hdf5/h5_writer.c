@@ -440,7 +440,8 @@ static npuc_status h5w_begin(npuc_writer *w) {
     if (!(s->dpath = calloc(w->n ? w->n : 1, sizeof *s->dpath))) return nomem(w);
 
     npuc_status st = NPUC_OK;
-    npuc__h5_quiet_begin();
+    npuc_h5_quiet q;
+    npuc__h5_quiet_begin(&q);
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
     const unsigned crt = H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED;
     /* The file creation list is also the root group's: no times, creation
@@ -488,7 +489,7 @@ static npuc_status h5w_begin(npuc_writer *w) {
 done:
     if (fcpl >= 0) H5Pclose(fcpl);
     if (fapl >= 0) H5Pclose(fapl);
-    npuc__h5_quiet_end();
+    npuc__h5_quiet_end(&q);
     return st;
 }
 
@@ -500,7 +501,8 @@ static npuc_status h5w_write(npuc_writer *w, size_t i, const void *data, uint64_
     if (!s || i >= s->n || !s->dpath[i])
         return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "%s: tensor '%s': no dataset", w->path, t->name);
     if (t->numel == 0) return NPUC_OK;
-    npuc__h5_quiet_begin();
+    npuc_h5_quiet q;
+    npuc__h5_quiet_begin(&q);
     hid_t d = H5Dopen2(s->file, s->dpath[i], H5P_DEFAULT);
     hid_t type = d < 0 ? H5I_INVALID_HID : H5Dget_type(d);
     if (d < 0 || type < 0) st = hfail(w, s, "cannot open its dataset", t->name);
@@ -508,18 +510,19 @@ static npuc_status h5w_write(npuc_writer *w, size_t i, const void *data, uint64_
         st = hfail(w, s, "cannot write data", t->name);
     if (type >= 0) H5Tclose(type);
     if (d >= 0 && H5Dclose(d) < 0 && st == NPUC_OK) st = hfail(w, s, "cannot write data", t->name);
-    npuc__h5_quiet_end();
+    npuc__h5_quiet_end(&q);
     return st;
 }
 
 static void free_state(npuc_writer *w) {
     h5w_state *s = w->be_state;
     if (!s) return;
-    npuc__h5_quiet_begin();
+    npuc_h5_quiet q;
+    npuc__h5_quiet_begin(&q);
     if (s->gcpl >= 0) H5Pclose(s->gcpl);
     if (s->lcpl >= 0) H5Pclose(s->lcpl);
     if (s->file >= 0) H5Fclose(s->file);
-    npuc__h5_quiet_end();
+    npuc__h5_quiet_end(&q);
     if (s->dpath)
         for (size_t i = 0; i < s->n; i++) free(s->dpath[i]);
     free(s->dpath);
@@ -531,7 +534,8 @@ static void free_state(npuc_writer *w) {
 static npuc_status h5w_finish(npuc_writer *w) {
     h5w_state *s = w->be_state;
     if (!s) return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "%s: finish without begin", w->path);
-    npuc__h5_quiet_begin();
+    npuc_h5_quiet q;
+    npuc__h5_quiet_begin(&q);
     npuc_status st = NPUC_OK;
     if (s->gcpl >= 0) H5Pclose(s->gcpl);
     if (s->lcpl >= 0) H5Pclose(s->lcpl);
@@ -539,7 +543,7 @@ static npuc_status h5w_finish(npuc_writer *w) {
     herr_t rc = H5Fclose(s->file);
     s->file = H5I_INVALID_HID;
     if (rc < 0) st = hfail(w, s, "cannot complete the file", NULL);
-    npuc__h5_quiet_end();
+    npuc__h5_quiet_end(&q);
     if (st == NPUC_OK) {
         /* HDF5 has no fsync of its own: sync the closed file ourselves. */
         int fd = open(w->tmp, O_RDONLY);
