@@ -12,6 +12,12 @@
 source "$(dirname "$0")/lib/cli_test.bash"
 [ -n "${NPUC_WRAP:-}" ] || skip "NPUC_WRAP is not set (run through ctest)"
 
+# A real run is not flagged (and is this file's run under memcheck in the
+# valgrind pass); the fakes below never run under valgrind.
+expect_rc 0 "$NPUC_BIN" info "$SAMPLES/cnn_bn.safetensors"
+[ ! -s "$NPUC_GUARD_DIR/log" ] || fail "a plain npuc info was flagged: $(cat "$NPUC_GUARD_DIR/log")"
+export NPUC_VALGRIND=0
+
 # The fake npuc: `fake ACTION FILE [args...]`.
 cat >"$T/fake" <<'EOF'
 #!/usr/bin/env bash

@@ -30,12 +30,14 @@
  * and any "ERROR SUMMARY: N" with N > 0 is recorded in the guard log as
  * "VALGRIND ERRORS: <log>" and makes the wrapper exit 98.  Invocations are
  * claimed with mkdir(DIR/vg/SUBCMD.K), so the subset is deterministic for
- * the sequential part of a test and safe for concurrent runs.
+ * the sequential part of a test and safe for concurrent runs.  A test sets
+ * NPUC_VALGRIND=0 for a run it times (it is still guarded).
  *
  * Everything else is transparent: the exit code is npuc's, a death by
  * signal is re-raised, SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 sent to
  * the wrapper are forwarded to npuc, and npuc is killed (PR_SET_PDEATHSIG)
  * if the wrapper is SIGKILLed.  Without NPUC_GUARD_DIR the log is skipped.
+ * NPUC_WRAP_TRACE=FILE appends one line per invocation to FILE.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -391,6 +393,14 @@ int main(int argc, char **argv) {
     free(is_out);
 
     char *tag = claim_valgrind(argc > 1 ? argv[1] : "");
+    /* NPUC_WRAP_TRACE=FILE: one line per invocation (subcommand, files
+     * recorded, under valgrind or not), to count what a suite run checked. */
+    const char *trace = getenv("NPUC_WRAP_TRACE");
+    FILE *tf = trace && *trace ? fopen(trace, "a") : NULL;
+    if (tf) {
+        fprintf(tf, "%s %zu %s\n", argc > 1 ? argv[1] : "-", nrecs, tag ? tag : "-");
+        fclose(tf);
+    }
 
     sigset_t block, old;
     sigemptyset(&block);
