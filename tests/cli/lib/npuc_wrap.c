@@ -489,6 +489,7 @@ int main(int argc, char **argv) {
         }
     }
     int vg_bad = tag ? valgrind_errors(tag) : 0;
+    free(tag);
     if (modified) return EXIT_MODIFIED;
     if (vg_bad) return EXIT_VALGRIND;
     if (WIFSIGNALED(status)) {
