@@ -19,8 +19,7 @@ if [[ ! -x $PY ]]; then
     exit 77
 fi
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/npuc-cli-bad-XXXXXX")
-trap 'rm -rf "$T"' EXIT
+source "$(dirname "$0")/lib/cli_test.bash" # $T, the input guard
 mkdir -p "$T/in" "$T/dir with space" "$T/out"
 
 # Each file is "<name>.safetensors" plus a line "<name>\t<fragment>" in

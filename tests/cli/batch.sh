@@ -130,7 +130,7 @@ echo "resume ok"
 killed_mid=0
 for delay in 0.02 0.05 0.1 0.2 0.3 0.5; do
     rm -rf "$T/kill"
-    "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/kill" -j 2 >/dev/null 2>&1 &
+    "$NPUC_REAL_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/kill" -j 2 >/dev/null 2>&1 & # signalled: the real npuc
     pid=$!
     sleep "$delay"
     kill -KILL "$pid" 2>/dev/null || true

@@ -29,8 +29,8 @@ EOF
 }
 
 # Peak RSS (KB) and wall time of a command, and its exit code, from Python.
-measure() { # OUT.json CMD...
-    "$PY" - "$@" <<'EOF'
+measure() { # OUT.json CMD... (timed and measured: never under valgrind)
+    NPUC_VALGRIND=0 "$PY" - "$@" <<'EOF'
 import json, resource, subprocess, sys, time
 t0 = time.time()
 try:

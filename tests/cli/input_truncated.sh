@@ -16,7 +16,7 @@ size=$(stat -c %s "$T/model.safetensors")
 "$NPUC_BIN" quantize "$T/model.safetensors" -o "$T/ref.safetensors" -j1 -q >/dev/null
 ref=$(sha256sum <"$T/ref.safetensors")
 s=$(date +%s%N)
-"$NPUC_BIN" quantize "$T/model.safetensors" -o "$T/ref2.safetensors" -j1 -q >/dev/null
+"$NPUC_REAL_BIN" quantize "$T/model.safetensors" -o "$T/ref2.safetensors" -j1 -q >/dev/null
 ms=$((($(date +%s%N) - s) / 1000000 + 1))
 
 mid=0 early=0 late=0
@@ -27,7 +27,8 @@ for i in $(seq "$TRIES"); do
     cut=$(((RANDOM * 32768 + RANDOM) % size))
     d=$((RANDOM % ms))
     rc=0
-    "$NPUC_BIN" quantize "$in" -o "$out" -j1 -q >/dev/null 2>"$T/e" &
+    # The real binary: the test changes its input on purpose (no input guard).
+    "$NPUC_REAL_BIN" quantize "$in" -o "$out" -j1 -q >/dev/null 2>"$T/e" &
     pid=$!
     sleep "$((d / 1000)).$(printf '%03d' $((d % 1000)))"
     truncate -s "$cut" "$in"
@@ -61,7 +62,7 @@ need=$((TRIES / 10 > 2 ? TRIES / 10 : 2))
 # Replaced (renamed over) while being read: the run reads the file it opened.
 cp "$T/model.safetensors" "$T/in.safetensors"
 rm -f "$T/out.safetensors"
-"$NPUC_BIN" quantize "$T/in.safetensors" -o "$T/out.safetensors" -j1 -q >/dev/null 2>"$T/e" &
+"$NPUC_REAL_BIN" quantize "$T/in.safetensors" -o "$T/out.safetensors" -j1 -q >/dev/null 2>"$T/e" &
 pid=$!
 # Replace it once the run has it open (a fixed delay raced slow starts under ASan).
 for _ in $(seq 500); do

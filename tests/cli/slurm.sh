@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib/cli_test.bash"
 
 S="$T/slurm"
 stop_slurm() { bash "$NPUC_SRC/tests/slurm/slurm_local.sh" stop "$S" || true; }
-trap 'stop_slurm; rm -rf "$T"' EXIT
+trap 'rc=$?; stop_slurm; cli_test_exit $rc' EXIT
 rc=0
 bash "$NPUC_SRC/tests/slurm/slurm_local.sh" start "$S" >"$T/slurm.env" 2>"$T/slurm.err" || rc=$?
 cat "$T/slurm.err" >&2

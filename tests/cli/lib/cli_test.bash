@@ -18,7 +18,43 @@ SHARED="${NPUC_SHARED_DATA:-}"
 MODELS="silero_vad_v5 ppocrv4_rec ppocr_mobile_v2_cls nsfwjs_mobilenet_v2"
 
 T="$(mktemp -d "${TMPDIR:-/tmp}/npuc-cli.XXXXXX")"
-trap 'rm -rf "$T"' EXIT
+
+# Input guard (issue 15: inputs are never modified).  NPUC_BIN becomes the
+# wrapper tests/cli/lib/npuc_wrap.c, which runs the real binary
+# (NPUC_REAL_BIN) and checks every input file named on its command line is
+# unchanged afterwards (size, mtime, hash).  A change is appended to
+# $NPUC_GUARD_DIR/log and cli_test_exit fails the test, whatever the test
+# expected of that run's exit code.  Runs the test itself disturbs on
+# purpose (the input truncated underneath) use "$NPUC_REAL_BIN".  In the
+# valgrind pass of .ci/run the wrapper also runs a subset of the
+# invocations under memcheck and records its errors in the same log.
+export NPUC_REAL_BIN="${NPUC_REAL_BIN:-$NPUC_BIN}"
+export NPUC_GUARD_DIR="$T/.guard"
+mkdir "$NPUC_GUARD_DIR"
+if [ -n "${NPUC_WRAP:-}" ]; then
+    [ -x "$NPUC_WRAP" ] || { echo "FAIL: NPUC_WRAP=$NPUC_WRAP is not executable" >&2; exit 1; }
+    export NPUC_BIN="$NPUC_WRAP"
+fi
+
+# cli_test_exit: the EXIT trap.  Fails the test (exit 1) when the guard log
+# is not empty, showing it and the valgrind logs it names, then removes $T.
+# A test with its own EXIT trap calls it last.
+cli_test_exit() {
+    local rc=${1:-$?} f
+    if [ -s "$NPUC_GUARD_DIR/log" ]; then
+        echo "--- input guard / valgrind ($NPUC_GUARD_DIR/log):" >&2
+        head -c 4000 "$NPUC_GUARD_DIR/log" >&2
+        sed -n 's/^VALGRIND ERRORS: //p' "$NPUC_GUARD_DIR/log" | head -3 | while read -r f; do
+            echo "--- $f:" >&2
+            head -c 12000 "$f" >&2
+        done
+        echo "FAIL: an input was modified or valgrind found errors (see above)" >&2
+        rc=1
+    fi
+    rm -rf "$T"
+    exit "$rc"
+}
+trap cli_test_exit EXIT
 
 fail() {
     echo "FAIL: $*" >&2
