@@ -10,6 +10,7 @@
  * hand-worked blocks follow the block definitions: Q8_0 x = q * d, Q4_0
  * x = (q - 8) * d, Q5_1 x = (q | h << 4) * d + m, with fp16 d and m.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +408,40 @@ static void test_quantize_by_hand(void **state) {
     assert_int_equal(bad, 1);
 }
 
+/* Replays the seed corpus (fuzz/corpus/gguf): each file opens, or fails
+ * with an input error naming it; every tensor of one that opens reads. */
+static void test_corpus(void **state) {
+    (void)state;
+    const char *src = getenv("NPUC_SRC");
+    if (!src) skip();
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/fuzz/corpus/gguf", src);
+    DIR *d = opendir(dir);
+    if (!d) skip();
+    int seen = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        npuc_model *m = NULL;
+        npuc_status st = npuc_model_open(ctx, path, NULL, &m);
+        seen++;
+        if (st != NPUC_OK) {
+            assert_true(npuc_status_is_input_error(st));
+            assert_non_null(strstr(npuc_ctx_errmsg(ctx), e->d_name));
+            continue;
+        }
+        for (size_t i = 0; i < npuc_model_count(m); i++) {
+            const void *p;
+            assert_int_equal(npuc_model_data(ctx, m, i, &p), NPUC_OK);
+            npuc_model_release(m, i);
+        }
+        npuc_model_close(m);
+    }
+    closedir(d);
+    assert_true(seen > 0);
+}
+
 static int setup(void **state) {
     (void)state;
     return npuc_ctx_new(&ctx) == NPUC_OK ? 0 : -1;
@@ -422,6 +457,7 @@ int main(void) {
         cmocka_unit_test(test_header_counts), cmocka_unit_test(test_keys),
         cmocka_unit_test(test_tensors),       cmocka_unit_test(test_valid_values),
         cmocka_unit_test(test_every_prefix),  cmocka_unit_test(test_quantize_by_hand),
+        cmocka_unit_test(test_corpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
