@@ -21,8 +21,9 @@
  * of the source as a string under "npuc." + its key, and, when a name was
  * shortened, npuc.gguf.long_names: [short, full, short, full, ...].
  *
- * npuc artifacts (a model with an "npuc" entry describing encoded tensors)
- * are refused: their parts are codes and scales only npuc can read.
+ * npuc artifacts whose "npuc" entry describes encoded tensors are refused:
+ * their parts are codes and scales only npuc can read.  Fake-quantized
+ * tensors are dense and are written like any other.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "gguf_format.h"
 
@@ -198,12 +201,30 @@ static int plan_type(npuc_writer *w, const npuc_tensor_info *t, int want, size_t
     return want;
 }
 
-/* A model with an "npuc" artifact entry that describes encoded tensors. */
-static int is_artifact(const npuc_writer *w) {
-    for (size_t i = 0; i < w->nmeta; i++)
-        if (strcmp(w->meta_k[i], "npuc") == 0 && strstr(w->meta_v[i], "npuc.artifact/") &&
-            strstr(w->meta_v[i], "\"encoding\""))
-            return 1;
+/* 1 when w's "npuc" artifact entry describes a tensor that is not declared
+ * as itself, dense, with its original shape: its codes, scales or factors
+ * are parts only npuc decodes.  Dense entries (fake quantization) are
+ * plain weights and may be written. */
+static int has_encoded_tensors(const npuc_writer *w) {
+    for (size_t i = 0; i < w->nmeta; i++) {
+        if (strcmp(w->meta_k[i], "npuc") != 0) continue;
+        json_t *root = json_loads(w->meta_v[i], 0, NULL), *ts = json_object_get(root, "tensors");
+        const char *name;
+        json_t *e;
+        int encoded = 0;
+        json_object_foreach(ts, name, e) {
+            const json_t *shape = json_object_get(e, "shape");
+            size_t k = 0;
+            while (k < w->n && strcmp(w->t[k].name, name) != 0) k++;
+            int same = k < w->n && npuc_dtype_is_float(w->t[k].dtype) && json_is_array(shape) &&
+                       json_array_size(shape) == (size_t)w->t[k].rank;
+            for (int d = 0; same && d < w->t[k].rank; d++)
+                same = json_integer_value(json_array_get(shape, (size_t)d)) == w->t[k].shape[d];
+            if (!same) encoded = 1;
+        }
+        json_decref(root);
+        if (encoded) return 1;
+    }
     return 0;
 }
 
@@ -297,7 +318,7 @@ static void state_free(ggw_state *s) {
 }
 
 static npuc_status ggw_begin(npuc_writer *w) {
-    if (is_artifact(w))
+    if (has_encoded_tensors(w))
         return npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
                          "%s: GGUF holds dense or ggml-quantized weights, not npuc artifacts; write the "
                          "artifact as .safetensors, or quantize to GGUF with `npuc convert IN -o %s "

@@ -67,7 +67,11 @@ expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-type 
 must_match "$T/err" "q8_0"
 [ ! -e "$T/bad.gguf" ] || fail "bad.gguf written"
 
-# Refusals: nothing is published.
+# A pass's output: fake-quantized weights are dense and written (f16 by
+# default); an artifact of codes and scales is refused and nothing is published.
+expect_rc 0 "$NPUC_BIN" quantize "$T/m.safetensors" --fake-quant -o "$T/fq.safetensors"
+expect_rc 0 "$NPUC_BIN" quantize "$T/m.safetensors" --fake-quant -o "$T/fq.gguf"
+G check "$T/fq.safetensors" "$T/fq.gguf" f16
 expect_rc 2 "$NPUC_BIN" quantize "$T/m.safetensors" -o "$T/q.gguf"
 must_match "$T/err" "q.gguf: GGUF holds dense or ggml-quantized weights, not npuc artifacts"
 G huge "$T/huge.safetensors"
