@@ -27,14 +27,17 @@
  *     (an all-zero or constant block) uses 1/d = 0.
  *   - fp16 conversion rounds to nearest even (npuc_f32_to_f16, the same
  *     rounding as ggml's GGML_FP32_TO_FP16).
- * Every operation is a separate float32 operation; the library is built
- * without FMA contraction for this folder's target (baseline x86-64 has no
- * FMA), so no multiply-add is fused.  A scale or minimum that overflows
+ * Every operation is a separate float32 operation: the library is built as
+ * ISO C11 (-std=c11, under which GCC does not contract a * b + c into an
+ * FMA) for baseline x86-64, so no multiply-add is fused.  A scale or minimum that overflows
  * fp16 is refused (ggml would store inf and its dequantization would give
  * NaN/inf).
  */
 #include <math.h>
 #include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "gguf_format.h"
 
@@ -128,84 +131,61 @@ static float signed_max(const float *x) {
     return max;
 }
 
-static int q4_0(const float *x, unsigned char *b) {
-    const float d = signed_max(x) / -8;
+/* Q4_0 (five = 0) and Q5_0 (five = 1). */
+static int q_0(const float *x, unsigned char *b, int five) {
+    const float d = signed_max(x) / (five ? -16 : -8);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (half(d, b) != 0) return -1;
-    for (int j = 0; j < 16; j++) {
-        const float x0 = x[j] * id, x1 = x[16 + j] * id;
-        int q0 = (int8_t)(int)(x0 + 8.5f), q1 = (int8_t)(int)(x1 + 8.5f);
-        q0 = q0 < 15 ? q0 : 15;
-        q1 = q1 < 15 ? q1 : 15;
-        b[2 + j] = (unsigned char)((q0 & 0xff) | (q1 << 4));
-    }
-    return 0;
-}
-
-static int q5_0(const float *x, unsigned char *b) {
-    const float d = signed_max(x) / -16;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (half(d, b) != 0) return -1;
+    const float off = five ? 16.5f : 8.5f;
+    const int cap = five ? 31 : 15;
+    unsigned char *qs = b + (five ? 6 : 2);
     uint32_t qh = 0;
+    if (half(d, b) != 0) return -1;
     for (int j = 0; j < 16; j++) {
         const float x0 = x[j] * id, x1 = x[16 + j] * id;
-        int q0 = (int8_t)(int)(x0 + 16.5f), q1 = (int8_t)(int)(x1 + 16.5f);
-        uint8_t u0 = (uint8_t)(q0 < 31 ? q0 : 31), u1 = (uint8_t)(q1 < 31 ? q1 : 31);
-        b[6 + j] = (unsigned char)((u0 & 0x0f) | ((u1 & 0x0f) << 4));
-        qh |= ((u0 & 0x10u) >> 4) << j;
-        qh |= ((u1 & 0x10u) >> 4) << (j + 16);
+        int q0 = (int8_t)(int)(x0 + off), q1 = (int8_t)(int)(x1 + off);
+        q0 = q0 < cap ? q0 : cap;
+        q1 = q1 < cap ? q1 : cap;
+        qs[j] = (unsigned char)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+        qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
     }
-    put_u32(b + 2, qh);
+    if (five) put_u32(b + 2, qh);
     return 0;
 }
 
-/* min and max of a block; start values as the reference's (FLT_MAX,
- * -FLT_MAX), which only matter for NaN, refused before. */
-static void min_max(const float *x, float *mn, float *mx) {
-    float lo = 3.40282347e+38f, hi = -3.40282347e+38f;
+/* Q4_1 (five = 0) and Q5_1 (five = 1); min and max start as the
+ * reference's (FLT_MAX, -FLT_MAX), which only matters for NaN, refused
+ * before.  Q5_1's code is not capped at 31, as in the reference. */
+static int q_1(const float *x, unsigned char *b, int five) {
+    float min = 3.40282347e+38f, max = -3.40282347e+38f;
     for (int j = 0; j < 32; j++) {
-        if (x[j] < lo) lo = x[j];
-        if (x[j] > hi) hi = x[j];
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
     }
-    *mn = lo;
-    *mx = hi;
-}
-
-static int q4_1(const float *x, unsigned char *b) {
-    float min, max;
-    min_max(x, &min, &max);
-    const float d = (max - min) / 15;
+    const float d = (max - min) / (five ? 31 : 15);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (half(d, b) != 0 || half(min, b + 2) != 0) return -1;
-    for (int j = 0; j < 16; j++) {
-        const float x0 = (x[j] - min) * id, x1 = (x[16 + j] - min) * id;
-        int q0 = (int8_t)(int)(x0 + 0.5f), q1 = (int8_t)(int)(x1 + 0.5f);
-        q0 = q0 < 15 ? q0 : 15;
-        q1 = q1 < 15 ? q1 : 15;
-        b[4 + j] = (unsigned char)((q0 & 0xff) | (q1 << 4));
-    }
-    return 0;
-}
-
-static int q5_1(const float *x, unsigned char *b) {
-    float min, max;
-    min_max(x, &min, &max);
-    const float d = (max - min) / 31;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (half(d, b) != 0 || half(min, b + 2) != 0) return -1;
+    unsigned char *qs = b + (five ? 8 : 4);
     uint32_t qh = 0;
+    if (half(d, b) != 0 || half(min, b + 2) != 0) return -1;
     for (int j = 0; j < 16; j++) {
         const float x0 = (x[j] - min) * id, x1 = (x[16 + j] - min) * id;
-        uint8_t u0 = (uint8_t)(int)(x0 + 0.5f), u1 = (uint8_t)(int)(x1 + 0.5f);
-        b[8 + j] = (unsigned char)((u0 & 0x0f) | ((u1 & 0x0f) << 4));
-        qh |= ((u0 & 0x10u) >> 4) << j;
-        qh |= ((u1 & 0x10u) >> 4) << (j + 16);
+        int q0 = (uint8_t)(int)(x0 + 0.5f), q1 = (uint8_t)(int)(x1 + 0.5f);
+        if (!five) {
+            q0 = q0 < 15 ? q0 : 15;
+            q1 = q1 < 15 ? q1 : 15;
+        }
+        qs[j] = (unsigned char)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+        qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
     }
-    put_u32(b + 4, qh);
+    if (five) put_u32(b + 4, qh);
     return 0;
 }
 
-int npuc__gguf_quantize(int id, const float *x, void *blocks, uint64_t k, uint64_t *bad_block) {
+static int q4_0(const float *x, unsigned char *b) { return q_0(x, b, 0); }
+static int q5_0(const float *x, unsigned char *b) { return q_0(x, b, 1); }
+static int q4_1(const float *x, unsigned char *b) { return q_1(x, b, 0); }
+static int q5_1(const float *x, unsigned char *b) { return q_1(x, b, 1); }
+
+int npuc__gguf_quantize(int id, const float *x, void *blocks, uint64_t k, int nth, uint64_t *bad_block) {
     const npuc__ggml_type *t = npuc__ggml_type_by_id((uint32_t)id);
     int (*fn)(const float *, unsigned char *) = id == NPUC__GGML_Q8_0   ? q8_0
                                                 : id == NPUC__GGML_Q4_0 ? q4_0
@@ -215,11 +195,22 @@ int npuc__gguf_quantize(int id, const float *x, void *blocks, uint64_t k, uint64
                                                                         : NULL;
     if (!fn || !t) return -1;
     unsigned char *b = blocks;
-    for (uint64_t i = 0; i < k / 32; i++)
-        if (fn(x + 32 * i, b + t->tsize * i) != 0) {
-            *bad_block = i;
-            return -1;
-        }
+    const int64_t nb = (int64_t)(k / 32);
+    uint64_t first_bad = UINT64_MAX;
+#if defined(_OPENMP)
+    if (nth <= 0) nth = omp_get_max_threads();
+#else
+    (void)nth;
+#endif
+    /* Blocks are independent: any split gives the same bytes, and the
+     * smallest failing index is the same whatever the thread count. */
+#pragma omp parallel for schedule(static) num_threads(nth) reduction(min : first_bad) if (nb >= 4096)
+    for (int64_t i = 0; i < nb; i++)
+        if (fn(x + 32 * i, b + t->tsize * (uint64_t)i) != 0 && (uint64_t)i < first_bad) first_bad = (uint64_t)i;
+    if (first_bad != UINT64_MAX) {
+        *bad_block = first_bad;
+        return -1;
+    }
     return 0;
 }
 

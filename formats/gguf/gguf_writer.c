@@ -26,7 +26,6 @@
  * tensors are dense and are written like any other.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +37,7 @@
 #include "gguf_format.h"
 
 /* Elements converted and quantized at a time: a multiple of the block. */
-#define GGW_CHUNK (32u * 8192u)
+#define GGW_CHUNK (32u * 32768u)
 
 typedef struct ggw_tensor {
     int type;
@@ -47,7 +46,7 @@ typedef struct ggw_tensor {
 } ggw_tensor;
 
 typedef struct ggw_state {
-    int fd;
+    FILE *f;
     ggw_tensor *t;
     float *f32;         /* GGW_CHUNK floats */
     unsigned char *out; /* one converted chunk */
@@ -105,25 +104,18 @@ static void kv_str(ggw_buf *b, const char *k, const char *v) {
     put_str(b, v);
 }
 
-static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
-    const char *c = p;
-    while (n) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t k = write(fd, c, chunk);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-            return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, what,
-                             k < 0 ? strerror(errno) : "short write");
-        c += k;
-        n -= (uint64_t)k;
-    }
+/* Output goes through stdio: the header's many small pieces and the
+ * per-chunk payloads alike are buffered, and ggw_finish flushes and fsyncs. */
+static npuc_status out(npuc_writer *w, FILE *f, const void *p, size_t n, const char *what) {
+    if (n && fwrite(p, 1, n, f) != n)
+        return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, what, strerror(errno));
     return NPUC_OK;
 }
 
-static npuc_status pad(npuc_writer *w, int fd, uint64_t n, const char *what) {
+static npuc_status pad(npuc_writer *w, FILE *f, uint64_t n, const char *what) {
     static const unsigned char Z[NPUC__GGUF_ALIGN];
     uint64_t r = n % NPUC__GGUF_ALIGN;
-    return r ? write_all(w, fd, Z, NPUC__GGUF_ALIGN - r, what) : NPUC_OK;
+    return r ? out(w, f, Z, (size_t)(NPUC__GGUF_ALIGN - r), what) : NPUC_OK;
 }
 
 /* FNV-1a, 32 bits: the tag of a shortened name (docs/gguf.md). */
@@ -310,7 +302,7 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
 
 static void state_free(ggw_state *s) {
     if (!s) return;
-    if (s->fd >= 0) close(s->fd);
+    if (s->f) fclose(s->f);
     free(s->t);
     free(s->f32);
     free(s->out);
@@ -328,19 +320,18 @@ static npuc_status ggw_begin(npuc_writer *w) {
     ggw_buf b = {0};
     npuc_status st = NPUC_OK;
     if (!s) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
-    s->fd = -1;
     s->t = calloc(w->n ? w->n : 1, sizeof *s->t);
     s->f32 = malloc(GGW_CHUNK * sizeof *s->f32);
     s->out = malloc(GGW_CHUNK * 8);
     if (!s->t || !s->f32 || !s->out) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     if ((st = build_header(w, s, &b)) != NPUC_OK) goto fail;
-    s->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (s->fd < 0) {
+    s->f = fopen(w->tmp, "wbe");
+    if (!s->f) {
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, w->tmp, strerror(errno));
         goto fail;
     }
-    if ((st = write_all(w, s->fd, b.p, b.n, "the header")) != NPUC_OK ||
-        (st = pad(w, s->fd, b.n, "the header")) != NPUC_OK)
+    if ((st = out(w, s->f, b.p, b.n, "the header")) != NPUC_OK ||
+        (st = pad(w, s->f, b.n, "the header")) != NPUC_OK)
         goto fail;
     free(b.p);
     w->be_state = s;
@@ -379,10 +370,10 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
         if (gt->blck == 1) {
             npuc_dtype dd = gt->dtype;
             if (dd == t->dtype) {
-                st = write_all(w, s->fd, p, (uint64_t)k * ss, what);
+                st = out(w, s->f, p, k * ss, what);
             } else {
                 npuc_convert(s->out, dd, p, t->dtype, k);
-                st = write_all(w, s->fd, s->out, (uint64_t)k * npuc_dtype_size(dd), what);
+                st = out(w, s->f, s->out, k * npuc_dtype_size(dd), what);
             }
         } else {
             const float *x = (const float *)(const void *)p;
@@ -396,7 +387,7 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
                 return npuc_fail(w->ctx, NPUC_ERR_VALUE, "%s: tensor '%s': element %llu is %s; %s cannot hold it",
                                  w->path, t->name, (unsigned long long)(done + at),
                                  isnan(x[at]) ? "NaN" : "infinite", gt->name);
-            if (npuc__gguf_quantize(g->type, x, s->out, k, &bad) != 0) {
+            if (npuc__gguf_quantize(g->type, x, s->out, k, npuc_ctx_threads(w->ctx), &bad) != 0) {
                 uint64_t e = done + bad * 32;
                 return npuc_fail(w->ctx, NPUC_ERR_VALUE,
                                  "%s: tensor '%s': row %llu, elements %llu..%llu: the %s block scale or "
@@ -404,21 +395,22 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
                                  w->path, t->name, (unsigned long long)(e / row),
                                  (unsigned long long)(e % row), (unsigned long long)(e % row + 31), gt->name);
             }
-            st = write_all(w, s->fd, s->out, (uint64_t)(k / 32) * gt->tsize, what);
+            st = out(w, s->f, s->out, k / 32 * gt->tsize, what);
         }
         done += k;
     }
-    if (st == NPUC_OK) st = pad(w, s->fd, g->nbytes, what);
+    if (st == NPUC_OK) st = pad(w, s->f, g->nbytes, what);
     return st;
 }
 
 static npuc_status ggw_finish(npuc_writer *w) {
     ggw_state *s = w->be_state;
     npuc_status st = NPUC_OK;
-    if (fsync(s->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: fsync: %s", w->path, strerror(errno));
-    if (close(s->fd) != 0 && st == NPUC_OK)
+    if (fflush(s->f) != 0 || fsync(fileno(s->f)) != 0)
+        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing: %s", w->path, strerror(errno));
+    if (fclose(s->f) != 0 && st == NPUC_OK)
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: close: %s", w->path, strerror(errno));
-    s->fd = -1;
+    s->f = NULL;
     state_free(s);
     w->be_state = NULL;
     return st;
