@@ -8,12 +8,14 @@
  * (2) keep their pinned values.  Order also breaks ties between equally sure
  * sniffs, and the first row opens a file nothing recognises.
  */
+#include "gguf/gguf_format.h"
 #include "hdf5/h5_common.h"
 #include "safetensors/st_format.h"
 
 static const npuc__format_row *const ROWS[] = {
     &npuc__st_format, /* 1 = NPUC_FORMAT_SAFETENSORS */
     &npuc__h5_format, /* 2 = NPUC_FORMAT_HDF5 */
+    &npuc__gguf_format,
 };
 
 const npuc__format_row *const *npuc__format_table(size_t *n) {

@@ -66,6 +66,12 @@ NPUC_API void npuc_ctx_free(npuc_ctx *ctx);
 NPUC_API const char *npuc_ctx_errmsg(const npuc_ctx *ctx);
 /* The status of the last failure on this context, or NPUC_OK. */
 NPUC_API npuc_status npuc_ctx_errcode(const npuc_ctx *ctx);
+/* Warnings the calls made with ctx left (e.g. a GGUF writer keeping a
+ * tensor unquantized): how many there were, and the i-th of the first
+ * eight (NULL beyond them or for a NULL ctx).  npuc_ctx_clear keeps them. */
+NPUC_API size_t npuc_ctx_warning_count(const npuc_ctx *ctx);
+NPUC_API const char *npuc_ctx_warning(const npuc_ctx *ctx, size_t i);
+
 /* Forgets the last failure. */
 NPUC_API void npuc_ctx_clear(npuc_ctx *ctx);
 

@@ -53,6 +53,12 @@ void cli_warn(const cli_args *a, const char *fmt, ...) {
     va_end(ap);
 }
 
+void cli_warn_ctx(const cli_args *a, const npuc_ctx *ctx) {
+    size_t n = npuc_ctx_warning_count(ctx), i = 0;
+    for (const char *w; (w = npuc_ctx_warning(ctx, i)) != NULL; i++) cli_warn(a, "%s", w);
+    if (n > i) cli_warn(a, "... and %zu more warnings", n - i);
+}
+
 void cli_note(const cli_args *a, const char *fmt, ...) {
     if (a && a->quiet) return;
     va_list ap;

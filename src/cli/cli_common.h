@@ -151,6 +151,8 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...) CLI_PRINTF(2, 
 void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* `npuc: warning: <message>` on stderr unless -q. */
 void cli_warn(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* cli_warn for each warning the library left on ctx (npuc_ctx_warning). */
+void cli_warn_ctx(const cli_args *a, const npuc_ctx *ctx);
 /* `npuc: <message>` on stderr unless -q (summaries, notes). */
 void cli_note(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
 

@@ -20,8 +20,9 @@ static const char USAGE[] =
     "Usage: npuc convert IN -o OUT [options]\n"
     "\n"
     "Writes the tensors of IN to OUT; the output format follows OUT's extension\n"
-    "(.safetensors; .h5 .hdf5 .keras for HDF5).  Tensor bytes, names, shapes,\n"
-    "metadata, Keras layer groups and layouts are kept.\n"
+    "(.safetensors; .h5 .hdf5 .keras for HDF5; .gguf).  Tensor bytes, names,\n"
+    "shapes, metadata, Keras layer groups and layouts are kept (GGUF: see\n"
+    "docs/gguf.md for its types, names and metadata keys).\n"
     "\n"
     "Options:\n"
     "  -o, --output OUT         the file to write (required)\n"
@@ -33,6 +34,13 @@ static const char USAGE[] =
     "                           keras3 (.weights.h5); default: the input's style for\n"
     "                           an HDF5 input, else keras2 when tensors have Keras\n"
     "                           layer groups, else plain\n"
+    "      --gguf-type TYPE     GGUF type of float tensors of rank >= 2: f32, f16,\n"
+    "                           bf16, q8_0, q4_0, q4_1, q5_0 or q5_1 (default f16,\n"
+    "                           or a GGUF input's type); rank 0-1 stay f32, and so\n"
+    "                           do tensors whose last dimension is not a multiple\n"
+    "                           of 32 (a warning names them)\n"
+    "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
+    "                           else npuc)\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
     "                           stored in OUT so later commands see it\n"
     "  -q, --quiet              no summary line on stderr\n"
@@ -52,12 +60,14 @@ const cli_command cli_cmd_convert = {
     .run = run,
 };
 
-enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE };
+enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH };
 
 static const cli_option OPTIONS[] = {
     {"dtype", 0, 1, OPT_DTYPE},
     {"deflate", 0, 1, OPT_DEFLATE},
     {"h5-style", 0, 1, OPT_H5_STYLE},
+    {"gguf-type", 0, 1, OPT_GGUF_TYPE},
+    {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
     {NULL, 0, 0, 0},
 };
 
@@ -66,7 +76,8 @@ typedef struct convert_opts {
     npuc_dtype dtype;
     int deflate_set;
     int style_set;
-    npuc_write_opts write; /* --deflate, --h5-style */
+    int gguf_set;
+    npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch */
 } convert_opts;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
@@ -92,6 +103,18 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
                                    arg);
         o->style_set = 1;
         return CLI_CONTINUE;
+    case OPT_GGUF_TYPE:
+    case OPT_GGUF_ARCH: {
+        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : "gguf-arch";
+        npuc_ctx *c = NULL;
+        int rc = CLI_CONTINUE;
+        if (npuc_ctx_new(&c) != NPUC_OK) return cli_usage_error(a->cmd, "out of memory");
+        if (npuc_write_opts_set(c, &o->write, key, arg) != NPUC_OK)
+            rc = cli_usage_error(a->cmd, "--%s: %s", key, npuc_ctx_errmsg(c));
+        npuc_ctx_free(c);
+        o->gguf_set = 1;
+        return rc;
+    }
     }
     return cli_usage_error(a->cmd, "unhandled option (a bug in npuc)");
 }
@@ -115,12 +138,14 @@ static int run(int argc, char **argv) {
     npuc_format ofmt = npuc_format_from_path(out);
     if (ofmt == NPUC_FORMAT_AUTO) {
         rc = cli_usage_error(a.cmd, "%s: cannot tell the output format from the name "
-                                    "(use .safetensors, .h5, .hdf5 or .keras)", out);
+                                    "(use .safetensors, .h5, .hdf5, .keras or .gguf)", out);
         goto done;
     }
     if ((co.deflate_set && !npuc_format_accepts(ofmt, "deflate")) ||
         (co.style_set && !npuc_format_accepts(ofmt, "structure")))
         cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
+    if (co.gguf_set && !npuc_format_accepts(ofmt, "gguf-type"))
+        cli_warn(&a, "%s: --gguf-type and --gguf-arch apply to GGUF outputs only; ignored", out);
 
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;
@@ -129,6 +154,7 @@ static int run(int argc, char **argv) {
     wo.format = ofmt;
     wo.overwrite = a.force;
     npuc_status st = npuc_model_convert(ctx, m, out, &wo, co.dtype_set, co.dtype);
+    cli_warn_ctx(&a, ctx);
     if (st != NPUC_OK) {
         rc = cli_fail(ctx, st);
         goto done;

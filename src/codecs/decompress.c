@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "codecs/artifact_meta.h"
+#include "format_row.h"
 #include "npuc_internal.h"
 #include "codecs/codec.h"
 #include "codecs/decode_entry.h"
@@ -28,6 +29,11 @@ npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     npuc_scratch s_f = {0}, s_cast = {0};
     if ((st = npuc__lview_open(ctx, m, &v)) != NPUC_OK) return st;
     if (!v.art) {
+        const npuc__format_row *row = npuc__format_by_id(npuc_model_format(m));
+        if (row && row->decodes_on_load) {
+            st = npuc_model_convert(ctx, m, out, wo, 0, NPUC_DTYPE_F32);
+            goto done;
+        }
         st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: not an npuc artifact (no 'npuc' metadata)", path);
         goto done;
     }

@@ -32,7 +32,9 @@
 
 typedef enum npuc__opt_type {
     NPUC__OPT_INT = 0, /* a decimal integer in [min, max] */
-    NPUC__OPT_CHOICE   /* one of choices[]; backends get its index */
+    NPUC__OPT_CHOICE,  /* one of choices[]; backends get its index */
+    NPUC__OPT_NAME     /* a name of min..max bytes of [A-Za-z0-9_.-] (GGUF's
+                          general.architecture) */
 } npuc__opt_type;
 
 /* One write option a format accepts. */
@@ -40,7 +42,7 @@ typedef struct npuc__opt_decl {
     const char *key;            /* "deflate": what npuc_write_opts_set takes */
     npuc__opt_type type;
     const char *label;          /* how messages name the value: "deflate level" */
-    long min, max;              /* INT: inclusive bounds */
+    long min, max;              /* INT: inclusive bounds; NAME: bounds on its length */
     const char *const *choices; /* CHOICE: the accepted values, NULL-terminated */
     const char *dflt;           /* the value when unset; NULL: the row's derive hook decides */
     const char *help;           /* one line for documentation and --help texts */
@@ -84,6 +86,11 @@ typedef struct npuc__format_row {
      * npuc_model_convert() carries these values over to an output in the
      * same format unless the caller set them. */
     const char *(*describe)(const npuc_model *m, const char *key);
+    /* 1 when the format stores tensors encoded and its reader decodes them
+     * on load (GGUF's quantized blocks): `npuc decompress` then writes the
+     * decoded tensors, as convert would, instead of refusing a file that
+     * is not an npuc artifact. */
+    int decodes_on_load;
 } npuc__format_row;
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */

@@ -25,6 +25,7 @@
 #endif
 
 #define NPUC_MSG_MAX 1024
+#define NPUC_CTX_WARN_MAX 8
 
 struct npuc_ctx {
     npuc_status code;
@@ -32,7 +33,15 @@ struct npuc_ctx {
     npuc_policy policy;
     uint64_t max_memory; /* 0: NPUC_DECODE_BUDGET_DEFAULT */
     char msg[NPUC_MSG_MAX];
+    /* Warnings a library call left for the caller (npuc__ctx_warn): the
+     * first NPUC_CTX_WARN_MAX are kept, nwarn counts them all. */
+    char warn[NPUC_CTX_WARN_MAX][NPUC_MSG_MAX];
+    size_t nwarn;
 };
+
+/* Records a one-line warning on ctx (NULL: ignored) for the caller to show
+ * (npuc_ctx_warning); a writer's note such as a tensor kept unquantized. */
+void npuc__ctx_warn(npuc_ctx *ctx, const char *fmt, ...) NPUC_PRINTF(2, 3);
 
 /* Records a failure on ctx (ctx may be NULL) and returns st, so callers write
  * `return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: ...", path);`. */

@@ -85,18 +85,39 @@ void npuc_ctx_clear(npuc_ctx *ctx) {
 void npuc_ctx_set_threads(npuc_ctx *ctx, int n) { ctx->nthreads = n < 0 ? 0 : n; }
 int npuc_ctx_threads(const npuc_ctx *ctx) { return ctx->nthreads; }
 
-npuc_status npuc_vfail(npuc_ctx *ctx, npuc_status st, const char *fmt, va_list ap) {
-    if (!ctx) return st;
-    ctx->code = st;
-    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
-    /* Messages are one line and safe to print on a terminal: control
-     * characters a name from a file may have brought in (newlines, escape
-     * sequences) become '?', except newline and tab which become spaces. */
-    for (char *p = ctx->msg; *p; p++) {
+size_t npuc_ctx_warning_count(const npuc_ctx *ctx) { return ctx ? ctx->nwarn : 0; }
+const char *npuc_ctx_warning(const npuc_ctx *ctx, size_t i) {
+    return ctx && i < ctx->nwarn && i < NPUC_CTX_WARN_MAX ? ctx->warn[i] : NULL;
+}
+
+/* Makes a message one line and safe to print on a terminal: control
+ * characters a name from a file may have brought in (newlines, escape
+ * sequences) become '?', except newline and tab which become spaces. */
+static void one_line(char *p) {
+    for (; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '\n' || c == '\r' || c == '\t') *p = ' ';
         else if (c < 0x20 || c == 0x7f) *p = '?';
     }
+}
+
+void npuc__ctx_warn(npuc_ctx *ctx, const char *fmt, ...) {
+    if (!ctx) return;
+    if (ctx->nwarn < NPUC_CTX_WARN_MAX) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->warn[ctx->nwarn], sizeof ctx->warn[0], fmt, ap);
+        va_end(ap);
+        one_line(ctx->warn[ctx->nwarn]);
+    }
+    ctx->nwarn++;
+}
+
+npuc_status npuc_vfail(npuc_ctx *ctx, npuc_status st, const char *fmt, va_list ap) {
+    if (!ctx) return st;
+    ctx->code = st;
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    one_line(ctx->msg);
     return st;
 }
 

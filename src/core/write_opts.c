@@ -51,6 +51,17 @@ static npuc_status check_value(npuc_ctx *ctx, const npuc__opt_decl *d, const cha
             return npuc_fail(ctx, NPUC_ERR_ARG, "%s %ld is outside %ld..%ld", d->label, v, d->min, d->max);
         return NPUC_OK;
     }
+    if (d->type == NPUC__OPT_NAME) {
+        size_t n = strlen(value);
+        int ok = n >= (size_t)d->min && n <= (size_t)d->max;
+        for (const char *c = value; ok && *c; c++)
+            ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                 *c == '_' || *c == '.' || *c == '-';
+        if (!ok)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%.64s': expected %ld..%ld characters of A-Z a-z 0-9 _ . -",
+                             d->label, value, d->min, d->max);
+        return NPUC_OK;
+    }
     if (choice_index(d, value) >= 0) return NPUC_OK;
     char list[256] = "";
     size_t len = 0;
@@ -153,5 +164,6 @@ long npuc__writer_opt_long(const npuc_writer *w, const char *key, long fallback)
     long x;
     if (!v) return fallback;
     if (d->type == NPUC__OPT_CHOICE) return (x = choice_index(d, v)) >= 0 ? x : fallback;
+    if (d->type == NPUC__OPT_NAME) return fallback;
     return parse_long(v, &x) == 0 ? x : fallback;
 }

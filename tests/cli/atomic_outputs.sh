@@ -89,7 +89,7 @@ unclaimed() {
         [ ! -e "$T/$o" ] || fail "$cmd -o $o wrote $o"
     done
 }
-unclaimed x.gguf "quantize $T/d.safetensors" "lowrank $T/d.safetensors --rank 4" \
+unclaimed x.tflite "quantize $T/d.safetensors" "lowrank $T/d.safetensors --rank 4" \
     "prune $T/d.safetensors --sparsity 0.5" "sparsify $T/d.safetensors" "fold-bn $SAMPLES/cnn_bn.safetensors" \
     "decompress $T/ref8.safetensors" "run $NPUC_SRC/samples/recipes/int8_per_channel.yaml $T/d.safetensors"
 unclaimed x.onnx "quantize $T/d.h5" "prune $T/d.safetensors --sparsity 0.5"

@@ -59,6 +59,8 @@ static void test_rows_are_complete(void **state) {
             assert_true(npuc_format_accepts(id, d->key));
             assert_ptr_equal(npuc__format_opt_decl(r, d->key), d);
             if (d->type == NPUC__OPT_INT) assert_true(d->min <= d->max);
+            else if (d->type == NPUC__OPT_NAME)
+                assert_true(d->min >= 1 && d->min <= d->max && d->max < NPUC_WRITE_OPT_VALUE_MAX);
             else assert_true(d->choices && d->choices[0]);
             if (!d->dflt) assert_non_null(r->derive); /* someone decides the default */
             npuc_write_opts o = npuc_write_opts_defaults();
@@ -182,7 +184,7 @@ static void test_writer_checks_options(void **state) {
     o.nopt = 0;
     assert_int_equal(npuc_writer_open(ctx, npuc_test_path("model.xyz"), &o, &w), NPUC_ERR_ARG);
     assert_non_null(strstr(npuc_ctx_errmsg(ctx), "model.xyz: cannot tell the output format from the "
-                                                 "name (use .safetensors or .h5)"));
+                                                 "name (use .safetensors, .h5 or .gguf)"));
 }
 
 /* How a model is stored reads back through the row's describe hook. */

@@ -1,0 +1,77 @@
+/*
+ * gguf_format.c - GGUF's row in the format registry: the ".gguf"
+ * extension, the "GGUF" magic, and two write options: "gguf-type", the
+ * ggml type of the float matrices (default f16, what llama.cpp's
+ * convert_hf_to_gguf.py writes by default: quantizing is asked for, never
+ * implied), and "gguf-arch", general.architecture (default: the source's,
+ * when it is a GGUF file, else "npuc").
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gguf_format.h"
+
+static int gguf_sniff(const char *path) {
+    unsigned char b[4];
+    FILE *f = fopen(path, "rb");
+    if (!f) return NPUC__SNIFF_NO;
+    int ok = fread(b, 1, 4, f) == 4 && memcmp(b, NPUC__GGUF_MAGIC, 4) == 0;
+    fclose(f);
+    return ok ? NPUC__SNIFF_SIGNATURE : NPUC__SNIFF_NO;
+}
+
+static const char *const GGUF_TYPES[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", NULL};
+static const int GGUF_TYPE_IDS[] = {NPUC__GGML_F32,  NPUC__GGML_F16,  NPUC__GGML_BF16, NPUC__GGML_Q8_0,
+                                    NPUC__GGML_Q4_0, NPUC__GGML_Q4_1, NPUC__GGML_Q5_0, NPUC__GGML_Q5_1};
+
+int npuc__gguf_writer_type(const npuc_writer *w) {
+    long i = npuc__writer_opt_long(w, "gguf-type", 1);
+    return GGUF_TYPE_IDS[i >= 0 && i < 8 ? i : 1];
+}
+
+static const char *gguf_derive(const npuc_writer *w, const char *key) {
+    if (strcmp(key, "gguf-arch") != 0) return NULL;
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->meta_k[i], "gguf.general.architecture") == 0 && strlen(w->meta_v[i]) < 40)
+            return w->meta_v[i];
+    return "npuc";
+}
+
+/* A GGUF input's type: that of its first tensor of rank >= 2 stored in a
+ * type the writer offers, so converting GGUF to GGUF keeps it. */
+static const char *gguf_describe(const npuc_model *m, const char *key) {
+    if (strcmp(key, "gguf-type") != 0) return NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->t[i].rank < 2) continue;
+        int id = npuc__gguf_model_type(m, i);
+        for (size_t k = 0; k < 8; k++)
+            if (GGUF_TYPE_IDS[k] == id) return GGUF_TYPES[k];
+    }
+    return NULL;
+}
+
+static const npuc__opt_decl GGUF_OPTS[] = {
+    {.key = "gguf-type", .type = NPUC__OPT_CHOICE, .label = "GGUF tensor type", .choices = GGUF_TYPES,
+     .dflt = "f16",
+     .help = "ggml type of float tensors of rank >= 2: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1 "
+             "(default f16; rank 0-1 stay f32)"},
+    {.key = "gguf-arch", .type = NPUC__OPT_NAME, .label = "GGUF architecture", .min = 1, .max = 39,
+     .dflt = NULL,
+     .help = "general.architecture (default: the source GGUF's, else npuc)"},
+};
+
+static const char *const GGUF_EXT[] = {".gguf", NULL};
+
+const npuc__format_row npuc__gguf_format = {
+    .name = "gguf",
+    .ext = GGUF_EXT,
+    .sniff = gguf_sniff,
+    .no_signature = "not a GGUF file (no GGUF magic)",
+    .open = npuc__gguf_open,
+    .writer = &npuc__gguf_writer_backend,
+    .opts = GGUF_OPTS,
+    .nopts = sizeof GGUF_OPTS / sizeof GGUF_OPTS[0],
+    .derive = gguf_derive,
+    .describe = gguf_describe,
+    .decodes_on_load = 1,
+};

@@ -1,0 +1,85 @@
+/*
+ * gguf_format.h - what the GGUF reader, writer and block codecs share
+ * (library-private).  docs/gguf.md says which subset of GGUF npuc reads and
+ * writes; the byte layout is at the top of gguf_reader.c.
+ *
+ * GGUF's tensor types are ggml's: a type has an id (pinned by ggml.h), a
+ * block size in elements and a block size in bytes.  npuc knows the plain
+ * types (F32, F16, BF16, F64, I8..I64) and the legacy 32-element block
+ * types Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1; gguf_quant.c holds their scalar
+ * quantizers and dequantizers, written from the block definitions so that
+ * their bytes equal ggml's quantize_row_*_ref and their floats ggml's
+ * dequantize_row_*.
+ */
+#ifndef NPUC_GGUF_FORMAT_H
+#define NPUC_GGUF_FORMAT_H
+
+#include "format_row.h"
+
+/* ggml type ids (ggml.h, enum ggml_type) of the types npuc handles. */
+enum {
+    NPUC__GGML_F32 = 0,
+    NPUC__GGML_F16 = 1,
+    NPUC__GGML_Q4_0 = 2,
+    NPUC__GGML_Q4_1 = 3,
+    NPUC__GGML_Q5_0 = 6,
+    NPUC__GGML_Q5_1 = 7,
+    NPUC__GGML_Q8_0 = 8,
+    NPUC__GGML_I8 = 24,
+    NPUC__GGML_I16 = 25,
+    NPUC__GGML_I32 = 26,
+    NPUC__GGML_I64 = 27,
+    NPUC__GGML_F64 = 28,
+    NPUC__GGML_BF16 = 30
+};
+
+/* One ggml type: name as GGUF tools print it, elements and bytes per block
+ * (1 and the element size for plain types), the npuc dtype a model exposes
+ * for it (F32 for block types, which are dequantized on load), and whether
+ * npuc knows its bytes at all (known = 0: a ggml type npuc recognises by id
+ * only, to say "unsupported" rather than "malformed"). */
+typedef struct npuc__ggml_type {
+    int id;
+    const char *name;
+    unsigned blck, tsize;
+    npuc_dtype dtype;
+    int known;
+} npuc__ggml_type;
+
+/* The traits of ggml type id, or NULL for an id ggml does not define. */
+const npuc__ggml_type *npuc__ggml_type_by_id(uint32_t id);
+
+/* Block codecs (gguf_quant.c).  quantize: k floats (k a multiple of 32, all
+ * finite) into k/32 blocks of type id, on nth threads (0: OpenMP's default;
+ * the bytes do not depend on it); returns 0, or -1 when a block's fp16
+ * scale or minimum would overflow fp16 (what ggml would store as inf), with
+ * *bad_block set to the first such block's index.  dequantize: k floats from k/32
+ * blocks, exactly as ggml's dequantize_row_*.  Both handle the five block
+ * types and nothing else. */
+int npuc__gguf_quantize(int id, const float *x, void *blocks, uint64_t k, int nth, uint64_t *bad_block);
+void npuc__gguf_dequantize(int id, const void *blocks, float *y, uint64_t k);
+
+/* Bytes of a tensor of type t with ne[0] = row elements and numel elements;
+ * -1 when row is not a multiple of the block size or the size overflows. */
+int npuc__gguf_nbytes(const npuc__ggml_type *t, uint64_t row, uint64_t numel, uint64_t *nbytes);
+
+/* The reader (gguf_reader.c). */
+npuc_status npuc__gguf_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
+/* The ggml type of tensor i of a model the GGUF reader opened. */
+int npuc__gguf_model_type(const npuc_model *m, size_t i);
+/* The writer (gguf_writer.c). */
+extern const npuc_writer_backend npuc__gguf_writer_backend;
+/* The registry row (gguf_format.c) and its "gguf-type" choices (in the
+ * order of GGUF_TYPE_IDS there). */
+extern const npuc__format_row npuc__gguf_format;
+int npuc__gguf_writer_type(const npuc_writer *w);
+
+#define NPUC__GGUF_MAGIC "GGUF"
+#define NPUC__GGUF_VERSION 3u
+#define NPUC__GGUF_ALIGN 32u
+#define NPUC__GGUF_NAME_MAX 63u /* bytes of a tensor name (ggml's GGML_MAX_NAME - 1) */
+#define NPUC__GGUF_MAX_DIMS 4   /* ggml's GGML_MAX_DIMS */
+/* The metadata key that maps shortened tensor names back (docs/gguf.md). */
+#define NPUC__GGUF_LONG_NAMES "npuc.gguf.long_names"
+
+#endif
