@@ -64,12 +64,12 @@ fi
 # to their run (src/pipeline/recipe_files.c), so no trap can be set at a
 # fixed name: strace shows which files each run creates.
 out="$T/trap.safetensors"
-if strace -f -qq -o /dev/null true 2>/dev/null; then
-    strace -f -qq -e trace=openat,rename,renameat,renameat2,link -o "$T/ns.trace" \
+if NPUC_VALGRIND=0 ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" strace -f -qq -o /dev/null true 2>/dev/null; then
+    NPUC_VALGRIND=0 ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" strace -f -qq -e trace=openat,rename,renameat,renameat2,link -o "$T/ns.trace" \
         "$NPUC_BIN" run "$R/fold_int8.yaml" "$cnn" -o "$out" -q --no-stream || fail "--no-stream run failed"
     grep -Eq 'npucstep-[0-9]+-[0-9a-f]{16}\.s1\.tmp' "$T/ns.trace" || fail "--no-stream wrote no step file: $(cat "$T/ns.trace")"
     rm -f "$out"
-    strace -f -qq -e trace=openat,rename,renameat,renameat2,link -o "$T/s.trace" \
+    NPUC_VALGRIND=0 ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" strace -f -qq -e trace=openat,rename,renameat,renameat2,link -o "$T/s.trace" \
         "$NPUC_BIN" run "$R/fold_int8.yaml" "$cnn" -o "$out" -q || fail "streamed run failed"
     ! grep -Eq 'npucstep-[0-9]+-[0-9a-f]{16}\.s1\.tmp' "$T/s.trace" || fail "the streamed run wrote its intermediate: $(grep -E 'npucstep-[0-9]+-[0-9a-f]{16}\.s1\.tmp' "$T/s.trace")"
     cmp -s "$out" "$T/fold.s.safetensors" || fail "traced run differs from the plain streamed run"
