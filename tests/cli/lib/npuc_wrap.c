@@ -21,7 +21,8 @@
  *     a test that expects a failing exit code still notices.
  *
  * Memcheck (NPUC_VALGRIND=1, used by .ci/run): the first NPUC_VALGRIND_N
- * (default 1) invocations of each subcommand in a test run under
+ * (default 1) invocations of each subcommand in a test, and at most
+ * NPUC_VALGRIND_MAX in all per test (unset: no such cap), run under
  *   valgrind --error-exitcode=98 --leak-check=full
  *            --errors-for-leak-kinds=definite --log-file=DIR/vg/TAG.%p.log
  * (plus --suppressions=$NPUC_VALGRIND_SUPP).  npuc itself exits 1 or 2 on bad
@@ -270,6 +271,22 @@ static void forward(int sig) {
 
 static const int FWD[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
+/* Claims one of the test's NPUC_VALGRIND_MAX memcheck runs in all (unset or
+ * 0: no limit besides NPUC_VALGRIND_N per subcommand); 1 when one was free. */
+static int claim_total(const char *vg) {
+    const char *ms = getenv("NPUC_VALGRIND_MAX");
+    int max = ms && *ms ? atoi(ms) : 0;
+    if (max <= 0) return 1;
+    for (int k = 1; k <= max; k++) {
+        char *p;
+        if (asprintf(&p, "%s/all.%d", vg, k) < 0) return 0;
+        int ok = mkdir(p, 0777) == 0;
+        free(p);
+        if (ok) return 1;
+    }
+    return 0;
+}
+
 /* Claims a valgrind slot for this invocation: returns its tag
  * ("SUBCMD.K") or NULL when this subcommand already had its N runs. */
 static char *claim_valgrind(const char *sub) {
@@ -290,6 +307,11 @@ static char *claim_valgrind(const char *sub) {
         char *p;
         if (asprintf(&p, "%s/%s.%d", vg, clean, k) < 0) break;
         int ok = mkdir(p, 0777) == 0;
+        if (ok && !claim_total(vg)) { /* the test's whole allowance is used */
+            rmdir(p);
+            free(p);
+            break;
+        }
         free(p);
         if (ok) {
             char *tag;
