@@ -21,7 +21,28 @@
 
 typedef struct stw_state {
     int fd;
+    uint64_t pos; /* bytes of the file so far, holes included */
+    int hole_at_end; /* the last bytes were skipped: finish() sets the size */
 } stw_state;
+
+/* Runs of zero bytes are skipped with lseek instead of written, in aligned
+ * 64 KiB blocks, so they become holes of a sparse file (as cp --sparse=auto
+ * does): a zero-padded or heavily pruned tensor then costs neither disk nor
+ * fsync time.  The temporary file is new and empty, so a skipped range reads
+ * back as zeros; finish() extends the file over a hole at its end. */
+#define HOLE_BLOCK ((uint64_t)1 << 16)
+
+static int all_zero(const char *p, size_t n) {
+    uint64_t acc = 0, v;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, p + i, 8);
+        acc |= v;
+        if ((i & 4095) == 0 && acc) return 0; /* leave early on data */
+    }
+    for (; i < n; i++) acc |= (unsigned char)p[i];
+    return acc == 0;
+}
 
 static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
     const char *c = p;
@@ -34,6 +55,34 @@ static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, 
                              k < 0 ? strerror(errno) : "short write");
         c += k;
         n -= (uint64_t)k;
+    }
+    return NPUC_OK;
+}
+
+/* write_all() with zero blocks (aligned to the file offset) turned into holes. */
+static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uint64_t n, const char *what) {
+    while (n) {
+        uint64_t to_edge = HOLE_BLOCK - s->pos % HOLE_BLOCK, run = 0;
+        /* The longest prefix of whole zero blocks (from a block boundary). */
+        if (to_edge == HOLE_BLOCK)
+            while (n - run >= HOLE_BLOCK && all_zero(c + run, (size_t)HOLE_BLOCK)) run += HOLE_BLOCK;
+        if (run) {
+            if (lseek(s->fd, (off_t)run, SEEK_CUR) < 0)
+                return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: seek: %s", w->path, what, strerror(errno));
+            s->hole_at_end = 1;
+        } else {
+            /* Data up to the next block boundary, then whole blocks until a zero one. */
+            run = n < to_edge ? n : to_edge;
+            while (n - run >= HOLE_BLOCK && !all_zero(c + run, (size_t)HOLE_BLOCK) && run < ((uint64_t)1 << 30))
+                run += HOLE_BLOCK;
+            if (run == to_edge && n - run > 0 && n - run < HOLE_BLOCK) run = n; /* a short tail */
+            npuc_status st = write_all(w, s->fd, c, run, what);
+            if (st != NPUC_OK) return st;
+            s->hole_at_end = 0;
+        }
+        c += run;
+        n -= run;
+        s->pos += run;
     }
     return NPUC_OK;
 }
@@ -128,6 +177,7 @@ static npuc_status stw_begin(npuc_writer *w) {
     }
     w->be_state = s;
     st = write_all(w, s->fd, hdr, len, "the header");
+    s->pos = len;
     free(hdr);
     return st;
 }
@@ -136,13 +186,15 @@ static npuc_status stw_write(npuc_writer *w, size_t i, const void *data, uint64_
     stw_state *s = w->be_state;
     char what[128];
     snprintf(what, sizeof what, "tensor '%.100s'", w->t[i].name);
-    return write_all(w, s->fd, data, n, what);
+    return write_sparse(w, s, data, n, what);
 }
 
 static npuc_status stw_finish(npuc_writer *w) {
     stw_state *s = w->be_state;
     npuc_status st = NPUC_OK;
-    if (fsync(s->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: fsync: %s", w->path, strerror(errno));
+    if (s->hole_at_end && ftruncate(s->fd, (off_t)s->pos) != 0)
+        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: setting the size: %s", w->path, strerror(errno));
+    if (st == NPUC_OK && fsync(s->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: fsync: %s", w->path, strerror(errno));
     if (close(s->fd) != 0 && st == NPUC_OK)
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: close: %s", w->path, strerror(errno));
     free(s);

@@ -15,8 +15,9 @@
 #     (the artifact is > 4 GiB too, its tensors past 2^32 as well);
 #   - validate --deep on the artifact exits 0;
 #   - decompress: the weights equal codes * scale, the rest equals the input.
-# Needs 16 GiB free (the artifact and the decompressed file are 4 GiB each,
-# written densely) and about 4.3 GB of memory (npuc reads the 4 GiB tensor
+# Needs 16 GiB free in case the file system has no holes (the artifact and
+# the decompressed file are 4 GiB each; npuc writes the zero pad as holes, so
+# on ext4/xfs/tmpfs they take a few hundred KiB) and about 4.3 GB of memory (npuc reads the 4 GiB tensor
 # whole).  The quick passes of .ci/run run `info` on it only.
 source "$(dirname "$0")/lib/cli_test.bash"
 "$PY" -c "import numpy" 2>/dev/null || skip "numpy is not installed for $PY"

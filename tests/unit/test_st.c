@@ -138,6 +138,57 @@ static void test_roundtrip_all_dtypes(void **state) {
     for (int i = 0; i < nt; i++) free(bufs[i]);
 }
 
+/* Zero runs become holes (st_writer.c write_sparse): the raw file must still
+ * hold exactly the bytes given, zeros where holes were skipped, at every
+ * alignment: data then zeros at odd offsets, a zero tensor that ends the file
+ * (the size comes from ftruncate), short tensors between them. */
+static void test_zero_runs_read_back(void **state) {
+    (void)state;
+    const char *p = npuc_test_path("holes.safetensors");
+    npuc_writer *w;
+    assert_int_equal(npuc_writer_open(ctx, p, NULL, &w), NPUC_OK);
+    const uint64_t sizes[] = {3, (1u << 20) + 5, 7, (3u << 16) + 1, 1u << 20};
+    enum { NT = sizeof sizes / sizeof *sizes };
+    unsigned char *bufs[NT];
+    uint64_t rs = 7;
+    for (int i = 0; i < NT; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        npuc_tensor_info t;
+        memset(&t, 0, sizeof t);
+        t.name = name;
+        t.dtype = NPUC_DTYPE_U8;
+        t.rank = 1;
+        t.shape[0] = (int64_t)sizes[i];
+        assert_int_equal(npuc_writer_declare(w, &t), NPUC_OK);
+        bufs[i] = calloc(1, (size_t)sizes[i]);
+        assert_non_null(bufs[i]);
+        /* t1: data, 200 KiB of zeros, data at the end; t3: one byte past
+         * three zero blocks; t4 (the last): all zeros. */
+        if (i == 0 || i == 2) for (uint64_t k = 0; k < sizes[i]; k++) bufs[i][k] = (unsigned char)(npuc_test_rand(&rs) | 1);
+        if (i == 1) {
+            for (uint64_t k = 0; k < 1000; k++) bufs[i][k] = (unsigned char)(k | 1);
+            for (uint64_t k = 300000; k < sizes[i]; k++) bufs[i][k] = (unsigned char)npuc_test_rand(&rs);
+        }
+    }
+    bufs[3][(3u << 16)] = 9;
+    for (int i = 0; i < NT; i++) assert_int_equal(npuc_writer_write(w, bufs[i], sizes[i]), NPUC_OK);
+    assert_int_equal(npuc_writer_finish(w), NPUC_OK);
+    size_t fn;
+    unsigned char *raw = npuc_test_read_file(p, &fn);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | raw[i];
+    uint64_t off = 8 + hl, total = off;
+    for (int i = 0; i < NT; i++) total += sizes[i];
+    assert_int_equal(fn, total);
+    for (int i = 0; i < NT; i++) {
+        assert_memory_equal(raw + off, bufs[i], (size_t)sizes[i]);
+        off += sizes[i];
+        free(bufs[i]);
+    }
+    free(raw);
+}
+
 static void test_writer_refuses_overwrite_and_duplicates(void **state) {
     (void)state;
     const char *p = npuc_test_path("exists.safetensors");
@@ -271,6 +322,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_handmade_file),
         cmocka_unit_test(test_roundtrip_all_dtypes),
+        cmocka_unit_test(test_zero_runs_read_back),
         cmocka_unit_test(test_writer_refuses_overwrite_and_duplicates),
         cmocka_unit_test(test_shared_models),
         cmocka_unit_test(test_layout_rules),
