@@ -67,7 +67,7 @@ done
 if [ -n "$SHARED" ] && [ -d "$SHARED" ]; then
     for m in $MODELS; do
         for ext in safetensors h5; do
-            if [ -f "$SHARED/$m.$ext" ]; then
+            if [ -f "$SHARED/$m.$ext" ] && keep_case 3; then
                 roundtrip "$SHARED/$m.$ext"
                 n=$((n + 1))
             fi

@@ -80,6 +80,7 @@ for src in "$cnn" "$mlp" "$keras"; do
     if [ "$ext" = h5 ] && ! have_h5py; then echo "no h5py: skipping $src"; continue; fi
     for rule in "--rank 2" "--max-error 0.6" "--energy 0.7 --round-to 4" "--rank-ratio 0.2 --solver randomized" \
                 "--energy 0.5 --solver randomized --oversample 3 --power-iters 1 --seed 7"; do
+        keep_case 2 || continue
         # shellcheck disable=SC2086
         expect_rc 0 "$NPUC_BIN" lowrank $rule "$src" -o "$T/a.$ext" -f
         must_match "$T/out" '^total: '
@@ -225,6 +226,7 @@ fi
 
 # --- determinism
 for solver in exact randomized; do
+    keep_case 2 || continue
     "$NPUC_BIN" lowrank -q --energy 0.8 --solver $solver -j 1 "$mlp" -o "$T/j1.safetensors" -f >/dev/null
     "$NPUC_BIN" lowrank -q --energy 0.8 --solver $solver -j 2 "$mlp" -o "$T/j2.safetensors" -f >/dev/null
     "$NPUC_BIN" lowrank -q --energy 0.8 --solver $solver -j 2 "$mlp" -o "$T/j3.safetensors" -f >/dev/null
@@ -238,6 +240,7 @@ pp="$SHARED/ppocrv4_rec.safetensors"
 if [ -n "$SHARED" ] && [ -f "$pp" ]; then
     lay='^linear_[0-9]+\.w_0$=io'
     for rule in "--energy 0.9" "--max-error 0.35"; do
+        keep_case 2 || continue
         # shellcheck disable=SC2086
         expect_rc 0 "$NPUC_BIN" lowrank $rule --solver exact --layout "$lay" --include '^linear_[0-9]+\.w_0$' \
             --json --report "$T/pp.csv" "$pp" -o "$T/pp.safetensors" -f

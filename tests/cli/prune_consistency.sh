@@ -25,7 +25,12 @@ have_h5py && models="$models $SAMPLES/cnn_bn_keras.h5"
 if [ -n "$SHARED" ] && [ -d "$SHARED" ]; then
     for s in ppocr_mobile_v2_cls ppocrv4_rec nsfwjs_mobilenet_v2 silero_vad_v5 faceapi_tiny_face_detector \
         faceapi_face_expression; do
-        [ -f "$SHARED/$s.safetensors" ] && models="$models $SHARED/$s.safetensors"
+        # The quick passes (sanitizers): each shared model in one format, the
+        # formats alternating from model to model.
+        if keep_case 2; then
+            [ -f "$SHARED/$s.safetensors" ] && models="$models $SHARED/$s.safetensors"
+            is_quick && continue
+        fi
         [ -f "$SHARED/$s.h5" ] && have_h5py && models="$models $SHARED/$s.h5"
     done
 fi

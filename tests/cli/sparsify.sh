@@ -46,6 +46,7 @@ have_h5py && srcs="$srcs $keras"
 for src in $srcs; do
     ext="${src##*.}"
     for pat in 2:4 1:4 4:8; do
+        keep_case 2 || continue
         n=${pat%:*}
         m=${pat#*:}
         expect_rc 0 "$NPUC_BIN" sparsify -q --pattern "$pat" "$src" -o "$T/d.$ext" -f
@@ -91,6 +92,7 @@ for src in $qsrcs; do
     ext="${src##*.}"
     expect_rc 0 "$NPUC_BIN" sparsify -q "$src" -o "$T/s.$ext" -f
     for scheme in "--bits 8" "--bits 8 --asymmetric" "--bits 4 --group-size 16" "--bits 5 --per-tensor --quantize-all"; do
+        keep_case 3 || continue
         # shellcheck disable=SC2086
         expect_rc 0 "$NPUC_BIN" quantize -q $scheme --pattern 2:4 "$src" -o "$T/q.$ext" -f
         expect_rc 0 "$NPUC_BIN" decompress -q "$T/q.$ext" -o "$T/dq.$ext" -f
@@ -117,6 +119,7 @@ echo "2:4 + quantize ok"
 
 # --- determinism
 for args in "" "--compressed" "--pattern 1:4 --compressed"; do
+    keep_case 2 || continue
     # shellcheck disable=SC2086
     "$NPUC_BIN" sparsify -q $args -j 1 "$T/odd.safetensors" -o "$T/j1.safetensors" -f
     # shellcheck disable=SC2086

@@ -116,3 +116,18 @@ npuc_py() {
 have_h5py() {
     "$PY" -c 'import h5py' 2>/dev/null
 }
+
+# keep_case N: in the quick passes of .ci/run (NPUC_TEST_QUICK=1: the
+# sanitizer pass, after the release pass ran every case) true for every Nth
+# call in the test, else always true.  Put it at the top of the innermost body
+# of a loop over cases (`keep_case 3 || continue`): with N coprime to the
+# inner loop's length the kept cases rotate, so every value of every loop
+# still runs at least once under the sanitizers.
+NPUC__CASE=0
+keep_case() {
+    NPUC__CASE=$((NPUC__CASE + 1))
+    [ "${NPUC_TEST_QUICK:-0}" != 1 ] || [ $(((NPUC__CASE - 1) % $1)) -eq 0 ]
+}
+
+# is_quick: true in the quick passes (see keep_case).
+is_quick() { [ "${NPUC_TEST_QUICK:-0}" = 1 ]; }
