@@ -7,7 +7,8 @@
  * finish then builds the zip with libzip, in Keras' order:
  *   metadata.json     the input's, unchanged (metadata "keras.archive/metadata.json")
  *   config.json       the model's "model_config" metadata (fold-bn rewrites
- *                     it when it folds; otherwise it is the input's bytes)
+ *                     it when it folds; otherwise it is the input's bytes);
+ *                     without one the archive has none, with a warning
  *   model.weights.h5  stored (not deflated: the HDF5 "deflate" option decides)
  *   ...               every other carried "keras.archive/<name>" entry
  * Metadata that belongs to the archive is not repeated as HDF5 attributes.
@@ -68,9 +69,9 @@ static void drop_h5tmp(kw_state *ks) {
 
 static npuc_status kw_begin(npuc_writer *w) {
     if (!meta_of(w, "model_config"))
-        return npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
-                         "%s: a .keras archive needs the model's config.json, and the input has no Keras "
-                         "model_config (write a .weights.h5 file with --h5-style keras3 instead)", w->path);
+        npuc__ctx_warn(w->ctx, "%s: the model has no Keras model_config, so the archive has no config.json: "
+                               "Keras cannot load it (npuc can; --h5-style keras3 with a .weights.h5 name "
+                               "writes the weights alone)", w->path);
     kw_state *ks = calloc(1, sizeof *ks);
     if (!ks) return nomem(w);
     w->be_state = ks;
@@ -172,8 +173,9 @@ static npuc_status build_zip(npuc_writer *w, kw_state *ks) {
     if (src && !(za = zip_open_from_source(src, ZIP_CREATE | ZIP_TRUNCATE, &e))) zip_source_free(src);
     npuc_status st = NPUC_OK;
     const char *md = meta_of(w, NPUC_KERAS_ENTRY_PREFIX NPUC_KERAS_METADATA);
+    const char *cfg = meta_of(w, "model_config");
     int bad = !za || (md && add_text(za, NPUC_KERAS_METADATA, md) != 0) ||
-              add_text(za, NPUC_KERAS_CONFIG, meta_of(w, "model_config")) != 0 ||
+              (cfg && add_text(za, NPUC_KERAS_CONFIG, cfg) != 0) ||
               add_entry(za, NPUC_KERAS_WEIGHTS, zip_source_file(za, ks->h5tmp, 0, -1), ZIP_CM_STORE) != 0;
     const size_t pl = sizeof NPUC_KERAS_ENTRY_PREFIX - 1;
     for (size_t i = 0; i < w->nmeta && !bad; i++) {
