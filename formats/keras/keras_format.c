@@ -14,7 +14,7 @@
  * Keras' (no model.weights.h5).  An HDF5 file named .keras (Keras 2 saved
  * whole models under any name) is plausible too: the reader hands it to
  * the HDF5 reader. */
-static int keras_sniff(const char *path) {
+int npuc__keras_sniff(const char *path) {
     unsigned char b[4];
     FILE *f = fopen(path, "rb");
     if (!f) return NPUC__SNIFF_NO;
@@ -43,7 +43,7 @@ static const char *const KERAS_EXT[] = {".keras", NULL};
 const npuc__format_row npuc__keras_format = {
     .name = "keras",
     .ext = KERAS_EXT,
-    .sniff = keras_sniff,
+    .sniff = npuc__keras_sniff,
     .no_signature = NULL, /* the reader explains (not a zip, not HDF5) */
     .open = npuc__keras_open,
     .writer = &npuc__keras_writer_backend,

@@ -33,7 +33,7 @@
 /* Limits on an archive (docs/keras.md#limits). */
 #define NPUC_KERAS_MAX_ENTRIES 65536u              /* entries in one archive */
 #define NPUC_KERAS_MAX_NAME 1024u                  /* bytes of one entry name */
-#define NPUC_KERAS_MAX_TEXT (64ull << 20)          /* config.json and other carried entries */
+#define NPUC_KERAS_MAX_TEXT (64ull << 20)          /* config.json and carried entries, in all */
 #define NPUC_KERAS_MAX_WEIGHTS (256ull << 30)      /* the extracted model.weights.h5 */
 #define NPUC_KERAS_MAX_RATIO 1032ull               /* deflate's best ratio: more is a lie */
 #define NPUC_KERAS_RATIO_SLACK (64ull << 10)       /* bytes a tiny entry may add beyond it */
@@ -87,5 +87,7 @@ extern const npuc_writer_backend npuc__keras_writer_backend;
  * weights file: "model_config" (config.json) and the carried entries. */
 int npuc__keras_archive_key(const char *k);
 extern const npuc__format_row npuc__keras_format;
+/* The row's sniff: NPUC__SNIFF_PLAUSIBLE for a zip signature at byte 0. */
+int npuc__keras_sniff(const char *path);
 
 #endif

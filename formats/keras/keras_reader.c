@@ -49,6 +49,7 @@ static int kmeta_push(kmeta *m, const char *k, char *v) {
 /* config.json -> model_config, other non-folder entries -> carried text;
  * binary entries are not carried (a warning says so). */
 static npuc_status collect(npuc_ctx *ctx, const npuc_kzip *z, long wi, kmeta *meta) {
+    uint64_t total = 0; /* bytes held in memory, bounded by NPUC_KERAS_MAX_TEXT in all */
     for (size_t i = 0; i < z->n; i++) {
         const char *name = npuc__kzip_name(z, i);
         size_t len = strlen(name);
@@ -58,6 +59,12 @@ static npuc_status collect(npuc_ctx *ctx, const npuc_kzip *z, long wi, kmeta *me
         npuc_status st = npuc__kzip_read(ctx, z, i, &v, &text);
         if (st != NPUC_OK) return st;
         int cfg = strcmp(name, NPUC_KERAS_CONFIG) == 0;
+        total += strlen(v);
+        if (total > NPUC_KERAS_MAX_TEXT) {
+            free(v);
+            return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: the entries besides %s hold more than %llu bytes",
+                             z->path, NPUC_KERAS_WEIGHTS, (unsigned long long)NPUC_KERAS_MAX_TEXT);
+        }
         if (!text) {
             free(v);
             if (cfg)
@@ -114,7 +121,10 @@ static npuc_status rename_message(npuc_ctx *ctx, npuc_status st, const char *tmp
 
 npuc_status npuc__keras_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out) {
     *out = NULL;
-    if (npuc__h5_format.sniff(path) == NPUC__SNIFF_SIGNATURE) return npuc__h5_open(ctx, path, o, out);
+    /* A zip is read as one even if a stored HDF5 entry's signature happens
+     * to sit at one of the offsets the HDF5 sniff looks at. */
+    if (npuc__keras_sniff(path) == NPUC__SNIFF_NO && npuc__h5_format.sniff(path) == NPUC__SNIFF_SIGNATURE)
+        return npuc__h5_open(ctx, path, o, out);
     npuc_kzip z;
     kmeta meta = {0};
     char *tmp = NULL;
