@@ -56,7 +56,7 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "axis", .flag = "axis", .type = NPUC_OPT_INT, .lo = 0, .hi = 7, .metavar = "N", .section = "Scheme",
      .help = "use axis N as the channel axis for every quantized tensor", .bad = "must be 0..7"},
     {.name = "scale_dtype", .flag = "scale-dtype", .type = NPUC_OPT_STR, .dflt = "f32", .metavar = "DTYPE",
-     .section = "Scheme", .choices = SCALE_DTYPES, .noun = "scale dtype",
+     .section = "Scheme", .choices = SCALE_DTYPES, .noun = "scale dtype", .bad = "must be f32, f16 or bf16",
      .help = "how the artifact stores scales: f32 (default), f16 or bf16 (codes use\n"
              "the rounded scale; int4 -g 32 with f16 costs 4.5 bits per weight)"},
     {.name = "range", .flag = "range", .type = NPUC_OPT_STR, .dflt = "minmax", .metavar = "METHOD",
