@@ -10,12 +10,14 @@
  */
 #include "gguf/gguf_format.h"
 #include "hdf5/h5_common.h"
+#include "keras/keras_format.h"
 #include "safetensors/st_format.h"
 
 static const npuc__format_row *const ROWS[] = {
     &npuc__st_format, /* 1 = NPUC_FORMAT_SAFETENSORS */
     &npuc__h5_format, /* 2 = NPUC_FORMAT_HDF5 */
     &npuc__gguf_format,
+    &npuc__keras_format,
 };
 
 const npuc__format_row *const *npuc__format_table(size_t *n) {

@@ -183,6 +183,11 @@ static hid_t bool_type(void) {
     return t;
 }
 
+hid_t npuc__h5_type_create_keras3(npuc_dtype dt) {
+    if (dt != NPUC_DTYPE_BF16) return npuc__h5_type_create(dt);
+    return H5Tcreate(H5T_OPAQUE, 2);
+}
+
 hid_t npuc__h5_type_create(npuc_dtype dt) {
     if (dt == NPUC_DTYPE_F64) return H5Tcopy(H5T_IEEE_F64LE);
     if (dt == NPUC_DTYPE_F32) return H5Tcopy(H5T_IEEE_F32LE);
@@ -336,6 +341,19 @@ npuc_h5_typecheck npuc__h5_type_classify(hid_t t, const char *hint, npuc_dtype *
         *dt = NPUC_DTYPE_BOOL;
         return NPUC_H5_TYPE_OK;
     }
+    if (c == H5T_OPAQUE) {
+        /* Keras 3 stores bfloat16 (a NumPy void type to h5py) as 2-byte
+         * opaque data marked by the dataset attribute dtype = "bfloat16",
+         * which the reader passes on as the hint BF16. */
+        if (hint && hd == NPUC_DTYPE_BF16 && size == 2) {
+            *dt = hd;
+            return NPUC_H5_TYPE_OK;
+        }
+        if (hint) goto mismatch;
+        snprintf(why, n, "HDF5 opaque type is not supported (only Keras 3 bfloat16, marked by a dtype "
+                         "attribute, is read)");
+        return NPUC_H5_TYPE_UNSUPPORTED;
+    }
     snprintf(why, n, "HDF5 %s type is not supported", class_name(c));
     return NPUC_H5_TYPE_UNSUPPORTED;
 mismatch:
@@ -345,6 +363,8 @@ mismatch:
 }
 
 hid_t npuc__h5_memtype(hid_t ftype, npuc_dtype dt) {
+    /* Opaque bytes (Keras 3 bfloat16) have no byte order: read them as they are. */
+    if (H5Tget_class(ftype) == H5T_OPAQUE) return H5Tcopy(ftype);
     if (npuc_dtype_is_float(dt)) {
         hid_t t = H5Tcopy(ftype);
         if (t < 0) return H5I_INVALID_HID;

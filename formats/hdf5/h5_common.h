@@ -31,6 +31,8 @@
 
 /* ------------------------------------------------------------ entry points */
 
+typedef struct npuc_h5_as npuc_h5_as; /* below */
+
 /* Opens an HDF5 file: in the contained reader (h5_worker.c), or in this
  * process when the environment has NPUC_H5_INPROCESS=1. */
 npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
@@ -39,8 +41,24 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
  * reader's child runs it and ships the result); open_inprocess is scan +
  * npuc__model_finish.  read fills buf (tensor i's nbytes) with its data. */
 npuc_status npuc__h5_scan(npuc_ctx *ctx, const char *path, npuc_model **out);
-npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, npuc_model **out);
+npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, const npuc_h5_as *as,
+                                    npuc_model **out);
 npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf);
+/* How the .keras reader (formats/keras/) has an HDF5 file it extracted
+ * opened: the model is named shown (the archive, for every later message)
+ * and carries the metadata meta_k[i] = meta_v[i] (config.json as
+ * model_config, ...), set before layouts and roles are decided; an entry
+ * replaces a root attribute of the same name. */
+struct npuc_h5_as {
+    const char *shown;
+    uint64_t file_size; /* the size the model reports (the archive's); 0 keeps the file's */
+    const char *const *meta_k, *const *meta_v;
+    size_t nmeta;
+};
+npuc_status npuc__h5_open_as(npuc_ctx *ctx, const char *path, const npuc_h5_as *as, npuc_model **out);
+/* Applies as (may be NULL) to m; both open paths call it before
+ * npuc__model_finish. */
+npuc_status npuc__h5_adopt(npuc_ctx *ctx, npuc_model *m, const npuc_h5_as *as);
 /* 1 when a model read from a tree of this style is read with Keras layout
  * rules (not when its "format" metadata says "pt"). */
 int npuc__h5_keras_rules(const npuc_model *m, npuc_h5_style style);
@@ -50,6 +68,15 @@ const char *npuc__h5_describe(const npuc_model *m, const char *key);
 /* The writer (h5_writer.c); it reads the options "deflate" and "structure"
  * (h5_format.c declares them). */
 extern const npuc_writer_backend npuc__h5_writer_backend;
+/* The writer's begin and finish on a file of the caller's (the .keras
+ * writer builds its model.weights.h5 this way, formats/keras/): begin
+ * creates file with the given tree and w's "deflate" option, writing every
+ * metadata entry as a root attribute except those skip_meta (may be NULL)
+ * returns 1 for; finish completes and fsyncs it.  w->be_state holds the HDF5
+ * writer's state in between (write and abort are the backend's own). */
+npuc_status npuc__h5_writer_begin_at(npuc_writer *w, const char *file, npuc_h5_style style,
+                                     int (*skip_meta)(const char *key));
+npuc_status npuc__h5_writer_finish_at(npuc_writer *w, const char *file);
 /* The tree w writes: its "structure" option as an npuc_h5_style. */
 npuc_h5_style npuc__h5_writer_style(const npuc_writer *w);
 /* The registry row (h5_format.c). */
@@ -88,6 +115,11 @@ void npuc__h5_errtext(char *buf, size_t n);
  * enum {FALSE=0, TRUE=1} over int8.  H5I_INVALID_HID on failure. */
 hid_t npuc__h5_type_create(npuc_dtype dt);
 
+/* The type Keras 3 stores for dt: bfloat16 as a 2-byte opaque type (the
+ * writer adds the dataset attribute dtype = "bfloat16", as Keras does), every
+ * other dtype as npuc__h5_type_create.  H5I_INVALID_HID on failure. */
+hid_t npuc__h5_type_create_keras3(npuc_dtype dt);
+
 /* Why a stored type has no npuc dtype. */
 typedef enum npuc_h5_typecheck {
     NPUC_H5_TYPE_OK = 0,
@@ -99,7 +131,9 @@ typedef enum npuc_h5_typecheck {
 /* Maps a stored type to an npuc dtype.  hint is the dataset's `npuc_dtype`
  * attribute (a safetensors dtype name) or NULL; when given it decides between
  * types HDF5 cannot tell apart, and must agree with the type's class, size
- * and signedness.  why (n bytes) receives a short description on failure. */
+ * and signedness.  A 2-byte opaque type is BF16 when the hint says so (the
+ * reader turns Keras 3's dtype = "bfloat16" attribute into that hint).  why
+ * (n bytes) receives a short description on failure. */
 npuc_h5_typecheck npuc__h5_type_classify(hid_t ftype, const char *hint, npuc_dtype *dt,
                                          char *why, size_t n);
 

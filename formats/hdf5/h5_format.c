@@ -64,7 +64,7 @@ static const npuc__opt_decl H5_OPTS[] = {
              "groups, else plain)"},
 };
 
-static const char *const H5_EXT[] = {".h5", ".hdf5", ".keras", ".he5", NULL};
+static const char *const H5_EXT[] = {".h5", ".hdf5", ".he5", NULL};
 
 const npuc__format_row npuc__h5_format = {
     .name = "hdf5",

@@ -246,6 +246,18 @@ static npuc_status inspect(walker *w, hid_t did, const char *p, npuc_dtype *dt, 
                        w->path, p, w->err);
         goto done;
     }
+    /* Keras 3 marks bfloat16 (stored opaque) with dtype = "bfloat16". */
+    if (!hint && H5Tget_class(type) == H5T_OPAQUE) {
+        char *kd = NULL;
+        ar = npuc__h5_attr_string(did, "dtype", &kd);
+        if (ar == NPUC_H5_ATTR_NOMEM) { st = nomem(w); goto done; }
+        if (ar == NPUC_H5_ATTR_OK && strcmp(kd, "bfloat16") == 0 && !(hint = npuc__strdup("BF16"))) {
+            free(kd);
+            st = nomem(w);
+            goto done;
+        }
+        free(kd);
+    }
     char why[160];
     npuc_h5_typecheck tc = npuc__h5_type_classify(type, hint, dt, why, sizeof why);
     if (tc != NPUC_H5_TYPE_OK) {
@@ -863,12 +875,39 @@ int npuc__h5_keras_rules(const npuc_model *m, npuc_h5_style style) {
     return style != NPUC_H5_PLAIN && !(fmt && strcmp(fmt, "pt") == 0);
 }
 
-npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, npuc_model **out) {
+npuc_status npuc__h5_adopt(npuc_ctx *ctx, npuc_model *m, const npuc_h5_as *as) {
+    if (!as) return NPUC_OK;
+    if (as->file_size) m->file_size = as->file_size;
+    if (as->shown) {
+        char *p = npuc__strdup(as->shown);
+        if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", as->shown);
+        free(m->path);
+        m->path = p;
+    }
+    for (size_t i = 0; i < as->nmeta; i++) {
+        size_t j = 0;
+        while (j < m->nmeta && strcmp(m->meta_k[j], as->meta_k[i]) != 0) j++;
+        if (j == m->nmeta) {
+            npuc_status st = npuc__model_add_meta(ctx, m, as->meta_k[i], as->meta_v[i]);
+            if (st != NPUC_OK) return st;
+            continue;
+        }
+        char *v = npuc__strdup(as->meta_v[i]);
+        if (!v) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+        free(m->meta_v[j]);
+        m->meta_v[j] = v;
+    }
+    return NPUC_OK;
+}
+
+npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, const npuc_h5_as *as,
+                                    npuc_model **out) {
     npuc_model *m;
     npuc_status st = npuc__h5_scan(ctx, path, &m);
     if (st != NPUC_OK) return st;
     const h5r_state *s = m->be_state;
-    if ((st = npuc__model_finish(ctx, m, npuc__h5_keras_rules(m, s->style))) != NPUC_OK) {
+    if ((st = npuc__h5_adopt(ctx, m, as)) != NPUC_OK ||
+        (st = npuc__model_finish(ctx, m, npuc__h5_keras_rules(m, s->style))) != NPUC_OK) {
         npuc_model_close(m);
         return st;
     }

@@ -226,7 +226,8 @@ static int rebuild(npuc_ctx *ctx, npuc_model *m, const unsigned char *p, size_t 
     return d.bad || d.off != d.n ? -1 : 0;
 }
 
-static npuc_status open_contained(npuc_ctx *ctx, const char *path, npuc_model **out) {
+static npuc_status open_contained(npuc_ctx *ctx, const char *path, const npuc_h5_as *as,
+                                  npuc_model **out) {
     struct stat sb;
     if (stat(path, &sb) != 0) return npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot stat", path);
     const uint64_t fsz = (uint64_t)sb.st_size;
@@ -294,7 +295,8 @@ static npuc_status open_contained(npuc_ctx *ctx, const char *path, npuc_model **
     m->be = &WORKER_BACKEND;
     m->be_state = w;
     w = NULL; /* the model owns it now: closing m ends the child */
-    if ((st = npuc__model_finish(ctx, m, npuc__h5_keras_rules(m, npuc_model_h5_style(m)))) != NPUC_OK)
+    if ((st = npuc__h5_adopt(ctx, m, as)) != NPUC_OK ||
+        (st = npuc__model_finish(ctx, m, npuc__h5_keras_rules(m, npuc_model_h5_style(m)))) != NPUC_OK)
         goto fail;
     *out = m;
     return NPUC_OK;
@@ -315,9 +317,14 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
                           npuc_model **out) {
     (void)o;
     *out = NULL;
+    return npuc__h5_open_as(ctx, path, NULL, out);
+}
+
+npuc_status npuc__h5_open_as(npuc_ctx *ctx, const char *path, const npuc_h5_as *as, npuc_model **out) {
+    *out = NULL;
     const char *e = getenv("NPUC_H5_INPROCESS");
-    if (e && strcmp(e, "1") == 0) return npuc__h5_open_inprocess(ctx, path, out);
-    return open_contained(ctx, path, out);
+    if (e && strcmp(e, "1") == 0) return npuc__h5_open_inprocess(ctx, path, as, out);
+    return open_contained(ctx, path, as, out);
 }
 
 /* ------------------------------------------------------------ backend */

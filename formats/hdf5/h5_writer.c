@@ -8,7 +8,8 @@
  *           its own name) with attribute weight_names, each weight at
  *           <layer>/<weight name>.
  *   KERAS3  Keras 3 .weights.h5: layers/<group>/vars/<i>; tensors without a
- *           group go to /vars/<i>.
+ *           group go to /vars/<i>.  bfloat16 is stored as Keras 3 stores it:
+ *           2-byte opaque data with the attribute dtype = "bfloat16".
  *
  * Every dataset carries the string attributes `name` (the real tensor name,
  * so any UTF-8 name survives whatever path it got) and `npuc_dtype` (so the
@@ -43,6 +44,7 @@ typedef struct h5w_state {
     size_t n;
     npuc_h5_strmap claimed; /* layer / vars groups that belong to a layer */
     unsigned deflate;       /* the "deflate" option: 0 = contiguous */
+    int keras3;             /* a Keras 3 tree: bfloat16 is stored as Keras 3 stores it */
     char err[256];
 } h5w_state;
 
@@ -159,7 +161,8 @@ static void chunk_dims(const npuc_tensor_info *t, hsize_t *c) {
 static npuc_status create_ds(npuc_writer *w, h5w_state *s, size_t i, const char *path) {
     const npuc_tensor_info *t = &w->t[i];
     npuc_status st = NPUC_OK;
-    hid_t type = npuc__h5_type_create(t->dtype), space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
+    hid_t type = s->keras3 ? npuc__h5_type_create_keras3(t->dtype) : npuc__h5_type_create(t->dtype);
+    hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
     hid_t d = H5I_INVALID_HID;
     hsize_t dims[NPUC_MAX_RANK], cd[NPUC_MAX_RANK];
     for (int k = 0; k < t->rank; k++) dims[k] = (hsize_t)t->shape[k];
@@ -187,7 +190,8 @@ static npuc_status create_ds(npuc_writer *w, h5w_state *s, size_t i, const char 
         goto done;
     }
     if (npuc__h5_write_str_attr(d, "name", t->name) != 0 ||
-        npuc__h5_write_str_attr(d, "npuc_dtype", npuc_dtype_name(t->dtype)) != 0) {
+        npuc__h5_write_str_attr(d, "npuc_dtype", npuc_dtype_name(t->dtype)) != 0 ||
+        (s->keras3 && t->dtype == NPUC_DTYPE_BF16 && npuc__h5_write_str_attr(d, "dtype", "bfloat16") != 0)) {
         st = hfail(w, s, "cannot write its attributes", t->name);
         goto done;
     }
@@ -387,6 +391,23 @@ done:
     return st;
 }
 
+/* "layers/a/vars" for a safe Keras 3 variable path "layers/a/vars/3",
+ * else NULL (malloc'd). */
+static char *keras3_var_dir(const char *name) {
+    const char *leaf = strrchr(name, '/');
+    if (strncmp(name, "layers/", 7) != 0 || !safe_path(name) || !leaf || !leaf[1]) return NULL;
+    for (const char *d = leaf + 1; *d; d++)
+        if (*d < '0' || *d > '9') return NULL;
+    size_t n = (size_t)(leaf - name);
+    if (n < 5 || memcmp(leaf - 5, "/vars", 5) != 0) return NULL;
+    char *dir = malloc(n + 1);
+    if (dir) {
+        memcpy(dir, name, n);
+        dir[n] = 0;
+    }
+    return dir;
+}
+
 static npuc_status write_keras3(npuc_writer *w, h5w_state *s) {
     layering L = {0};
     npuc_status st = make_layering(w, 0, &L);
@@ -409,10 +430,18 @@ static npuc_status write_keras3(npuc_writer *w, h5w_state *s) {
         free(vp);
         free(lp);
     }
-    /* Tensors without a layer, like Keras 3's own top-level /vars. */
+    /* Tensors without a layer go where their name says when it is a Keras
+     * 3 variable path (a Keras 3 tree read back from safetensors), else to
+     * the top-level /vars, as Keras 3's own loose variables. */
     size_t v = 0;
     for (size_t i = 0; i < w->n && st == NPUC_OK; i++) {
         if (w->t[i].group) continue;
+        char *dir = keras3_var_dir(w->t[i].name);
+        if (dir) {
+            st = put_tensor(w, s, i, dir, strrchr(w->t[i].name, '/') + 1, "x", NULL);
+            free(dir);
+            continue;
+        }
         snprintf(idx, sizeof idx, "%zu", v++);
         st = put_tensor(w, s, i, "vars", idx, "x", NULL);
     }
@@ -430,12 +459,14 @@ static int reserved_meta(const char *k) {
     return 1;
 }
 
-static npuc_status h5w_begin(npuc_writer *w) {
+npuc_status npuc__h5_writer_begin_at(npuc_writer *w, const char *file, npuc_h5_style style,
+                                     int (*skip_meta)(const char *key)) {
     h5w_state *s = calloc(1, sizeof *s);
     if (!s) return nomem(w);
     s->file = s->gcpl = s->lcpl = H5I_INVALID_HID;
     s->n = w->n;
     s->deflate = (unsigned)npuc__writer_opt_long(w, "deflate", 0);
+    s->keras3 = style == NPUC_H5_KERAS3;
     w->be_state = s;
     if (!(s->dpath = calloc(w->n ? w->n : 1, sizeof *s->dpath))) return nomem(w);
 
@@ -453,10 +484,10 @@ static npuc_status h5w_begin(npuc_writer *w) {
         st = hfail(w, s, "cannot set up HDF5 file properties", NULL);
         goto done;
     }
-    s->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, fcpl, fapl);
+    s->file = H5Fcreate(file, H5F_ACC_TRUNC, fcpl, fapl);
     if (s->file < 0) {
         npuc__h5_errtext(s->err, sizeof s->err);
-        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create '%s' (HDF5: %s)", w->path, w->tmp,
+        st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create '%s' (HDF5: %s)", w->path, file,
                        s->err);
         goto done;
     }
@@ -470,7 +501,7 @@ static npuc_status h5w_begin(npuc_writer *w) {
     }
     for (size_t i = 0; i < w->nmeta && st == NPUC_OK; i++) {
         const char *k = w->meta_k[i];
-        if (reserved_meta(k)) continue;
+        if (reserved_meta(k) || (skip_meta && skip_meta(k))) continue;
         if (!*k) {
             st = npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
                            "%s: an empty metadata key cannot be an HDF5 attribute name", w->path);
@@ -481,7 +512,7 @@ static npuc_status h5w_begin(npuc_writer *w) {
         }
     }
     if (st != NPUC_OK) goto done;
-    switch (npuc__h5_writer_style(w)) {
+    switch (style) {
     case NPUC_H5_KERAS2: st = write_keras2(w, s); break;
     case NPUC_H5_KERAS3: st = write_keras3(w, s); break;
     default: st = write_plain(w, s); break;
@@ -531,7 +562,11 @@ static void free_state(npuc_writer *w) {
     w->be_state = NULL;
 }
 
-static npuc_status h5w_finish(npuc_writer *w) {
+static npuc_status h5w_begin(npuc_writer *w) {
+    return npuc__h5_writer_begin_at(w, w->tmp, npuc__h5_writer_style(w), NULL);
+}
+
+npuc_status npuc__h5_writer_finish_at(npuc_writer *w, const char *file) {
     h5w_state *s = w->be_state;
     if (!s) return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "%s: finish without begin", w->path);
     npuc_h5_quiet q;
@@ -546,14 +581,16 @@ static npuc_status h5w_finish(npuc_writer *w) {
     npuc__h5_quiet_end(&q);
     if (st == NPUC_OK) {
         /* HDF5 has no fsync of its own: sync the closed file ourselves. */
-        int fd = open(w->tmp, O_RDONLY);
+        int fd = open(file, O_RDONLY);
         if (fd < 0 || fsync(fd) != 0)
-            st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot sync '%s'", w->path, w->tmp);
+            st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot sync '%s'", w->path, file);
         if (fd >= 0) close(fd);
     }
     free_state(w);
     return st;
 }
+
+static npuc_status h5w_finish(npuc_writer *w) { return npuc__h5_writer_finish_at(w, w->tmp); }
 
 static void h5w_abort(npuc_writer *w) { free_state(w); }
 

@@ -56,6 +56,9 @@ typedef struct npuc_quant_params {
     uint32_t group_size;      /* for NPUC_GRAN_GROUP, >= 2 */
     int axis;                 /* -1 (default): the layout's output axis; else an explicit axis */
     npuc_range_opts range;    /* default minmax */
+    npuc_dtype scale_dtype;   /* how an artifact stores scales: NPUC_DTYPE_F32 (default), F16 or
+                                 BF16; the codes are computed with the rounded scale
+                                 (--scale-dtype, docs/artifact.md) */
 } npuc_quant_params;
 
 NPUC_API npuc_quant_params npuc_quant_params_defaults(void);

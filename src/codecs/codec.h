@@ -121,6 +121,15 @@ void npuc__codec_describe(npuc_tensor_record *r, const char *encoding, const jso
  * (nested_scheme), else its encoding name; *bits as for npuc__codec_scheme_fn. */
 void npuc__codec_nested_scheme(const json_t *entry, char *buf, size_t n, int *bits);
 
+/* Scale precision (scale_dtype.c): 1 when dt may hold a quant artifact's
+ * scales (F32, F16, BF16).  npuc__scale_round rounds *scale to dt (round
+ * half to even; raised to dt's smallest positive value, lowered to its
+ * largest finite one) and sets *inv = 1 / *scale; F32 leaves both as they
+ * are.  The quantizer calls it right after choosing each scale, so codes
+ * are computed with the scale the artifact stores. */
+int npuc__scale_dtype_ok(npuc_dtype dt);
+void npuc__scale_round(npuc_dtype dt, float *scale, float *inv);
+
 /* The rows' functions: the decoders, one file each (decode_<name>.c), and
  * the report functions (codec_report.c). */
 npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *nest, const char *name,

@@ -156,12 +156,12 @@ void npuc__codec_noise_quant(npuc_ctx *ctx, npuc_model *m, const json_t *entry, 
     if (!p.symmetric && (!json_is_string(zn) || npuc_model_find(m, json_string_value(zn), &iz) != 0)) return;
     if (npuc_quant_shape_of(ctx, orig, &p, &qs) != NPUC_OK) { npuc_ctx_clear(ctx); return; }
     const npuc_tensor_info *ts = npuc_model_tensor(m, is);
-    if (ts->dtype != NPUC_DTYPE_F32 || ts->numel != qs.nscales || qs.nscales == 0) return;
+    if (!npuc__scale_dtype_ok(ts->dtype) || ts->numel != qs.nscales || qs.nscales == 0) return;
     float *sc = malloc(sizeof(float) * (size_t)qs.nscales);
     int32_t *zp = calloc((size_t)qs.nscales, sizeof *zp);
     const void *d;
     if (!sc || !zp || npuc_model_data(ctx, m, is, &d) != NPUC_OK) goto done;
-    memcpy(sc, d, sizeof(float) * (size_t)qs.nscales);
+    npuc_convert(sc, NPUC_DTYPE_F32, d, ts->dtype, (size_t)qs.nscales); /* F16/BF16: --scale-dtype */
     npuc_model_release(m, is);
     if (!p.symmetric) {
         const npuc_tensor_info *tz = npuc_model_tensor(m, iz);

@@ -37,9 +37,10 @@ npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *n
     if (tc->nbytes != want || npuc_dtype_size(tc->dtype) != 1)
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': codes hold %llu bytes, the entry implies %llu",
                          path, name, (unsigned long long)tc->nbytes, (unsigned long long)want);
-    if (ts->dtype != NPUC_DTYPE_F32 || ts->numel != qs.nscales)
-        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': scale tensor '%s' is not %llu F32 values",
-                         path, name, scale_name, (unsigned long long)qs.nscales);
+    if (!npuc__scale_dtype_ok(ts->dtype) || ts->numel != qs.nscales)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT,
+                         "%s: tensor '%s': scale tensor '%s' is not %llu F32, F16 or BF16 values", path, name,
+                         scale_name, (unsigned long long)qs.nscales);
     if (!sym) {
         const char *zp_name;
         if ((st = npuc__art_str(ctx, path, name, e, "zero_point", &zp_name)) != NPUC_OK ||
@@ -57,8 +58,9 @@ npuc_status npuc__decode_quant(npuc_ctx *ctx, npuc_model *m, const npuc__nest *n
     int32_t *zp = calloc((size_t)(qs.nscales ? qs.nscales : 1), sizeof(int32_t));
     const void *cp, *sp, *zpp;
     if (!sc || !zp) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
+    /* Scales stored as F16/BF16 (--scale-dtype) widen exactly to f32. */
     if ((st = npuc_model_data(ctx, m, is, &sp)) != NPUC_OK) goto done;
-    memcpy(sc, sp, (size_t)qs.nscales * sizeof(float));
+    npuc_convert(sc, NPUC_DTYPE_F32, sp, ts->dtype, (size_t)qs.nscales);
     npuc_model_release(m, is);
     if (!sym) {
         if ((st = npuc_model_data(ctx, m, iz, &zpp)) != NPUC_OK) goto done;

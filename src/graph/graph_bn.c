@@ -196,12 +196,8 @@ static int cmp_str(const void *a, const void *b) {
 int64_t npuc__graph_find_bn(const npuc__graph *g, const char *layer) {
     for (size_t k = 0; k < g->nbn; k++)
         if (strcmp(g->bns[k].name, layer) == 0) return (int64_t)k;
-    size_t ll = strlen(layer);
-    for (size_t k = 0; k < g->nbn; k++) {
-        size_t nl = strlen(g->bns[k].name);
-        if (nl > ll && g->bns[k].name[nl - ll - 1] == '/' && strcmp(g->bns[k].name + nl - ll, layer) == 0)
-            return (int64_t)k;
-    }
+    for (size_t k = 0; k < g->nbn; k++)
+        if (npuc__graph_names_layer(g->bns[k].name, layer)) return (int64_t)k;
     return -1;
 }
 

@@ -31,13 +31,22 @@ npuc_status npuc__attach_rule_topology(npuc__attach *a) {
             if (st != NPUC_OK) return st;
             continue;
         }
-        /* A nested layer's weights sit beside the BatchNorm's: same parent path. */
-        const char *key = a->g->bns[b].name, *leaf = npuc__graph_leaf(key);
-        char *parent = npuc__graph_strndup(key, (size_t)(leaf - key));
-        char *pm = parent ? npuc__graph_concat3(parent, ed->producer, "") : NULL;
+        /* A nested layer's weights sit beside the BatchNorm's: same parent
+         * path.  A Keras 3 BatchNorm is its variable group "layers/<bn>/vars",
+         * its producer's kernel "layers/<producer>/vars/0". */
+        const char *key = a->g->bns[b].name;
+        size_t kl = strlen(key);
+        const int k3 = kl > 5 && strcmp(key + kl - 5, "/vars") == 0;
+        char *base = npuc__graph_strndup(key, k3 ? kl - 5 : kl);
+        const char *leaf = base ? npuc__graph_leaf(base) : NULL;
+        char *parent = base ? npuc__graph_strndup(base, (size_t)(leaf - base)) : NULL;
+        char *pm = parent ? npuc__graph_concat3(parent, ed->producer, k3 ? "/vars/0" : "") : NULL;
         free(parent);
+        free(base);
         if (!pm) return npuc__attach_nomem(a);
-        int64_t w = npuc__graph_module_weight(a->g, pm);
+        size_t k3w;
+        int64_t w = k3 ? (npuc_model_find(a->g->m, pm, &k3w) == 0 ? (int64_t)k3w : -1)
+                       : npuc__graph_module_weight(a->g, pm);
         if (w < 0) w = npuc__graph_module_weight(a->g, ed->producer);
         free(pm);
         char why[200];

@@ -41,6 +41,9 @@ char *npuc__graph_concat3(const char *a, const char *b, const char *c);
 char *npuc__graph_module_of(const npuc_tensor_info *t);
 /* 1 when the last component of name (without ":0") is leaf. */
 int npuc__graph_leaf_is(const char *name, const char *leaf);
+/* 1 when name is layer's module: its last component is layer, or it is a
+ * Keras 3 variable group ".../<layer>/vars" (the layer holds the group). */
+int npuc__graph_names_layer(const char *name, const char *layer);
 /* 1 for Keras weight leaves (kernel, gamma, moving_mean...). */
 int npuc__graph_is_keras_leaf(const char *name);
 /* strcmp, except that runs of digits compare as numbers ("conv2d_9" <

@@ -16,14 +16,14 @@ typedef struct fold_list {
 
 static int listed(const fold_list *f, const char *bn, const char *conv) {
     for (size_t k = 0; k < f->n; k++)
-        if (strcmp(npuc__graph_leaf(f->bns[k]), bn) == 0 && (!conv || strcmp(npuc__graph_leaf(f->convs[k]), conv) == 0))
+        if (npuc__graph_names_layer(f->bns[k], bn) && (!conv || npuc__graph_names_layer(f->convs[k], conv)))
             return 1;
     return 0;
 }
 
 static int is_listed_conv(const fold_list *f, const char *conv) {
     for (size_t k = 0; k < f->n; k++)
-        if (strcmp(npuc__graph_leaf(f->convs[k]), conv) == 0) return 1;
+        if (npuc__graph_names_layer(f->convs[k], conv)) return 1;
     return 0;
 }
 

@@ -58,6 +58,12 @@ int npuc__graph_leaf_is(const char *name, const char *leaf) {
     return ln == strlen(leaf) && memcmp(l, leaf, ln) == 0;
 }
 
+int npuc__graph_names_layer(const char *name, const char *layer) {
+    size_t n = strlen(name), ll = strlen(layer);
+    if (n >= 5 && strcmp(name + n - 5, "/vars") == 0) n -= 5;
+    return n >= ll && memcmp(name + n - ll, layer, ll) == 0 && (n == ll || name[n - ll - 1] == '/');
+}
+
 const char *npuc__graph_leaf(const char *s) {
     const char *l = s;
     for (const char *p = s; *p; p++)

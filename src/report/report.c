@@ -102,6 +102,11 @@ void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew
                                 strcmp(r->scheme, "-") == 0 && r->action != NPUC_ACTION_KEPT
                                     ? npuc_action_name(r->action) : r->scheme,
                                 b1, b2);
+    /* Bits per weight of the original tensor: what it costs now per value it
+     * had (a created tensor: per value it has). */
+    uint64_t np = r->params_before ? r->params_before : r->params_after;
+    if (np && k < bufsize)
+        k += (size_t)snprintf(buf + k, bufsize - k, " %6.2f bpw", 8.0 * (double)r->bytes_after / (double)np);
     if (r->has_error && k < bufsize) {
         npuc__fmt_db(r->err.sqnr_db, db, sizeof db);
         k += (size_t)snprintf(buf + k, bufsize - k, "  sqnr=%s dB", db);
@@ -126,8 +131,11 @@ void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize) {
     for (int a = 1; a < NPUC_ACTION_COUNT && k < bufsize; a++)
         if (s->count[a]) k += (size_t)snprintf(buf + k, bufsize - k, ", %zu %s", s->count[a], npuc_action_name((npuc_action)a));
     if (k < bufsize)
-        k += (size_t)snprintf(buf + k, bufsize - k, "; %s -> %s (%.2fx)", b1, b2,
+        k += (size_t)snprintf(buf + k, bufsize - k, "; %s -> %s (%.2fx", b1, b2,
                               s->bytes_after ? (double)s->bytes_before / (double)s->bytes_after : 0.0);
+    if (k < bufsize)
+        k += (size_t)snprintf(buf + k, bufsize - k, s->params_before ? ", %.2f bpw)" : ")",
+                              s->params_before ? 8.0 * (double)s->bytes_after / (double)s->params_before : 0.0);
     if (!isnan(s->weighted_sqnr_db) && k < bufsize) {
         npuc__fmt_db(s->weighted_sqnr_db, db, sizeof db);
         snprintf(buf + k, bufsize - k, "; weighted sqnr=%s dB", db);

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codecs/codec.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
@@ -61,6 +62,7 @@ npuc_quant_params npuc_quant_params_defaults(void) {
     p.gran = NPUC_GRAN_CHANNEL;
     p.axis = -1;
     p.range = npuc_range_opts_defaults();
+    p.scale_dtype = NPUC_DTYPE_F32;
     return p;
 }
 
@@ -366,6 +368,7 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
             return bad;
         npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, &j->scales[idx], &j->inv[idx],
                                       &j->zero_points[idx]);
+        npuc__scale_round(j->p->scale_dtype, &j->scales[idx], &j->inv[idx]); /* --scale-dtype */
         for (uint64_t q = g0; q < g1;) {
             const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < g1 ? (ch + 1) * CHUNK : g1;
             /* Read ahead the values as many as these (at least AHEAD_MIN)
@@ -489,9 +492,11 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
     if (p->range.method != NPUC_RANGE_MINMAX &&
         (st = ranges_estimate(ctx, w, &qs, G, p, lo, hi, nth)) != NPUC_OK)
         goto done;
-    for (uint64_t i = 0; i < qs.nscales; i++)
+    for (uint64_t i = 0; i < qs.nscales; i++) {
         npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, &scales[i], &inv[i],
                                       &zero_points[i]);
+        npuc__scale_round(p->scale_dtype, &scales[i], &inv[i]); /* --scale-dtype */
+    }
 
     if (qs.inner != 1 || C <= 1) {
         const uint64_t per = qs.per_channel;

@@ -35,6 +35,8 @@ static int check_rule_group(const char *s, char *why, size_t n) {
 
 enum { GRAN = 1 };
 
+static const char *const SCALE_DTYPES[] = {"f32", "f16", "bf16", NULL};
+
 static const npuc_pass_option OPTIONS[] = {
     {.name = "bits", .flag = "bits", .short_flag = 'b', .type = NPUC_OPT_INT, .lo = 2, .hi = 8, .dflt = "8",
      .metavar = "N", .section = "Scheme", .help = "bit width 2..8 (default 8); codes below 8 bits are bit-packed",
@@ -53,6 +55,10 @@ static const npuc_pass_option OPTIONS[] = {
      .bad = "must be an integer from 2 to 2^30"},
     {.name = "axis", .flag = "axis", .type = NPUC_OPT_INT, .lo = 0, .hi = 7, .metavar = "N", .section = "Scheme",
      .help = "use axis N as the channel axis for every quantized tensor", .bad = "must be 0..7"},
+    {.name = "scale_dtype", .flag = "scale-dtype", .type = NPUC_OPT_STR, .dflt = "f32", .metavar = "DTYPE",
+     .section = "Scheme", .choices = SCALE_DTYPES, .noun = "scale dtype", .bad = "must be f32, f16 or bf16",
+     .help = "how the artifact stores scales: f32 (default), f16 or bf16 (codes use\n"
+             "the rounded scale; int4 -g 32 with f16 costs 4.5 bits per weight)"},
     {.name = "range", .flag = "range", .type = NPUC_OPT_STR, .dflt = "minmax", .metavar = "METHOD",
      .section = "Scheme", .help = "minmax (default), percentile=P, mse, entropy", .check = npuc__check_range},
     {.name = "include", .flag = "include", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
@@ -110,6 +116,8 @@ static npuc_status quant_params(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_q
         p->group_size = (uint32_t)v->i;
     }
     if ((v = npuc__pass_get(s, "axis"))) p->axis = (int)v->i;
+    if ((v = npuc__pass_get(s, "scale_dtype")) && npuc_dtype_parse(v->s, &p->scale_dtype) != 0)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "scale dtype '%s': use f32, f16 or bf16", v->s);
     if ((v = npuc__pass_get(s, "range"))) return npuc_range_parse(ctx, v->s, &p->range);
     return NPUC_OK;
 }

@@ -222,6 +222,12 @@ done:
     return st;
 }
 
+/* How scales are stored: F16 or BF16 when asked, else F32 (also for
+ * parameters built without npuc_quant_params_defaults). */
+static npuc_dtype scale_dtype(const npuc_quant_params *p) {
+    return p->scale_dtype == NPUC_DTYPE_F16 || p->scale_dtype == NPUC_DTYPE_BF16 ? p->scale_dtype : NPUC_DTYPE_F32;
+}
+
 static void scale_shape(const qplan *q, npuc_tensor_info *s) {
     if (q->p.gran == NPUC_GRAN_TENSOR) s->rank = 0;
     else if (q->p.gran == NPUC_GRAN_GROUP) {
@@ -264,7 +270,7 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
     npuc_tensor_info s;
     memset(&s, 0, sizeof s);
     s.name = names[0];
-    s.dtype = NPUC_DTYPE_F32;
+    s.dtype = scale_dtype(&q->p); /* --scale-dtype (src/codecs/scale_dtype.c) */
     s.group = t->group;
     scale_shape(q, &s);
     if ((st = npuc_writer_declare(w, &s)) != NPUC_OK) return st;
@@ -442,6 +448,11 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = input_layers(ctx, m, prev, layer)) != NPUC_OK) goto fail;
     if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
+    if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
+        st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
+                       npuc_dtype_name(o->params.scale_dtype));
+        goto fail;
+    }
     if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
     /* Never silent: per-channel and per-group scales, and N:M groups, follow
      * the layout; say so when it is not certain (pass_guard.c). */
@@ -470,7 +481,8 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         npuc__quant_scheme_ch(&q->p, q->qs.channels, r->scheme, sizeof r->scheme);
         if (!o->fake_quant) {
             uint64_t code_bytes = q->packed ? npuc_packed_size(t->numel, q->p.bits) : t->numel;
-            r->bytes_after = code_bytes + q->qs.nscales * 4 + (q->p.symmetric ? 0 : q->qs.nscales);
+            r->bytes_after = code_bytes + q->qs.nscales * npuc_dtype_size(scale_dtype(&q->p)) +
+                             (q->p.symmetric ? 0 : q->qs.nscales);
         }
         if (q->qs.nscales > max_scales) max_scales = q->qs.nscales;
         if (q->nm) nm_record(q, o, r);
@@ -536,7 +548,11 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         npuc_model_release(m, i);
         if (st != NPUC_OK) goto fail;
         if (!o->fake_quant) {
-            if ((st = npuc__drive_write(&dr, scales, q->qs.nscales * sizeof(float))) != NPUC_OK) goto fail;
+            const void *sp;
+            const npuc_dtype sdt = scale_dtype(&q->p);
+            if ((st = npuc__f32_as(ctx, sdt, scales, q->qs.nscales, &s_cast, &sp)) != NPUC_OK ||
+                (st = npuc__drive_write(&dr, sp, q->qs.nscales * npuc_dtype_size(sdt))) != NPUC_OK)
+                goto fail;
             if (!q->p.symmetric) {
                 uint8_t *z8 = npuc__scratch(&s_zp, q->qs.nscales);
                 if (!z8) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }

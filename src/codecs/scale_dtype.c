@@ -1,0 +1,44 @@
+/*
+ * scale_dtype.c - the precision of a quant artifact's scales
+ * (`--scale-dtype f32|f16|bf16`, npuc_quant_params.scale_dtype).
+ *
+ * A scale stored in f16 or bf16 is the f32 scale rounded to that type (round
+ * half to even, as NumPy's astype(float16) and PyTorch's .to(bfloat16) do),
+ * and the quantizer computes the codes with that rounded scale, so the
+ * codes, the fake-quantized values and the decoded artifact all agree: a
+ * decoder reads the stored scale, widens it exactly to f32 and multiplies,
+ * as for f32 scales.  This is what GGUF's Q4_0 does with its fp16 block
+ * scale, and it is what makes int4 with groups of 32 cost 4 + 16/32 = 4.5
+ * bits per weight.
+ *
+ * Two edges: a scale below the type's smallest positive value (f16:
+ * 2^-24; an all-zero or almost-zero group) is raised to it, so 1/scale stays
+ * finite; a scale above its largest (f16: 65504, reached by weights beyond
+ * about 8.3e6 at 8 bits) is lowered to it and the codes clip, which the
+ * tensor's SQNR shows.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "codecs/codec.h"
+
+int npuc__scale_dtype_ok(npuc_dtype dt) {
+    return dt == NPUC_DTYPE_F32 || dt == NPUC_DTYPE_F16 || dt == NPUC_DTYPE_BF16;
+}
+
+void npuc__scale_round(npuc_dtype dt, float *scale, float *inv) {
+    if (dt != NPUC_DTYPE_F16 && dt != NPUC_DTYPE_BF16) return;
+    uint16_t h;
+    float r;
+    npuc_convert(&h, dt, scale, NPUC_DTYPE_F32, 1);
+    npuc_convert(&r, NPUC_DTYPE_F32, &h, dt, 1);
+    if (!(r > 0)) { /* underflow to 0: the smallest positive value */
+        h = 1;
+        npuc_convert(&r, NPUC_DTYPE_F32, &h, dt, 1);
+    } else if (isinf(r)) { /* overflow: the largest finite value */
+        h = dt == NPUC_DTYPE_F16 ? 0x7bff : 0x7f7f;
+        npuc_convert(&r, NPUC_DTYPE_F32, &h, dt, 1);
+    }
+    *scale = r;
+    *inv = 1.0f / r;
+}
