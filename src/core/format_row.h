@@ -91,6 +91,14 @@ typedef struct npuc__format_row {
      * decoded tensors, as convert would, instead of refusing a file that
      * is not an npuc artifact. */
     int decodes_on_load;
+    /* 1 when the output is a directory its backend builds and publishes
+     * itself (no_file; formats/checkpoint/ck_dir.c): an existing directory
+     * at the output path is then for the backend to judge, and the backend
+     * sees the "npuc.source.*" metadata a reader recorded about its source
+     * (the checkpoint directory whose sharding and side files it keeps).
+     * Every other format's writer drops those keys, so no source path is
+     * stored in a file. */
+    int writes_dir;
 } npuc__format_row;
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */
