@@ -26,7 +26,7 @@
 enum {
     ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
     ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
-    ID_MAX_MEMORY = 0x808
+    ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809
 };
 
 /* ------------------------------------------------------------ messages */
@@ -175,6 +175,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_JSON) add_opt(&t, "json", 0, 0, ID_JSON);
     if (common & CLI_OPT_REPORT) add_opt(&t, "report", 0, 1, ID_REPORT);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "deflate", 0, 1, ID_DEFLATE);
+    if (common & CLI_OPT_DEFLATE) add_opt(&t, "max-shard-size", 0, 1, ID_MAX_SHARD);
     if (common & CLI_OPT_MAX_MEMORY) add_opt(&t, "max-memory", 0, 1, ID_MAX_MEMORY);
     if (common & CLI_OPT_POLICY) {
         add_opt(&t, "strict", 0, 0, ID_STRICT);
@@ -232,6 +233,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             else a->deflate = optarg;
             break;
         }
+        case ID_MAX_SHARD:
+            if (cli_parse_max_shard(optarg, &a->max_shard_size) != 0)
+                rc = cli_usage_error(cmd, "--max-shard-size: expected a size such as 500M or 5G, got '%s'", optarg);
+            break;
         case ID_MAX_MEMORY:
             if (cli_parse_size(optarg, &a->max_memory) != 0 || a->max_memory == 0)
                 rc = cli_usage_error(cmd, "--max-memory: expected a size such as 512M or 4G, got '%s'", optarg);
@@ -311,6 +316,19 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w) {
     w->overwrite = a->force;
     /* Validated by cli_parse, so this cannot fail. */
     if (a->deflate) (void)npuc_write_opts_set(NULL, w, "deflate", a->deflate);
+    if (a->max_shard_size) {
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)a->max_shard_size);
+        (void)npuc_write_opts_set(NULL, w, "max-shard-size", v);
+    }
+}
+
+int cli_parse_max_shard(const char *s, uint64_t *out) {
+    npuc_write_opts probe = npuc_write_opts_defaults();
+    char v[32];
+    if (cli_parse_size(s, out) != 0 || *out == 0) return -1;
+    snprintf(v, sizeof v, "%llu", (unsigned long long)*out);
+    return npuc_write_opts_set(NULL, &probe, "max-shard-size", v) == NPUC_OK ? 0 : -1;
 }
 
 void cli_args_free(cli_args *a) {
