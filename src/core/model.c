@@ -41,6 +41,7 @@ npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
     const npuc__format_row *row;
     npuc_status st = npuc__format_for_open(ctx, path, &o, &row);
     if (st != NPUC_OK) return st;
+    if (S_ISDIR(sb.st_mode) && !row->writes_dir) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
     if ((st = row->open(ctx, path, &o, out)) != NPUC_OK) return st;
     (*out)->format = npuc__format_id(row);
     return NPUC_OK;
