@@ -33,6 +33,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 
+#include "format_row.h"
 #include "passes/pass_gate.h"
 #include "pipeline/pipe.h"
 #include "pipeline/recipe_internal.h"
@@ -527,6 +528,15 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     npuc_write_opts wo = o->write;
     if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_format_from_path(out);
     if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
+    /* Step files are single files (recipe_files.c), so a checkpoint
+     * directory output takes one step (docs/checkpoints.md). */
+    const npuc__format_row *orow = npuc__format_by_id(wo.format);
+    if (r->nsteps > 1 && orow && orow->writes_dir) {
+        st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED,
+                       "%s: a recipe of %zu steps cannot write a %s directory yet; run the steps one at a time", out,
+                       r->nsteps, orow->name);
+        goto fail;
+    }
     const int stream = wo.format == NPUC_FORMAT_SAFETENSORS && !o->no_stream;
     for (size_t k = 0; k < r->nsteps;) {
         size_t last = k;

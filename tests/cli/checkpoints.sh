@@ -10,7 +10,8 @@
 #   - outputs are atomic: an existing output needs -f, -f replaces a
 #     checkpoint directory but refuses a folder of other things, a failed
 #     run leaves no output and no temporary directory;
-#   - batch lists a checkpoint directory as one model;
+#   - batch lists a checkpoint directory as one model; a recipe of several
+#     steps refuses a checkpoint output;
 #   - hostile indexes (.., absolute, a tensor in two shards, missing shard,
 #     unlisted or ghost tensors, a huge index) exit 2 with one line.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
@@ -85,6 +86,12 @@ if [ "$QUICK" != 1 ]; then
     expect_rc 0 "$NPUC_BIN" batch "$T/r.yaml" --input "$T/zoo" --output "$T/zout" -j 1 --resume
     must_match "$T/out" "skipped +llama"
 fi
+
+# a recipe of several steps refuses a checkpoint output (step files are files)
+printf 'steps:\n  - prune: {sparsity: 0.5}\n  - quantize: {}\n' >"$T/r2.yaml"
+expect_rc 2 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr"
+must_match "$T/err" "a recipe of 2 steps cannot write a checkpoint directory yet"
+if ls -a "$T" | grep -q '^\.rr'; then fail "the refused run left files behind"; fi
 
 # hostile indexes: one line, exit 2, nothing read outside the directory
 K shards "$T/c" $SH3 , index "$T/c" , same "$T/zout/llama" "$T/q" , sides "$T/in" "$T/zout/llama"
