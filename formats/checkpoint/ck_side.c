@@ -19,20 +19,7 @@
 #include <unistd.h>
 
 #include "ck_side.h"
-
-npuc_status npuc__ck_write_all(npuc_ctx *ctx, const char *path, int fd, const void *p, uint64_t n, const char *what) {
-    const char *c = p;
-    while (n) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t k = write(fd, c, chunk);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-            return npuc_fail(ctx, NPUC_ERR_IO, "%s: writing %s: %s", path, what, k < 0 ? strerror(errno) : "short write");
-        c += k;
-        n -= (uint64_t)k;
-    }
-    return NPUC_OK;
-}
+#include "safetensors/st_format.h"
 
 static npuc_status close_synced(npuc_ctx *ctx, const char *p, int fd, npuc_status st) {
     if (st == NPUC_OK && fsync(fd) != 0) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: fsync: %s", p, strerror(errno));
@@ -47,8 +34,8 @@ npuc_status npuc__ck_write_file(npuc_ctx *ctx, npuc__ck_tmpdir *td, const char *
     int fd;
     npuc_status st = npuc__ck_tmpdir_create(td, name, &fd);
     if (st != NPUC_OK) return st;
-    st = npuc__ck_write_all(ctx, p, fd, data, n, name);
-    if (st == NPUC_OK && newline) st = npuc__ck_write_all(ctx, p, fd, "\n", 1, name);
+    st = npuc__st_write_all(ctx, p, fd, data, n, name);
+    if (st == NPUC_OK && newline) st = npuc__st_write_all(ctx, p, fd, "\n", 1, name);
     return close_synced(ctx, p, fd, st);
 }
 
@@ -79,7 +66,7 @@ static npuc_status copy_one(npuc_ctx *ctx, npuc__ck_tmpdir *td, const char *dest
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read: %s", sp, strerror(errno));
         if (r <= 0) break;
-        st = npuc__ck_write_all(ctx, dp, out, buf, (uint64_t)r, name);
+        st = npuc__st_write_all(ctx, dp, out, buf, (uint64_t)r, name);
     }
     free(buf);
     close(in);

@@ -8,8 +8,6 @@
 
 #include "ck_format.h"
 
-/* Writes n bytes to fd; what names them in the message ("the header"). */
-npuc_status npuc__ck_write_all(npuc_ctx *ctx, const char *path, int fd, const void *p, uint64_t n, const char *what);
 /* Creates name in td with the n bytes at data (plus a '\n' when newline),
  * fsynced; dest/name in messages. */
 npuc_status npuc__ck_write_file(npuc_ctx *ctx, npuc__ck_tmpdir *td, const char *dest, const char *name, const void *data,

@@ -208,7 +208,7 @@ static npuc_status ckw_begin(npuc_writer *w) {
         size_t len;
         if ((st = npuc__ck_tmpdir_create(s->td, s->sh[0].name, &fd)) == NPUC_OK &&
             (st = npuc__st_header_of(w->ctx, w->path, NULL, 0, s->mk, s->mv, s->nmeta, &hdr, &len)) == NPUC_OK) {
-            st = npuc__ck_write_all(w->ctx, w->path, fd, hdr, len, "the header");
+            st = npuc__st_write_all(w->ctx, w->path, fd, hdr, len, "the header");
             free(hdr);
         }
         if (fd >= 0) close(fd);
@@ -241,7 +241,7 @@ static npuc_status open_shard(npuc_writer *w, ckw_state *s, ckw_shard *h) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", w->path, h->name);
     if ((st = npuc__st_header_of(w->ctx, p, t, h->n, mk, mv, nm, &hdr, &len)) == NPUC_OK)
-        st = npuc__ck_write_all(w->ctx, p, h->fd, hdr, len, "the header");
+        st = npuc__st_write_all(w->ctx, p, h->fd, hdr, len, "the header");
 done:
     free(hdr);
     free(lj);
@@ -269,7 +269,7 @@ static npuc_status ckw_write(npuc_writer *w, size_t i, const void *data, uint64_
     char what[160], p[PATH_MAX];
     snprintf(what, sizeof what, "tensor '%.100s'", w->t[i].name);
     snprintf(p, sizeof p, "%s/%s", w->path, h->name);
-    if ((st = npuc__ck_write_all(w->ctx, p, h->fd, data, n, what)) != NPUC_OK) return st;
+    if ((st = npuc__st_write_all(w->ctx, p, h->fd, data, n, what)) != NPUC_OK) return st;
     if (++h->written == h->n) st = close_shard(w, h);
     return st;
 }

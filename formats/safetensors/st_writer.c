@@ -23,19 +23,22 @@ typedef struct stw_state {
     int fd;
 } stw_state;
 
-static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
+npuc_status npuc__st_write_all(npuc_ctx *ctx, const char *path, int fd, const void *p, uint64_t n, const char *what) {
     const char *c = p;
     while (n) {
         size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
         ssize_t k = write(fd, c, chunk);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, what,
-                             k < 0 ? strerror(errno) : "short write");
+            return npuc_fail(ctx, NPUC_ERR_IO, "%s: writing %s: %s", path, what, k < 0 ? strerror(errno) : "short write");
         c += k;
         n -= (uint64_t)k;
     }
     return NPUC_OK;
+}
+
+static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
+    return npuc__st_write_all(w->ctx, w->path, fd, p, n, what);
 }
 
 npuc_status npuc__st_header(npuc_writer *w, char **out, size_t *len) {

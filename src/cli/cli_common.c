@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
@@ -708,6 +709,21 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
     if (!*out) {
         const char *in = a->pos[0], *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
         if (!dot || (slash && dot < slash)) dot = in + strlen(in);
+        /* A checkpoint (its directory or its index): "<dir>.<tag>", a directory too. */
+        struct stat sb;
+        size_t il = strlen(in);
+        int is_dir = stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (is_dir || (il > 11 && strcmp(in + il - 11, ".index.json") == 0)) {
+            size_t stem = is_dir ? il : (slash ? (size_t)(slash - in) : 0);
+            while (stem > 1 && in[stem - 1] == '/') stem--;
+            size_t n = (stem ? stem : 1) + strlen(tag) + 8;
+            char *s = malloc(n);
+            if (!s) return CLI_EXIT_FAIL;
+            snprintf(s, n, "%.*s.%s", stem ? (int)stem : 1, stem ? in : ".", tag);
+            *out = *alloc = s;
+            w->format = npuc_model_format(m);
+            return CLI_EXIT_OK;
+        }
         size_t stem = (size_t)(dot - in), n = stem + strlen(tag) + strlen(dot) + 16;
         char *s = malloc(n);
         if (!s) return CLI_EXIT_FAIL;

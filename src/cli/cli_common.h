@@ -220,7 +220,8 @@ char *cli_join_command(int argc, char **argv);
 int cli_push(const char ***arr, size_t *n, const char *s);
 
 /* Where a pass command writes: -o, else "<dir>/<stem>.<tag><ext>" beside
- * the input (".safetensors" when it has no extension).  When the name has
+ * the input (".safetensors" when it has no extension; "<ckpt>.<tag>", a
+ * checkpoint directory, for a checkpoint directory or its index).  When the name has
  * no known extension the output keeps m's format (w->format).  *alloc is
  * what the caller frees.  CLI_EXIT_OK, or CLI_EXIT_FAIL out of memory. */
 int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npuc_write_opts *w,

@@ -49,6 +49,9 @@ K same "$T/q" "$T/q.safetensors" , shards "$T/q" $SH3 , index "$T/q" , sides "$T
   same "$T/c" "$T/in" , index "$T/c" 40960 , sides "$T/in" "$T/c" , \
   same "$T/q2" "$T/q.safetensors" , index "$T/q2" 12288 , \
   shards "$T/c1" model.safetensors , same "$T/c1" "$T/flat.safetensors"
+# without -o a checkpoint's output is the directory "<ckpt>.<tag>"
+expect_rc 0 "$NPUC_BIN" quantize "$T/in/model.safetensors.index.json"
+K shards "$T/in.q8" $SH3 , index "$T/in.q8" , sides "$T/in" "$T/in.q8"
 expect_rc 2 "$NPUC_BIN" convert "$T/in" -o "$T/cx" --max-shard-size 0
 must_match "$T/err" "max-shard-size"
 
