@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ck_ct.h"
 #include "ck_format.h"
 #include "safetensors/st_format.h"
 
@@ -39,14 +40,28 @@ typedef struct ck_state {
     int fd;
     long cur;             /* the shard fd holds, or -1 */
     json_t *layouts;      /* while opening: the union of the shards' npuc.layout */
+    /* compressed-tensors (ck_ct.h): the stored tensors, and per tensor of
+     * the model what it is made of; NULL for any other checkpoint */
+    npuc_model *raw;
+    struct ct_src *ct;
 } ck_state;
+
+/* A tensor of a compressed-tensors model: a stored tensor (codes == raw
+ * index, packed < 0) or a weight decoded from its parts. */
+typedef struct ct_src {
+    size_t codes, scale, zp; /* raw indices; zp SIZE_MAX when symmetric */
+    int packed;              /* -1: stored as it is; 0: int-quantized; 1: pack-quantized */
+    int bits;
+    int64_t O, I, G;
+} ct_src;
 
 static void shard_path(const ck_state *s, size_t k, char *buf, size_t cap) {
     snprintf(buf, cap, "%s/%s", s->ix.dir, s->ix.shards[k]);
 }
 
-static npuc_status ck_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
-    ck_state *s = m->be_state;
+/* Reads stored tensor i of m (whose offsets and shards s describes) into a
+ * new 64-byte aligned buffer. */
+static npuc_status read_tensor(npuc_ctx *ctx, ck_state *s, const npuc_model *m, size_t i, void **data) {
     const npuc_tensor_info *t = &m->t[i];
     size_t k = s->shard_of[i];
     char p[PATH_MAX + 256];
@@ -78,7 +93,57 @@ static npuc_status ck_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     pthread_mutex_unlock(&s->lock);
     if (st != NPUC_OK) { free(buf); return st; }
     *data = buf;
+    return NPUC_OK;
+}
+
+/* Dequantizes weight i of a compressed-tensors model: (q - zp) * scale in
+ * float, as npuc's fake quantization computes it. */
+static npuc_status ct_decode(npuc_ctx *ctx, ck_state *s, const ct_src *c, float *out) {
+    void *q = NULL, *sc = NULL, *zp = NULL;
+    npuc_status st = read_tensor(ctx, s, s->raw, c->codes, &q);
+    if (st == NPUC_OK) st = read_tensor(ctx, s, s->raw, c->scale, &sc);
+    if (st == NPUC_OK && c->zp != SIZE_MAX) st = read_tensor(ctx, s, s->raw, c->zp, &zp);
+    float *scale = NULL;
+    if (st == NPUC_OK && !(scale = malloc((size_t)(c->O * c->G) * sizeof *scale + 1)))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (st == NPUC_OK) {
+        npuc_convert(scale, NPUC_DTYPE_F32, sc, s->raw->t[c->scale].dtype, (size_t)(c->O * c->G));
+        const int b = c->bits, off = 1 << (b - 1);
+        const int64_t pf = 32 / b, P = (c->I + pf - 1) / pf, gs = c->I / c->G;
+        const unsigned mask = (1u << b) - 1;
+        for (int64_t r = 0; r < c->O; r++)
+            for (int64_t j = 0; j < c->I; j++) {
+                int64_t g = j / gs;
+                int qv, zv = 0;
+                if (c->packed) {
+                    qv = (int)((((const uint32_t *)q)[r * P + j / pf] >> (b * (j % pf))) & mask) - off;
+                    if (zp) zv = (int)((((const uint32_t *)zp)[(r / pf) * c->G + g] >> (b * (r % pf))) & mask) - off;
+                } else {
+                    qv = ((const int8_t *)q)[r * c->I + j];
+                    if (zp) zv = ((const int8_t *)zp)[r * c->G + g];
+                }
+                out[r * c->I + j] = (float)(qv - zv) * scale[r * c->G + g];
+            }
+    }
+    free(scale);
+    free(q);
+    free(sc);
+    free(zp);
+    return st;
+}
+
+static npuc_status ck_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
+    ck_state *s = m->be_state;
     *owned = 1;
+    if (!s->ct) return read_tensor(ctx, s, m, i, data);
+    const ct_src *c = &s->ct[i];
+    if (c->packed < 0) return read_tensor(ctx, s, s->raw, c->codes, data);
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, m->t[i].nbytes ? (size_t)m->t[i].nbytes : 1) != 0)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, m->t[i].name);
+    npuc_status st = ct_decode(ctx, s, c, buf);
+    if (st != NPUC_OK) { free(buf); return st; }
+    *data = buf;
     return NPUC_OK;
 }
 
@@ -88,6 +153,8 @@ static void ck_close(npuc_model *m) {
     if (s->fd >= 0) close(s->fd);
     npuc__ck_index_free(&s->ix);
     json_decref(s->layouts);
+    npuc_model_close(s->raw);
+    free(s->ct);
     free(s->shard_of);
     free(s->shard_size);
     pthread_mutex_destroy(&s->lock);
@@ -154,6 +221,134 @@ static npuc_status add_shard(npuc_ctx *ctx, npuc_model *m, ck_state *s, size_t k
     return st;
 }
 
+static int has(const npuc_model *m, const char *base, const char *suffix, size_t *idx) {
+    char nm[1100];
+    if ((size_t)snprintf(nm, sizeof nm, "%s%s", base, suffix) >= sizeof nm) return 0;
+    return npuc_model_find(m, nm, idx) == 0;
+}
+
+static int ends(const char *s, const char *suf, size_t *stem) {
+    size_t n = strlen(s), k = strlen(suf);
+    *stem = n - k;
+    return n > k && strcmp(s + n - k, suf) == 0;
+}
+
+/* Is raw tensor name the stored weight (codes) of a compressed-tensors
+ * layer?  *packed 1 for B_packed (B: the weight's name in *base), 0 for an
+ * I8 B with a B_scale. */
+static int is_ct_codes(const npuc_model *raw, size_t i, char *base, size_t cap, int *packed) {
+    const char *nm = raw->t[i].name;
+    size_t stem, x;
+    if (ends(nm, "_packed", &stem) && stem < cap) {
+        snprintf(base, cap, "%.*s", (int)stem, nm);
+        *packed = 1;
+        return has(raw, base, "_scale", &x);
+    }
+    if (raw->t[i].dtype == NPUC_DTYPE_I8 && raw->t[i].rank == 2 && strlen(nm) < cap && has(raw, nm, "_scale", &x)) {
+        snprintf(base, cap, "%s", nm);
+        *packed = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 when raw tensor i is the scale, zero point or shape of a layer. */
+static int is_ct_part(const npuc_model *raw, size_t i) {
+    static const char *const SUF[] = {"_scale", "_zero_point", "_shape"};
+    const char *nm = raw->t[i].name;
+    for (int k = 0; k < 3; k++) {
+        size_t stem, x;
+        if (!ends(nm, SUF[k], &stem) || stem >= 1000) continue;
+        char base[1100];
+        snprintf(base, sizeof base, "%.*s", (int)stem, nm);
+        if (has(raw, base, "_packed", &x) || (npuc_model_find(raw, base, &x) == 0 && raw->t[x].dtype == NPUC_DTYPE_I8))
+            return 1;
+    }
+    return 0;
+}
+
+#define CT_BAD(...) do { st = npuc_fail(ctx, NPUC_ERR_FORMAT, __VA_ARGS__); goto fail; } while (0)
+
+/* The model a compressed-tensors checkpoint describes: every quantized
+ * layer one F32 weight decoded on load, every other tensor as stored.  On
+ * success s owns raw and the new model owns s. */
+static npuc_status ct_view(npuc_ctx *ctx, npuc_model *raw, ck_state *s, const json_t *qc, npuc_model **out) {
+    *out = NULL;
+    npuc_status st = NPUC_OK;
+    npuc_model *v = npuc__model_new(raw->path, NPUC_FORMAT_AUTO);
+    ct_src *ct = calloc(raw->n + 1, sizeof *ct);
+    void *shp = NULL;
+    if (!v || !ct) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", raw->path); goto fail; }
+    for (size_t i = 0; i < raw->n; i++) {
+        char base[1000];
+        int packed;
+        const npuc_tensor_info *t = &raw->t[i];
+        size_t idx;
+        if (is_ct_codes(raw, i, base, sizeof base, &packed)) {
+            ct_src c = {.codes = i, .zp = SIZE_MAX, .packed = packed};
+            size_t shape_i, ml;
+            char mod[1000];
+            snprintf(mod, sizeof mod, "%.*s", ends(base, ".weight", &ml) ? (int)ml : (int)strlen(base), base);
+            int sym;
+            if (npuc__ct_scheme(qc, mod, &c.bits, &sym) != 0)
+                CT_BAD("%s: tensor '%s': no config group of quantization_config targets module '%s'", raw->path, base, mod);
+            has(raw, base, "_scale", &c.scale);
+            if (!has(raw, base, "_zero_point", &c.zp)) c.zp = SIZE_MAX;
+            if (packed) {
+                if (!has(raw, base, "_shape", &shape_i) || raw->t[shape_i].numel != 2 ||
+                    (raw->t[shape_i].dtype != NPUC_DTYPE_I64 && raw->t[shape_i].dtype != NPUC_DTYPE_I32))
+                    CT_BAD("%s: tensor '%s_packed': no '%s_shape' of two integers", raw->path, base, base);
+                if ((st = read_tensor(ctx, s, raw, shape_i, &shp)) != NPUC_OK) goto fail;
+                int wide = raw->t[shape_i].dtype == NPUC_DTYPE_I64;
+                c.O = wide ? ((int64_t *)shp)[0] : ((int32_t *)shp)[0];
+                c.I = wide ? ((int64_t *)shp)[1] : ((int32_t *)shp)[1];
+                free(shp);
+                shp = NULL;
+            } else {
+                c.O = t->shape[0];
+                c.I = t->shape[1];
+            }
+            const npuc_tensor_info *sc = &raw->t[c.scale];
+            c.G = sc->rank == 2 ? sc->shape[1] : 1;
+            int64_t pf = 32 / c.bits;
+            int ok = c.O > 0 && c.I > 0 && c.O <= (1LL << 31) && c.I <= (1LL << 31) && c.G > 0 && c.I % c.G == 0 &&
+                     npuc_dtype_is_float(sc->dtype) && sc->shape[0] == c.O && (sc->rank == 2 || sc->rank == 1);
+            if (ok && packed)
+                ok = t->dtype == NPUC_DTYPE_I32 && t->rank == 2 && t->shape[0] == c.O && t->shape[1] == (c.I + pf - 1) / pf;
+            if (ok && c.zp != SIZE_MAX) {
+                const npuc_tensor_info *z = &raw->t[c.zp];
+                ok = z->rank == 2 && z->shape[1] == c.G &&
+                     (packed ? z->dtype == NPUC_DTYPE_I32 && z->shape[0] == (c.O + pf - 1) / pf
+                             : z->dtype == NPUC_DTYPE_I8 && z->shape[0] == c.O);
+            }
+            if (!ok) CT_BAD("%s: tensor '%s': its compressed-tensors parts do not fit shape [%lld,%lld] (%d bits)", raw->path,
+                            base, (long long)c.O, (long long)c.I, c.bits);
+            int64_t shape[2] = {c.O, c.I};
+            if ((st = npuc__model_add(ctx, v, base, NPUC_DTYPE_F32, 2, shape, NULL, &idx)) != NPUC_OK) goto fail;
+            ct[idx] = c;
+        } else if (!is_ct_part(raw, i)) {
+            if ((st = npuc__model_add(ctx, v, t->name, t->dtype, t->rank, t->shape, NULL, &idx)) != NPUC_OK) goto fail;
+            ct[idx] = (ct_src){.codes = i, .zp = SIZE_MAX, .packed = -1};
+        }
+    }
+    for (size_t i = 0; i < raw->nmeta && st == NPUC_OK; i++) st = npuc__model_add_meta(ctx, v, raw->meta_k[i], raw->meta_v[i]);
+    if (st != NPUC_OK || (st = npuc__model_finish(ctx, v, 0)) != NPUC_OK) goto fail;
+    v->file_size = raw->file_size;
+    raw->be = NULL;
+    raw->be_state = NULL;
+    s->raw = raw;
+    s->ct = ct;
+    v->be = &CK_BACKEND;
+    v->be_state = s;
+    *out = v;
+    return NPUC_OK;
+fail:
+    free(shp);
+    free(ct);
+    npuc_model_close(v);
+    return st;
+}
+
 npuc_status npuc__ck_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out) {
     *out = NULL;
     npuc_status st = NPUC_OK;
@@ -217,6 +412,16 @@ npuc_status npuc__ck_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
                 goto fail;
             }
         }
+    }
+    json_t *qc = NULL;
+    if ((st = npuc__ct_read_config(ctx, s->ix.dir, &qc)) != NPUC_OK) goto fail;
+    if (qc) {
+        npuc_model *v;
+        st = ct_view(ctx, m, s, qc, &v);
+        json_decref(qc);
+        if (st != NPUC_OK) goto fail;
+        *out = v;
+        return NPUC_OK;
     }
     *out = m;
     return NPUC_OK;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "ck_format.h"
+#include "ck_ct.h"
 #include "ck_side.h"
 #include "safetensors/st_format.h"
 
@@ -47,7 +48,9 @@ typedef struct ckw_state {
     npuc__ck_tmpdir *td;
     ckw_shard *sh;
     size_t nsh;
-    size_t *shard_of;  /* per declared tensor */
+    npuc__ct_plan pl;  /* the output tensors: the declared ones, or their compressed-tensors form */
+    int ct;            /* writing compressed-tensors */
+    size_t *shard_of;  /* per output tensor */
     char *index_name;  /* NULL: no index */
     const char *src_dir, *src_index; /* from metadata; NULL when absent */
     char **mk, **mv;   /* shard metadata: w's without npuc.source.* and npuc.layout */
@@ -64,6 +67,7 @@ static void free_state(ckw_state *s) {
     }
     free(s->sh);
     free(s->shard_of);
+    npuc__ct_plan_free(&s->pl);
     free(s->index_name);
     free(s->mk);
     free(s->mv);
@@ -113,15 +117,15 @@ static npuc_status plan(npuc_writer *w, ckw_state *s) {
     if (max > 0) {
         uint64_t cur = 0;
         size_t k = 0;
-        for (size_t i = 0; i < w->n; i++) {
-            if (i > 0 && cur > 0 && (cur + w->t[i].nbytes > (uint64_t)max || cur + w->t[i].nbytes < cur)) {
+        for (size_t i = 0; i < s->pl.n; i++) {
+            if (i > 0 && cur > 0 && (cur + s->pl.out[i].t.nbytes > (uint64_t)max || cur + s->pl.out[i].t.nbytes < cur)) {
                 k++;
                 cur = 0;
             }
             s->shard_of[i] = k;
-            cur += w->t[i].nbytes;
+            cur += s->pl.out[i].t.nbytes;
         }
-        size_t nsh = w->n ? k + 1 : 1;
+        size_t nsh = s->pl.n ? k + 1 : 1;
         for (size_t j = 0; j < nsh && st == NPUC_OK; j++) {
             char nm[64];
             if (nsh == 1) snprintf(nm, sizeof nm, "model.safetensors");
@@ -146,8 +150,8 @@ static npuc_status plan(npuc_writer *w, ckw_state *s) {
         if (!remap) { npuc__ck_index_free(&ix); return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); }
         for (size_t j = 0; j < ix.nshards; j++) remap[j] = -1;
         long prev = 0;
-        for (size_t i = 0; i < w->n; i++) {
-            long k = source_shard(&ix, w->t[i].name);
+        for (size_t i = 0; i < s->pl.n; i++) {
+            long k = source_shard(&ix, s->pl.out[i].t.name);
             if (k < 0) k = prev;
             prev = k;
             s->shard_of[i] = (size_t)k; /* source numbering for now */
@@ -158,7 +162,7 @@ static npuc_status plan(npuc_writer *w, ckw_state *s) {
                 remap[j] = (long)s->nsh;
                 st = add_shard(w, s, ix.shards[j]);
             }
-        for (size_t i = 0; i < w->n && st == NPUC_OK; i++) s->shard_of[i] = (size_t)remap[s->shard_of[i]];
+        for (size_t i = 0; i < s->pl.n && st == NPUC_OK; i++) s->shard_of[i] = (size_t)remap[s->shard_of[i]];
         if (st == NPUC_OK && !(s->index_name = npuc__strdup(s->src_index)))
             st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
         free(remap);
@@ -169,8 +173,27 @@ static npuc_status plan(npuc_writer *w, ckw_state *s) {
 }
 
 static npuc_status single_shard(npuc_writer *w, ckw_state *s) {
-    for (size_t i = 0; i < w->n; i++) s->shard_of[i] = 0;
+    for (size_t i = 0; i < s->pl.n; i++) s->shard_of[i] = 0;
     return add_shard(w, s, "model.safetensors");
+}
+
+/* The declared tensors as they are. */
+static npuc_status identity_plan(npuc_writer *w, npuc__ct_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->out = calloc(w->n + 1, sizeof *p->out);
+    p->first = calloc(w->n + 1, sizeof *p->first);
+    p->count = calloc(w->n + 1, sizeof *p->count);
+    if (!p->out || !p->first || !p->count) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < w->n; i++) {
+        p->out[i].t = w->t[i];
+        p->out[i].t.group = NULL;
+        p->out[i].src = i;
+        p->first[i] = i;
+        p->count[i] = 1;
+        p->n = i + 1;
+        if (!(p->out[i].t.name = npuc__strdup(w->t[i].name))) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    return NPUC_OK;
 }
 
 static npuc_status ckw_begin(npuc_writer *w) {
@@ -181,10 +204,15 @@ static npuc_status ckw_begin(npuc_writer *w) {
     s->src_index = meta_get(w, NPUC__CK_META_INDEX);
     s->mk = calloc(w->nmeta + 1, sizeof *s->mk);
     s->mv = calloc(w->nmeta + 1, sizeof *s->mv);
-    s->shard_of = calloc(w->n + 1, sizeof *s->shard_of);
+    const char *fmt = npuc__writer_opt(w, "checkpoint-format");
+    s->ct = fmt && strcmp(fmt, "compressed-tensors") == 0;
+    npuc_status st = s->ct ? npuc__ct_plan_build(w, &s->pl) : identity_plan(w, &s->pl);
+    if (st != NPUC_OK) return st;
+    s->shard_of = calloc(s->pl.n + 1, sizeof *s->shard_of);
     if (!s->mk || !s->mv || !s->shard_of) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < w->nmeta; i++) {
         if (strncmp(w->meta_k[i], "npuc.source.", 12) == 0) continue;
+        if (s->ct && strcmp(w->meta_k[i], "npuc") == 0) continue; /* names parts compressed-tensors renamed */
         if (strcmp(w->meta_k[i], "npuc.layout") == 0) {
             s->layouts = json_loads(w->meta_v[i], 0, NULL);
             continue;
@@ -192,8 +220,8 @@ static npuc_status ckw_begin(npuc_writer *w) {
         s->mk[s->nmeta] = w->meta_k[i];
         s->mv[s->nmeta++] = w->meta_v[i];
     }
-    npuc_status st = plan(w, s);
-    for (size_t i = 0; i < w->n && st == NPUC_OK; i++) {
+    st = plan(w, s);
+    for (size_t i = 0; i < s->pl.n && st == NPUC_OK; i++) {
         ckw_shard *h = &s->sh[s->shard_of[i]];
         size_t *p = realloc(h->idx, (h->n + 1) * sizeof *p);
         if (!p) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
@@ -202,7 +230,7 @@ static npuc_status ckw_begin(npuc_writer *w) {
     }
     if (st == NPUC_OK) st = npuc__ck_tmpdir_open(w->ctx, w->path, w->opts.overwrite, &s->td);
     /* An empty model still gets its one (empty) shard. */
-    if (st == NPUC_OK && w->n == 0) {
+    if (st == NPUC_OK && s->pl.n == 0) {
         int fd;
         char *hdr;
         size_t len;
@@ -227,7 +255,7 @@ static npuc_status open_shard(npuc_writer *w, ckw_state *s, ckw_shard *h) {
     json_t *lay = s->layouts ? json_object() : NULL;
     if (!t || !mk || !mv || (s->layouts && !lay)) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
     for (size_t j = 0; j < h->n; j++) {
-        t[j] = w->t[h->idx[j]];
+        t[j] = s->pl.out[h->idx[j]].t;
         json_t *l = s->layouts ? json_object_get(s->layouts, t[j].name) : NULL;
         if (l && json_object_set(lay, t[j].name, l)) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
     }
@@ -263,14 +291,21 @@ static npuc_status close_shard(npuc_writer *w, ckw_shard *h) {
 
 static npuc_status ckw_write(npuc_writer *w, size_t i, const void *data, uint64_t n) {
     ckw_state *s = w->be_state;
-    ckw_shard *h = &s->sh[s->shard_of[i]];
     npuc_status st = NPUC_OK;
-    if (h->written == 0 && (st = open_shard(w, s, h)) != NPUC_OK) return st;
-    char what[160], p[PATH_MAX];
-    snprintf(what, sizeof what, "tensor '%.100s'", w->t[i].name);
-    snprintf(p, sizeof p, "%s/%s", w->path, h->name);
-    if ((st = npuc__st_write_all(w->ctx, p, h->fd, data, n, what)) != NPUC_OK) return st;
-    if (++h->written == h->n) st = close_shard(w, h);
+    (void)n;
+    for (size_t k = s->pl.first[i]; k < s->pl.first[i] + s->pl.count[i] && st == NPUC_OK; k++) {
+        ckw_shard *h = &s->sh[s->shard_of[k]];
+        if (h->written == 0 && (st = open_shard(w, s, h)) != NPUC_OK) return st;
+        void *enc;
+        uint64_t en;
+        if ((st = npuc__ct_encode(w, &s->pl.out[k], data, &enc, &en)) != NPUC_OK) return st;
+        char what[160], p[PATH_MAX];
+        snprintf(what, sizeof what, "tensor '%.100s'", s->pl.out[k].t.name);
+        snprintf(p, sizeof p, "%s/%s", w->path, h->name);
+        st = npuc__st_write_all(w->ctx, p, h->fd, enc ? enc : data, en, what);
+        free(enc);
+        if (st == NPUC_OK && ++h->written == h->n) st = close_shard(w, h);
+    }
     return st;
 }
 
@@ -279,9 +314,9 @@ static npuc_status write_index(npuc_writer *w, ckw_state *s) {
     uint64_t total = 0;
     json_t *root = json_object(), *meta = json_object(), *map = json_object();
     int bad = !root || !meta || !map;
-    for (size_t i = 0; i < w->n && !bad; i++) {
-        total += w->t[i].nbytes;
-        bad = json_object_set_new(map, w->t[i].name, json_string(s->sh[s->shard_of[i]].name)) != 0;
+    for (size_t i = 0; i < s->pl.n && !bad; i++) {
+        total += s->pl.out[i].t.nbytes;
+        bad = json_object_set_new(map, s->pl.out[i].t.name, json_string(s->sh[s->shard_of[i]].name)) != 0;
     }
     bad = bad || json_object_set_new(meta, "total_size", json_integer((json_int_t)total)) ||
           json_object_set(root, "metadata", meta) || json_object_set(root, "weight_map", map);
@@ -301,6 +336,17 @@ static npuc_status ckw_finish(npuc_writer *w) {
     for (size_t k = 0; k < s->nsh && st == NPUC_OK; k++)
         if (s->sh[k].fd >= 0) st = close_shard(w, &s->sh[k]);
     if (st == NPUC_OK && s->index_name) st = write_index(w, s);
+    /* config.json gains the quantization_config of a compressed-tensors
+     * output, and loses a compressed-tensors one the output no longer is. */
+    json_t *src_qc = NULL;
+    if (st == NPUC_OK && !s->ct && s->src_dir) st = npuc__ct_read_config(w->ctx, s->src_dir, &src_qc);
+    if (st == NPUC_OK && (s->ct || src_qc)) {
+        char *cfg = NULL;
+        if ((st = npuc__ct_config(w->ctx, s->src_dir, s->ct ? s->pl.qconfig : NULL, &cfg)) == NPUC_OK)
+            st = npuc__ck_write_file(w->ctx, s->td, w->path, "config.json", cfg, strlen(cfg), 1);
+        free(cfg);
+    }
+    json_decref(src_qc);
     if (st == NPUC_OK && s->src_dir) {
         const char *skip[2] = {s->index_name, s->src_index};
         st = npuc__ck_copy_side_files(w->ctx, s->td, w->path, s->src_dir, skip, 2);

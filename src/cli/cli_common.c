@@ -23,11 +23,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* How many common options cli_parse may add (help ... min-layer-sqnr, 17
+ * today); the option tables are sized with it. */
+#define CLI_COMMON_MAX 24
+
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
 enum {
     ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
     ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
-    ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809
+    ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809, ID_CKPT_FORMAT = 0x80a
 };
 
 /* ------------------------------------------------------------ messages */
@@ -156,8 +160,9 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     while (extra && extra[nextra].name) nextra++;
 
     a->policy = npuc_policy_defaults();
-    opt_tables t = {calloc(14 + nextra + 1, sizeof(struct option)), 0,
-                    malloc(2 * (14 + nextra) + 2), 0};
+    /* CLI_COMMON_MAX: room for every common option added below */
+    opt_tables t = {calloc(CLI_COMMON_MAX + nextra + 1, sizeof(struct option)), 0,
+                    malloc(3 * (CLI_COMMON_MAX + nextra) + 2), 0};
     if (!t.lo || !t.so) {
         free(t.lo);
         free(t.so);
@@ -177,6 +182,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_REPORT) add_opt(&t, "report", 0, 1, ID_REPORT);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "deflate", 0, 1, ID_DEFLATE);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "max-shard-size", 0, 1, ID_MAX_SHARD);
+    if (common & CLI_OPT_DEFLATE) add_opt(&t, "format", 0, 1, ID_CKPT_FORMAT);
     if (common & CLI_OPT_MAX_MEMORY) add_opt(&t, "max-memory", 0, 1, ID_MAX_MEMORY);
     if (common & CLI_OPT_POLICY) {
         add_opt(&t, "strict", 0, 0, ID_STRICT);
@@ -238,6 +244,13 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             if (cli_parse_max_shard(optarg, &a->max_shard_size) != 0)
                 rc = cli_usage_error(cmd, "--max-shard-size: expected a size such as 500M or 5G, got '%s'", optarg);
             break;
+        case ID_CKPT_FORMAT: {
+            npuc_write_opts probe = npuc_write_opts_defaults();
+            if (npuc_write_opts_set(NULL, &probe, "checkpoint-format", optarg) != NPUC_OK)
+                rc = cli_usage_error(cmd, "--format '%s': expected npuc or compressed-tensors (checkpoint outputs)", optarg);
+            else a->ckpt_format = optarg;
+            break;
+        }
         case ID_MAX_MEMORY:
             if (cli_parse_size(optarg, &a->max_memory) != 0 || a->max_memory == 0)
                 rc = cli_usage_error(cmd, "--max-memory: expected a size such as 512M or 4G, got '%s'", optarg);
@@ -317,6 +330,7 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w) {
     w->overwrite = a->force;
     /* Validated by cli_parse, so this cannot fail. */
     if (a->deflate) (void)npuc_write_opts_set(NULL, w, "deflate", a->deflate);
+    if (a->ckpt_format) (void)npuc_write_opts_set(NULL, w, "checkpoint-format", a->ckpt_format);
     if (a->max_shard_size) {
         char v[32];
         snprintf(v, sizeof v, "%llu", (unsigned long long)a->max_shard_size);

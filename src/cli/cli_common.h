@@ -120,6 +120,7 @@ typedef struct cli_args {
     const char *report;   /* --report FILE, or NULL */
     const char *deflate;  /* --deflate N (checked), or NULL */
     uint64_t max_shard_size; /* --max-shard-size SIZE in bytes (checked), or 0 */
+    const char *ckpt_format;  /* --format npuc|compressed-tensors (checked), or NULL */
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
     npuc_policy policy;   /* CLI_OPT_POLICY flags, else the defaults */
@@ -170,7 +171,8 @@ int cli_ctx_new(const cli_args *a, npuc_ctx **ctx);
  * set, or prints the error and returns its exit code with *m NULL. */
 int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_model **m);
 
-/* The write options the common flags give: -f, --deflate and --max-shard-size.  The one
+/* The write options the common flags give: -f, --deflate, --max-shard-size
+ * and --format.  The one
  * place --deflate reaches the library. */
 void cli_write_opts(const cli_args *a, npuc_write_opts *w);
 

@@ -10,6 +10,9 @@
 #   - outputs are atomic: an existing output needs -f, -f replaces a
 #     checkpoint directory but refuses a folder of other things, a failed
 #     run leaves no output and no temporary directory;
+#   - --format compressed-tensors equals the specification's layout built in
+#     NumPy (lib/ct_check.py) and decompresses to the --fake-quant values;
+#     fused groups of different schemes are refused;
 #   - batch lists a checkpoint directory as one model; a recipe of several
 #     steps refuses a checkpoint output;
 #   - hostile indexes (.., absolute, a tensor in two shards, missing shard,
@@ -54,6 +57,40 @@ expect_rc 0 "$NPUC_BIN" quantize "$T/in/model.safetensors.index.json"
 K shards "$T/in.q8" $SH3 , index "$T/in.q8" , sides "$T/in" "$T/in.q8"
 expect_rc 2 "$NPUC_BIN" convert "$T/in" -o "$T/cx" --max-shard-size 0
 must_match "$T/err" "max-shard-size"
+
+# compressed-tensors (docs/compressed-tensors.md): npuc's output equals the
+# layout built in NumPy from the specification (tests/cli/lib/ct_check.py) out of
+# npuc's own artifact of the same quantization, and decompress gives the
+# --fake-quant values exactly; schemes: int4/g32 sym (q above), int4/channel
+# asym, int8/g32 asym
+C() { "$PY" "$TESTLIB/ct_check.py" "$@"; }
+schemes="4:--group-size=32 4:--asymmetric 8:--asymmetric:--group-size=32"
+[ "$QUICK" = 1 ] && schemes="4:--asymmetric 8:--asymmetric:--group-size=32"
+for sc in $schemes; do
+    bits=${sc%%:*}
+    read -r -a extra <<<"$(echo "${sc#*:}" | tr ':=' '  ')"
+    tag="b$bits$(echo "${sc#*:}" | tr -d ':=-')"
+    [ "$sc" = "4:--group-size=32" ] && art="$T/q" || {
+        art="$T/a$tag"
+        expect_rc 0 "$NPUC_BIN" quantize "$T/in" -o "$art" --bits "$bits" "${extra[@]}"
+    }
+    expect_rc 0 "$NPUC_BIN" quantize "$T/in" -o "$T/ct$tag" --bits "$bits" "${extra[@]}" --format compressed-tensors
+    expect_rc 0 "$NPUC_BIN" quantize "$T/in" -o "$T/fq$tag" --bits "$bits" "${extra[@]}" --fake-quant
+    expect_rc 0 "$NPUC_BIN" decompress "$T/ct$tag" -o "$T/ctd$tag"
+    C expect "$T/in" "$art" "$T/ct$tag" , dense "$T/ctd$tag" "$T/fq$tag"
+done
+# the dense output's config.json no longer claims compressed-tensors
+"$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); assert "quantization_config" not in c and c["model_type"] == "llama"' \
+    "$T/ctdb4asymmetric/config.json"
+expect_rc 0 "$NPUC_BIN" info "$T/ctb4groupsize32"
+K index "$T/ctb4groupsize32"
+cmp "$T/in/tokenizer.json" "$T/ctb4groupsize32/tokenizer.json" || fail "tokenizer.json not copied"
+# fused groups (q/k/v, gate/up) must share one scheme
+expect_rc 2 "$NPUC_BIN" quantize "$T/in" -o "$T/ctf" --bits 4 --layer-bits 'k_proj=8' --format compressed-tensors
+must_match "$T/err" "q_proj.weight' is int4/channel sym but '.*k_proj.weight' is int8/channel sym; runtimes load q/k/v as one layer"
+[ ! -e "$T/ctf" ] || fail "a refused compressed-tensors output was published"
+expect_rc 2 "$NPUC_BIN" quantize "$T/in" -o "$T/ctx" --format bogus
+must_match "$T/err" "expected npuc or compressed-tensors"
 
 # atomic outputs and -f
 expect_rc 2 "$NPUC_BIN" convert "$T/in" -o "$T/c"
