@@ -202,13 +202,18 @@ def hostile(d, kind):
     json.dump(ix, open(p, "w"))
 
 
-if __name__ == "__main__":
-    # several commands in one run (numpy's import is the slow part): "a x y , b z"
+def run_commands(ns, argv):
+    """Runs the commands in argv, separated by "," (numpy's import is the slow
+    part of a run): "a x y , b z" calls ns["a"]("x", "y") then ns["b"]("z")."""
     cmd = []
-    for a in sys.argv[1:] + [","]:
+    for a in argv + [","]:
         if a == ",":
             if cmd:
-                globals()[cmd[0]](*cmd[1:])
+                ns[cmd[0]](*cmd[1:])
             cmd = []
         else:
             cmd.append(a)
+
+
+if __name__ == "__main__":
+    run_commands(globals(), sys.argv[1:])

@@ -14,7 +14,7 @@ import json, os, sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ckpt_check import read_any, read_st  # noqa: E402
+from ckpt_check import read_any, read_st, run_commands  # noqa: E402
 
 NP = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8, "I32": np.int32, "I64": np.int64}
 
@@ -128,11 +128,4 @@ def dense(d, fake):
 
 
 if __name__ == "__main__":  # several commands in one run: "expect a b c , dense d e"
-    cmd = []
-    for a in sys.argv[1:] + [","]:
-        if a == ",":
-            if cmd:
-                globals()[cmd[0]](*cmd[1:])
-            cmd = []
-        else:
-            cmd.append(a)
+    run_commands(globals(), sys.argv[1:])
