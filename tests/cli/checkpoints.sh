@@ -82,9 +82,9 @@ done
 # the dense output's config.json no longer claims compressed-tensors
 "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); assert "quantization_config" not in c and c["model_type"] == "llama"' \
     "$T/ctdb4asymmetric/config.json"
-expect_rc 0 "$NPUC_BIN" info "$T/ctb4groupsize32"
-K index "$T/ctb4groupsize32"
-cmp "$T/in/tokenizer.json" "$T/ctb4groupsize32/tokenizer.json" || fail "tokenizer.json not copied"
+expect_rc 0 "$NPUC_BIN" info "$T/ctb4asymmetric"
+K index "$T/ctb4asymmetric"
+cmp "$T/in/tokenizer.json" "$T/ctb4asymmetric/tokenizer.json" || fail "tokenizer.json not copied"
 # fused groups (q/k/v, gate/up) must share one scheme
 expect_rc 2 "$NPUC_BIN" quantize "$T/in" -o "$T/ctf" --bits 4 --layer-bits 'k_proj=8' --format compressed-tensors
 must_match "$T/err" "q_proj.weight' is int4/channel sym but '.*k_proj.weight' is int8/channel sym; runtimes load q/k/v as one layer"
