@@ -8,6 +8,7 @@
  * (2) keep their pinned values.  Order also breaks ties between equally sure
  * sniffs, and the first row opens a file nothing recognises.
  */
+#include "checkpoint/ck_format.h"
 #include "gguf/gguf_format.h"
 #include "hdf5/h5_common.h"
 #include "keras/keras_format.h"
@@ -18,6 +19,7 @@ static const npuc__format_row *const ROWS[] = {
     &npuc__h5_format, /* 2 = NPUC_FORMAT_HDF5 */
     &npuc__gguf_format,
     &npuc__keras_format,
+    &npuc__ck_format,
 };
 
 const npuc__format_row *const *npuc__format_table(size_t *n) {

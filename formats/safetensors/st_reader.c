@@ -469,3 +469,8 @@ npuc_status npuc__st_open_header(npuc_ctx *ctx, const char *path, const void *he
     *out = m;
     return NPUC_OK;
 }
+
+uint64_t npuc__st_data_start(const npuc_model *m) {
+    const st_state *s = m->be_state;
+    return s->data_start;
+}

@@ -44,19 +44,22 @@ static int all_zero(const char *p, size_t n) {
     return acc == 0;
 }
 
-static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
+npuc_status npuc__st_write_all(npuc_ctx *ctx, const char *path, int fd, const void *p, uint64_t n, const char *what) {
     const char *c = p;
     while (n) {
         size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
         ssize_t k = write(fd, c, chunk);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, what,
-                             k < 0 ? strerror(errno) : "short write");
+            return npuc_fail(ctx, NPUC_ERR_IO, "%s: writing %s: %s", path, what, k < 0 ? strerror(errno) : "short write");
         c += k;
         n -= (uint64_t)k;
     }
     return NPUC_OK;
+}
+
+static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, const char *what) {
+    return npuc__st_write_all(w->ctx, w->path, fd, p, n, what);
 }
 
 /* write_all() with zero blocks (aligned to the file offset) turned into holes. */
@@ -88,63 +91,68 @@ static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uin
 }
 
 npuc_status npuc__st_header(npuc_writer *w, char **out, size_t *len) {
+    return npuc__st_header_of(w->ctx, w->path, w->t, w->n, w->meta_k, w->meta_v, w->nmeta, out, len);
+}
+
+npuc_status npuc__st_header_of(npuc_ctx *ctx, const char *path, const npuc_tensor_info *t, size_t n,
+                               char *const *meta_k, char *const *meta_v, size_t nmeta, char **out, size_t *len) {
     npuc_status st = NPUC_OK;
     char *hdr = NULL;
     json_t *root = json_object();
     *out = NULL;
     *len = 0;
-    if (!root) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-    if (w->nmeta) {
+    if (!root) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if (nmeta) {
         json_t *meta = json_object();
         if (!meta || json_object_set_new(root, "__metadata__", meta)) {
-            st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
             goto fail;
         }
-        for (size_t i = 0; i < w->nmeta; i++)
-            if (json_object_set_new(meta, w->meta_k[i], json_string(w->meta_v[i]))) {
-                st = npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: metadata '%s' is not valid UTF-8", w->path,
-                               w->meta_k[i]);
+        for (size_t i = 0; i < nmeta; i++)
+            if (json_object_set_new(meta, meta_k[i], json_string(meta_v[i]))) {
+                st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: metadata '%s' is not valid UTF-8", path,
+                               meta_k[i]);
                 goto fail;
             }
     }
     uint64_t off = 0;
-    for (size_t i = 0; i < w->n; i++) {
-        const npuc_tensor_info *t = &w->t[i];
-        if (strcmp(t->name, "__metadata__") == 0) {
-            st = npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: a tensor cannot be named __metadata__", w->path);
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *ti = &t[i];
+        if (strcmp(ti->name, "__metadata__") == 0) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: a tensor cannot be named __metadata__", path);
             goto fail;
         }
         json_t *e = json_object(), *shape = json_array(), *offs = json_array();
         uint64_t end;
-        if (npuc_add_overflow(off, t->nbytes, &end)) {
+        if (npuc_add_overflow(off, ti->nbytes, &end)) {
             json_decref(e); json_decref(shape); json_decref(offs);
-            st = npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: total size overflows", w->path);
+            st = npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: total size overflows", path);
             goto fail;
         }
         int bad = !e || !shape || !offs;
-        for (int d = 0; !bad && d < t->rank; d++)
-            bad = json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) != 0;
+        for (int d = 0; !bad && d < ti->rank; d++)
+            bad = json_array_append_new(shape, json_integer((json_int_t)ti->shape[d])) != 0;
         bad = bad || json_array_append_new(offs, json_integer((json_int_t)off)) ||
               json_array_append_new(offs, json_integer((json_int_t)end)) ||
-              json_object_set_new(e, "dtype", json_string(npuc_dtype_name(t->dtype)));
+              json_object_set_new(e, "dtype", json_string(npuc_dtype_name(ti->dtype)));
         if (!bad) {
             bad = json_object_set_new(e, "shape", shape) || json_object_set_new(e, "data_offsets", offs);
             shape = offs = NULL;
         }
         if (!bad) {
-            bad = json_object_set_new(root, t->name, e);
+            bad = json_object_set_new(root, ti->name, e);
             e = NULL;
         }
         json_decref(shape); json_decref(offs); json_decref(e);
-        if (bad) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        if (bad) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
         off = end;
     }
     hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!hdr) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!hdr) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     size_t hl = strlen(hdr);
     size_t padded = (hl + 7) & ~(size_t)7;
     char *h2 = realloc(hdr, padded + 8);
-    if (!h2) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!h2) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     hdr = h2;
     memmove(hdr + 8, hdr, hl);
     memset(hdr + 8 + hl, ' ', padded - hl);

@@ -20,13 +20,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+/* How many common options cli_parse may add (help ... min-layer-sqnr, 17
+ * today); the option tables are sized with it. */
+#define CLI_COMMON_MAX 24
 
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
 enum {
     ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
     ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
-    ID_MAX_MEMORY = 0x808
+    ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809, ID_CKPT_FORMAT = 0x80a
 };
 
 /* ------------------------------------------------------------ messages */
@@ -155,8 +160,9 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     while (extra && extra[nextra].name) nextra++;
 
     a->policy = npuc_policy_defaults();
-    opt_tables t = {calloc(14 + nextra + 1, sizeof(struct option)), 0,
-                    malloc(2 * (14 + nextra) + 2), 0};
+    /* CLI_COMMON_MAX: room for every common option added below */
+    opt_tables t = {calloc(CLI_COMMON_MAX + nextra + 1, sizeof(struct option)), 0,
+                    malloc(3 * (CLI_COMMON_MAX + nextra) + 2), 0};
     if (!t.lo || !t.so) {
         free(t.lo);
         free(t.so);
@@ -175,6 +181,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_JSON) add_opt(&t, "json", 0, 0, ID_JSON);
     if (common & CLI_OPT_REPORT) add_opt(&t, "report", 0, 1, ID_REPORT);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "deflate", 0, 1, ID_DEFLATE);
+    if (common & CLI_OPT_DEFLATE) add_opt(&t, "max-shard-size", 0, 1, ID_MAX_SHARD);
+    if (common & CLI_OPT_DEFLATE) add_opt(&t, "format", 0, 1, ID_CKPT_FORMAT);
     if (common & CLI_OPT_MAX_MEMORY) add_opt(&t, "max-memory", 0, 1, ID_MAX_MEMORY);
     if (common & CLI_OPT_POLICY) {
         add_opt(&t, "strict", 0, 0, ID_STRICT);
@@ -230,6 +238,17 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             if (npuc_write_opts_set(NULL, &probe, "deflate", optarg) != NPUC_OK)
                 rc = cli_usage_error(cmd, "--deflate '%s': level must be 0..9", optarg);
             else a->deflate = optarg;
+            break;
+        }
+        case ID_MAX_SHARD:
+            if (cli_parse_max_shard(optarg, &a->max_shard_size) != 0)
+                rc = cli_usage_error(cmd, "--max-shard-size: expected a size such as 500M or 5G, got '%s'", optarg);
+            break;
+        case ID_CKPT_FORMAT: {
+            npuc_write_opts probe = npuc_write_opts_defaults();
+            if (npuc_write_opts_set(NULL, &probe, "checkpoint-format", optarg) != NPUC_OK)
+                rc = cli_usage_error(cmd, "--format '%s': expected npuc or compressed-tensors (checkpoint outputs)", optarg);
+            else a->ckpt_format = optarg;
             break;
         }
         case ID_MAX_MEMORY:
@@ -311,6 +330,20 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w) {
     w->overwrite = a->force;
     /* Validated by cli_parse, so this cannot fail. */
     if (a->deflate) (void)npuc_write_opts_set(NULL, w, "deflate", a->deflate);
+    if (a->ckpt_format) (void)npuc_write_opts_set(NULL, w, "checkpoint-format", a->ckpt_format);
+    if (a->max_shard_size) {
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)a->max_shard_size);
+        (void)npuc_write_opts_set(NULL, w, "max-shard-size", v);
+    }
+}
+
+int cli_parse_max_shard(const char *s, uint64_t *out) {
+    npuc_write_opts probe = npuc_write_opts_defaults();
+    char v[32];
+    if (cli_parse_size(s, out) != 0 || *out == 0) return -1;
+    snprintf(v, sizeof v, "%llu", (unsigned long long)*out);
+    return npuc_write_opts_set(NULL, &probe, "max-shard-size", v) == NPUC_OK ? 0 : -1;
 }
 
 void cli_args_free(cli_args *a) {
@@ -690,6 +723,21 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
     if (!*out) {
         const char *in = a->pos[0], *dot = strrchr(in, '.'), *slash = strrchr(in, '/');
         if (!dot || (slash && dot < slash)) dot = in + strlen(in);
+        /* A checkpoint (its directory or its index): "<dir>.<tag>", a directory too. */
+        struct stat sb;
+        size_t il = strlen(in);
+        int is_dir = stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (is_dir || (il > 11 && strcmp(in + il - 11, ".index.json") == 0)) {
+            size_t stem = is_dir ? il : (slash ? (size_t)(slash - in) : 0);
+            while (stem > 1 && in[stem - 1] == '/') stem--;
+            size_t n = (stem ? stem : 1) + strlen(tag) + 8;
+            char *s = malloc(n);
+            if (!s) return CLI_EXIT_FAIL;
+            snprintf(s, n, "%.*s.%s", stem ? (int)stem : 1, stem ? in : ".", tag);
+            *out = *alloc = s;
+            w->format = npuc_model_format(m);
+            return CLI_EXIT_OK;
+        }
         size_t stem = (size_t)(dot - in), n = stem + strlen(tag) + strlen(dot) + 16;
         char *s = malloc(n);
         if (!s) return CLI_EXIT_FAIL;

@@ -119,6 +119,8 @@ typedef struct cli_args {
     const char *output;   /* -o FILE, or NULL */
     const char *report;   /* --report FILE, or NULL */
     const char *deflate;  /* --deflate N (checked), or NULL */
+    uint64_t max_shard_size; /* --max-shard-size SIZE in bytes (checked), or 0 */
+    const char *ckpt_format;  /* --format npuc|compressed-tensors (checked), or NULL */
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
     npuc_policy policy;   /* CLI_OPT_POLICY flags, else the defaults */
@@ -169,9 +171,14 @@ int cli_ctx_new(const cli_args *a, npuc_ctx **ctx);
  * set, or prints the error and returns its exit code with *m NULL. */
 int cli_open_model(npuc_ctx *ctx, const cli_args *a, const char *path, npuc_model **m);
 
-/* The write options the common flags give: -f and --deflate.  The one
+/* The write options the common flags give: -f, --deflate, --max-shard-size
+ * and --format.  The one
  * place --deflate reaches the library. */
 void cli_write_opts(const cli_args *a, npuc_write_opts *w);
+
+/* Parses --max-shard-size's SIZE (cli_parse_size, > 0, within the
+ * checkpoint format's bound) into bytes; 0 or -1. */
+int cli_parse_max_shard(const char *s, uint64_t *out);
 
 /* Parses a decimal integer in [lo, hi]; returns 0, or -1 if it is not one. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
@@ -215,7 +222,8 @@ char *cli_join_command(int argc, char **argv);
 int cli_push(const char ***arr, size_t *n, const char *s);
 
 /* Where a pass command writes: -o, else "<dir>/<stem>.<tag><ext>" beside
- * the input (".safetensors" when it has no extension).  When the name has
+ * the input (".safetensors" when it has no extension; "<ckpt>.<tag>", a
+ * checkpoint directory, for a checkpoint directory or its index).  When the name has
  * no known extension the output keeps m's format (w->format).  *alloc is
  * what the caller frees.  CLI_EXIT_OK, or CLI_EXIT_FAIL out of memory. */
 int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npuc_write_opts *w,

@@ -21,6 +21,7 @@
  * the same zoo gives the same summary for any -j, and the summaries of the
  * shards of a zoo merge (--merge-summaries) into the unsharded one.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -150,6 +151,21 @@ static npuc_status write_report(void *user, npuc_ctx *ctx, const npuc_summary *s
     return st;
 }
 
+/* The bytes of path: a file's size, or the sum of the regular files at the
+ * top of a checkpoint directory. */
+static long long path_bytes(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return -1;
+    if (!S_ISDIR(sb.st_mode)) return (long long)sb.st_size;
+    long long total = 0;
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &sb, 0) == 0 && S_ISREG(sb.st_mode)) total += sb.st_size;
+    if (d) closedir(d);
+    return total;
+}
+
 /* The totals an earlier run wrote into the report beside a skipped output. */
 static void totals_from_report(const char *report, json_t *res) {
     json_t *doc = json_load_file(report, 0, NULL);
@@ -176,7 +192,6 @@ static json_t *do_job(const job *j) {
     npuc_ctx_set_threads(ctx, 1);
     npuc_ctx_set_policy(ctx, j->policy);
     const char *status = "failed";
-    struct stat sb;
     json_object_set_new(res, "status", json_string(status));
     if (mkdir_parents(j->out) != 0) {
         json_object_set_new(res, "exit_code", json_integer(CLI_EXIT_FAIL));
@@ -188,7 +203,7 @@ static json_t *do_job(const job *j) {
     if ((st = npuc_recipe_sweep(ctx, j->out, j->report, NULL)) != NPUC_OK) goto fail;
     if ((st = npuc_sha256_file(ctx, j->in, sha)) != NPUC_OK) goto fail;
     json_object_set_new(res, "input_sha256", json_string(sha));
-    if (stat(j->in, &sb) == 0) json_object_set_new(res, "input_size", json_integer((json_int_t)sb.st_size));
+    if (path_bytes(j->in) >= 0) json_object_set_new(res, "input_size", json_integer((json_int_t)path_bytes(j->in)));
     if (j->resume) {
         int complete = 0;
         if ((st = npuc_recipe_output_complete(ctx, j->rc, j->out, sha, &complete)) != NPUC_OK) goto fail;
@@ -219,8 +234,8 @@ fail:
     json_object_set_new(res, "exit_code", json_integer(cli_exit_code(st)));
     json_object_set_new(res, "error", cli_json_str(npuc_ctx_errmsg(ctx)));
 done:
-    if (strcmp(status, "failed") != 0 && stat(j->out, &sb) == 0)
-        json_object_set_new(res, "output_size", json_integer((json_int_t)sb.st_size));
+    if (strcmp(status, "failed") != 0 && path_bytes(j->out) >= 0)
+        json_object_set_new(res, "output_size", json_integer((json_int_t)path_bytes(j->out)));
     json_object_set_new(res, "status", json_string(status));
     npuc_summary_free(&sum);
     npuc_ctx_free(ctx);

@@ -41,6 +41,8 @@ static const char USAGE[] =
     "                           of 32 (a warning names them)\n"
     "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
     "                           else npuc)\n"
+    "      --max-shard-size SIZE  checkpoint directories: at most SIZE per shard\n"
+    "                           (default: the input's sharding; docs/checkpoints.md)\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
     "                           stored in OUT so later commands see it\n"
     "  -q, --quiet              no summary line on stderr\n"
@@ -60,7 +62,7 @@ const cli_command cli_cmd_convert = {
     .run = run,
 };
 
-enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH };
+enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD };
 
 static const cli_option OPTIONS[] = {
     {"dtype", 0, 1, OPT_DTYPE},
@@ -68,6 +70,7 @@ static const cli_option OPTIONS[] = {
     {"h5-style", 0, 1, OPT_H5_STYLE},
     {"gguf-type", 0, 1, OPT_GGUF_TYPE},
     {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
+    {"max-shard-size", 0, 1, OPT_MAX_SHARD},
     {NULL, 0, 0, 0},
 };
 
@@ -77,6 +80,7 @@ typedef struct convert_opts {
     int deflate_set;
     int style_set;
     int gguf_set;
+    int shard_set;
     npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch */
 } convert_opts;
 
@@ -103,6 +107,16 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
                                    arg);
         o->style_set = 1;
         return CLI_CONTINUE;
+    case OPT_MAX_SHARD: {
+        uint64_t v;
+        char s[32];
+        if (cli_parse_max_shard(arg, &v) != 0)
+            return cli_usage_error(a->cmd, "--max-shard-size: expected a size such as 500M or 5G, got '%s'", arg);
+        snprintf(s, sizeof s, "%llu", (unsigned long long)v);
+        (void)npuc_write_opts_set(NULL, &o->write, "max-shard-size", s);
+        o->shard_set = 1;
+        return CLI_CONTINUE;
+    }
     case OPT_GGUF_TYPE:
     case OPT_GGUF_ARCH: {
         const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : "gguf-arch";
@@ -136,6 +150,13 @@ static int run(int argc, char **argv) {
         goto done;
     }
     npuc_format ofmt = npuc_format_from_path(out);
+    /* A name without an extension is a checkpoint directory when the input
+     * is one or --max-shard-size asks for shards (docs/checkpoints.md). */
+    struct stat isb;
+    size_t il = strlen(in);
+    if (ofmt == NPUC_FORMAT_AUTO && (co.shard_set || (stat(in, &isb) == 0 && S_ISDIR(isb.st_mode)) ||
+                                     (il > 11 && strcmp(in + il - 11, ".index.json") == 0)))
+        ofmt = npuc_format_find("checkpoint");
     if (ofmt == NPUC_FORMAT_AUTO) {
         rc = cli_usage_error(a.cmd, "%s: cannot tell the output format from the name "
                                     "(use .safetensors, .h5, .hdf5, .keras or .gguf)", out);

@@ -47,6 +47,7 @@ const cli_command cli_cmd_decompress = {
     "\n"
     "  -o, --output OUT       the dense model (format from OUT's extension, else ART's)\n"
     "      --deflate N        HDF5 deflate level 0..9 (default 4)\n"
+    "      --max-shard-size SIZE  checkpoint outputs: at most SIZE per shard (default: ART's sharding)\n"
     "  -f, --force            overwrite OUT\n"
     "  -j, --jobs N           worker threads (default: all cores)\n"
     "      --layout REGEX=NAME  override layouts (rarely needed here)\n"

@@ -79,6 +79,10 @@ static void pass_help(const cli_command *c, FILE *f) {
         if (s->input) print_option(f, 0, "layout", "REGEX=NAME", "override the layout of matching tensors (docs/formats.md)");
         if (output) {
             print_option(f, 0, "deflate", "N", "HDF5 deflate level 0..9 (default 4)");
+            print_option(f, 0, "max-shard-size", "SIZE", "checkpoint outputs: re-shard to at most SIZE per shard\n"
+                         "(default: keep the input's sharding; docs/checkpoints.md)");
+            print_option(f, 0, "format", "NAME", "checkpoint outputs: npuc (default) or compressed-tensors\n"
+                         "(vLLM/transformers layout; docs/compressed-tensors.md)");
             print_option(f, 'f', "force", NULL, "overwrite OUT");
             print_option(f, 0, "json", NULL, p->json_help);
             print_option(f, 0, "report", "FILE", "also write the results to FILE (.json, .csv, .md, .html, else text)");

@@ -371,6 +371,7 @@ const cli_command cli_cmd_run = {
     "                         (.json, .csv, .md, .html; else the text table)\n"
     "      --json             print the npuc.report/1 JSON document instead of the table\n"
     "      --deflate N        HDF5 deflate level of the artifact 0..9 (default 4)\n"
+    "      --max-shard-size SIZE  checkpoint outputs: at most SIZE per shard (default: the input's sharding)\n"
     "      --no-stream        write every step's result to a file beside OUT; by default a\n"
     "                         quantize step reads the step before it from memory while\n"
     "                         that step runs (safetensors only); the artifact is the same\n"

@@ -91,6 +91,16 @@ typedef struct npuc__format_row {
      * decoded tensors, as convert would, instead of refusing a file that
      * is not an npuc artifact. */
     int decodes_on_load;
+    /* 1 when the format's files are directories (formats/checkpoint): its
+     * reader opens directories (npuc_model_open refuses a directory for any
+     * other row), and its writer builds and publishes the output directory
+     * itself (no_file; ck_dir.c), so an existing directory at the output
+     * path is for the backend to judge; the backend
+     * sees the "npuc.source.*" metadata a reader recorded about its source
+     * (the checkpoint directory whose sharding and side files it keeps).
+     * Every other format's writer drops those keys, so no source path is
+     * stored in a file. */
+    int writes_dir;
 } npuc__format_row;
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */

@@ -34,10 +34,14 @@ npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
     if (stat(path, &sb) != 0)
         return npuc_fail(ctx, errno == ENOENT ? NPUC_ERR_NOT_FOUND : NPUC_ERR_IO, "%s: %s", path,
                          strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
+    /* A directory is a model when a format reads directories (a sharded
+     * checkpoint, formats/checkpoint): the registry's sniffs decide. */
+    if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
     const npuc__format_row *row;
     npuc_status st = npuc__format_for_open(ctx, path, &o, &row);
     if (st != NPUC_OK) return st;
+    if (S_ISDIR(sb.st_mode) && !row->writes_dir) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
     if ((st = row->open(ctx, path, &o, out)) != NPUC_OK) return st;
     (*out)->format = npuc__format_id(row);
     return NPUC_OK;

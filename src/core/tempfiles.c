@@ -92,6 +92,10 @@ void npuc__tempfiles_untrack(const char *path) {
 void npuc_tempfiles_cleanup(void) {
     for (int i = 0; i < TEMP_SLOTS; i++)
         if (atomic_load(&g_state[i]) == SLOT_LIVE) unlink(g_path[i]);
+    /* Then directories (a checkpoint output's, formats/checkpoint/ck_dir.c),
+     * now that the files in them are gone; rmdir of a file name fails. */
+    for (int i = 0; i < TEMP_SLOTS; i++)
+        if (atomic_load(&g_state[i]) == SLOT_LIVE) rmdir(g_path[i]);
 }
 
 /* The directory part of path ("." when there is none) and the name part. */

@@ -19,10 +19,10 @@
 static void ext_hint(char *buf, size_t cap) {
     size_t n, k = 0, len = 0;
     const npuc__format_row *const *t = npuc__format_table(&n);
-    for (size_t i = 0; i < n; i++) k += t[i]->writer != NULL;
+    for (size_t i = 0; i < n; i++) k += t[i]->writer != NULL && t[i]->ext[0];
     buf[0] = 0;
     for (size_t i = 0, j = 0; i < n && len < cap; i++) {
-        if (!t[i]->writer) continue;
+        if (!t[i]->writer || !t[i]->ext[0]) continue;
         const char *sep = j == 0 ? "" : j + 1 < k ? ", " : " or ";
         len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, t[i]->ext[0]);
         j++;
@@ -55,7 +55,7 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     if (!be && stat(path, &sb) == 0) {
         if (!o.overwrite)
             return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
-        if (S_ISDIR(sb.st_mode)) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
+        if (S_ISDIR(sb.st_mode) && !row->writes_dir) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
     }
     npuc_writer *w = calloc(1, sizeof *w);
     if (!w) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
@@ -162,6 +162,17 @@ static npuc_status begin(npuc_writer *w) {
         free(lj);
         if (st != NPUC_OK) return st;
     }
+    /* Facts about the source only a directory writer uses (format_row.h). */
+    for (size_t i = 0; !w->row->writes_dir && i < w->nmeta;)
+        if (strncmp(w->meta_k[i], "npuc.source.", 12) == 0) {
+            free(w->meta_k[i]);
+            free(w->meta_v[i]);
+            memmove(&w->meta_k[i], &w->meta_k[i + 1], (w->nmeta - i - 1) * sizeof *w->meta_k);
+            memmove(&w->meta_v[i], &w->meta_v[i + 1], (w->nmeta - i - 1) * sizeof *w->meta_v);
+            w->nmeta--;
+        } else {
+            i++;
+        }
     if (!w->be->no_file) {
         /* The temporary file exists from here on; the backend reopens it by
          * name (w->tmp) while w->af holds it locked. */

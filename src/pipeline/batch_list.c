@@ -1,6 +1,7 @@
 /*
  * batch_list.c - the work list of `npuc batch`: the weight files under a
- * folder (recursively) or named in a list file, sorted by the relative path
+ * folder (recursively; a sharded checkpoint folder is one entry) or named
+ * in a list file, sorted by the relative path
  * their outputs mirror, and a deterministic 1/N of it for --shard.
  *
  * Sorting is bytewise on the relative path, so the list (and so each
@@ -76,6 +77,22 @@ static int sort_list(npuc_batch_list *l) {
     return 0;
 }
 
+/* 1 when dir is a sharded checkpoint (holds a *.safetensors.index.json):
+ * one model, listed as the folder and not walked into (docs/checkpoints.md).
+ * A folder holding only model.safetensors stays a folder of one file. */
+static int is_checkpoint_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        found = e->d_name[0] != '.' && n > 23 && strcmp(e->d_name + n - 23, ".safetensors.index.json") == 0;
+    }
+    closedir(d);
+    return found;
+}
+
 static int is_weight_file(const char *name) {
     return npuc_format_from_path(name) != NPUC_FORMAT_AUTO;
 }
@@ -112,8 +129,13 @@ static npuc_status walk_dir(walk *w, const char *dir, const char *rel, int depth
         struct stat sb, lsb;
         if (lstat(p, &lsb) == 0 && stat(p, &sb) == 0) {
             if (S_ISDIR(lsb.st_mode)) {
-                if (!(w->have_skip && sb.st_dev == w->skip_dev && sb.st_ino == w->skip_ino))
+                if (w->have_skip && sb.st_dev == w->skip_dev && sb.st_ino == w->skip_ino) {
+                    /* the output folder */
+                } else if (is_checkpoint_dir(p)) {
+                    if (push(w->l, &w->cap, p, r)) st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+                } else {
                     st = walk_dir(w, p, r, depth + 1);
+                }
             } else if (S_ISREG(sb.st_mode) && is_weight_file(nm)) {
                 if (push(w->l, &w->cap, p, r)) st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
             }

@@ -33,6 +33,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 
+#include "format_row.h"
 #include "passes/pass_gate.h"
 #include "pipeline/pipe.h"
 #include "pipeline/recipe_internal.h"
@@ -44,6 +45,49 @@ npuc_run_opts npuc_run_opts_defaults(void) {
     return o;
 }
 
+/* Feeds the rest of fd to md; 0, or -1 with errno. */
+static int digest_fd(EVP_MD_CTX *md, int fd, unsigned char *buf, size_t cap) {
+    for (;;) {
+        ssize_t k = read(fd, buf, cap);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) return 0;
+        if (EVP_DigestUpdate(md, buf, (size_t)k) != 1) { errno = ENOMEM; return -1; }
+    }
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A checkpoint directory's digest: its non-hidden regular files (links
+ * followed) in bytewise name order, each as name, NUL, then its bytes. */
+static npuc_status digest_dir(npuc_ctx *ctx, const char *path, int fd, EVP_MD_CTX *md, unsigned char *buf, size_t cap) {
+    DIR *d = fdopendir(dup(fd));
+    if (!d) return npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno));
+    char **names = NULL;
+    size_t n = 0;
+    npuc_status st = NPUC_OK;
+    struct dirent *e;
+    while (st == NPUC_OK && (e = readdir(d)) != NULL) {
+        struct stat sb;
+        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, 0) != 0 || !S_ISREG(sb.st_mode)) continue;
+        char **p = realloc(names, (n + 1) * sizeof *p);
+        if (p) names = p;
+        if (!p || !(names[n] = strdup(e->d_name))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); break; }
+        n++;
+    }
+    if (n) qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; i < n && st == NPUC_OK; i++) {
+        int f = openat(dirfd(d), names[i], O_RDONLY | O_CLOEXEC);
+        if (f < 0 || EVP_DigestUpdate(md, names[i], strlen(names[i]) + 1) != 1 || digest_fd(md, f, buf, cap) != 0)
+            st = npuc_fail(ctx, NPUC_ERR_IO, "%s/%s: read: %s", path, names[i], strerror(errno));
+        if (f >= 0) close(f);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    closedir(d);
+    return st;
+}
+
 npuc_status npuc_sha256_file(npuc_ctx *ctx, const char *path, char hex[65]) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -52,16 +96,16 @@ npuc_status npuc_sha256_file(npuc_ctx *ctx, const char *path, char hex[65]) {
     unsigned char *buf = malloc(BUF);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     npuc_status st = NPUC_OK;
+    struct stat sb;
     if (!buf || !md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    for (;;) {
-        ssize_t k = read(fd, buf, BUF);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) { st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read: %s", path, strerror(errno)); goto done; }
-        if (k == 0) break;
-        if (EVP_DigestUpdate(md, buf, (size_t)k) != 1) { st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "SHA-256 failed"); goto done; }
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* a checkpoint directory */
+        if ((st = digest_dir(ctx, path, fd, md, buf, BUF)) != NPUC_OK) goto done;
+    } else if (digest_fd(md, fd, buf, BUF) != 0) {
+        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: read: %s", path, strerror(errno));
+        goto done;
     }
     unsigned char dig[EVP_MAX_MD_SIZE];
     unsigned int dl = 0;
@@ -484,6 +528,15 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     npuc_write_opts wo = o->write;
     if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_format_from_path(out);
     if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
+    /* Step files are single files (recipe_files.c), so a checkpoint
+     * directory output takes one step (docs/checkpoints.md). */
+    const npuc__format_row *orow = npuc__format_by_id(wo.format);
+    if (r->nsteps > 1 && orow && orow->writes_dir) {
+        st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED,
+                       "%s: a recipe of %zu steps cannot write a %s directory yet; run the steps one at a time", out,
+                       r->nsteps, orow->name);
+        goto fail;
+    }
     const int stream = wo.format == NPUC_FORMAT_SAFETENSORS && !o->no_stream;
     for (size_t k = 0; k < r->nsteps;) {
         size_t last = k;
@@ -543,7 +596,7 @@ npuc_status npuc_recipe_output_complete(npuc_ctx *ctx, const npuc_recipe *r, con
                                         const char *input_sha256, int *complete) {
     *complete = 0;
     struct stat sb;
-    if (stat(out, &sb) != 0 || !S_ISREG(sb.st_mode)) return NPUC_OK;
+    if (stat(out, &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode))) return NPUC_OK; /* dir: a checkpoint */
     npuc_ctx *c2;
     if (npuc_ctx_new(&c2) != NPUC_OK) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     npuc_model *m = NULL;
