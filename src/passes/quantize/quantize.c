@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "kernels/npuc_kernels.h"
+#include "kernels/qk_grid.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
 
@@ -80,6 +81,11 @@ static npuc_status check_params(npuc_ctx *ctx, const npuc_quant_params *p) {
                          p->group_size);
     if ((unsigned)p->gran > NPUC_GRAN_GROUP)
         return npuc_fail(ctx, NPUC_ERR_ARG, "unknown granularity %d", (int)p->gran);
+    if ((unsigned)p->grid > NPUC_GRID_FULL)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "unknown grid %d", (int)p->grid);
+    if (p->grid == NPUC_GRID_FULL && !p->symmetric)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--grid full is for symmetric schemes (asymmetric ones use all 2^b "
+                         "codes already): drop --asymmetric or --grid full");
     return NPUC_OK;
 }
 
@@ -126,10 +132,18 @@ npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const 
 }
 
 /* Scale and zero point of a range, as quant.h specifies. */
-void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, float *scale,
+void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, int full, float *scale,
                                    float *inv, int32_t *zp) {
     float s;
     int32_t z = 0;
+    if (symmetric && full) {
+        s = npuc_qk_full_scale(npuc_qk_signed_max_range(lo, hi), bits);
+        if (!(fabsf(s) >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
+        *scale = s;
+        *inv = 1.0f / s;
+        *zp = 0;
+        return;
+    }
     if (symmetric) {
         float amax = fmaxf(fabsf(lo), fabsf(hi));
         s = amax / (float)((1 << (bits - 1)) - 1);
@@ -147,15 +161,6 @@ void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, 
     *zp = z;
 }
 
-static void qrange(int bits, int symmetric, int32_t *qmin, int32_t *qmax) {
-    if (symmetric) {
-        *qmax = (1 << (bits - 1)) - 1;
-        *qmin = -*qmax;
-    } else {
-        *qmin = 0;
-        *qmax = (1 << bits) - 1;
-    }
-}
 
 
 /* ---------------------------------------------------------------- ranges */
@@ -364,7 +369,8 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
         if (j->p->range.method != NPUC_RANGE_MINMAX &&
             (*est = npuc_range_estimate(tctx, xg, (size_t)(g1 - g0), &j->ro, &lo, &hi, scratch)) != NPUC_OK)
             return bad;
-        npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, &j->scales[idx], &j->inv[idx],
+        npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, j->p->grid == NPUC_GRID_FULL,
+                                      &j->scales[idx], &j->inv[idx],
                                       &j->zero_points[idx]);
         for (uint64_t q = g0; q < g1;) {
             const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < g1 ? (ch + 1) * CHUNK : g1;
@@ -490,7 +496,7 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
         (st = ranges_estimate(ctx, w, &qs, G, p, lo, hi, nth)) != NPUC_OK)
         goto done;
     for (uint64_t i = 0; i < qs.nscales; i++)
-        npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, &scales[i], &inv[i],
+        npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, p->grid == NPUC_GRID_FULL, &scales[i], &inv[i],
                                       &zero_points[i]);
 
     if (qs.inner != 1 || C <= 1) {
@@ -566,7 +572,7 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
     const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
     const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
     int32_t qmin, qmax;
-    qrange(p->bits, p->symmetric, &qmin, &qmax);
+    npuc_qk_code_range(p->bits, p->symmetric, p->grid == NPUC_GRID_FULL, &qmin, &qmax);
 
     float *inv = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
     npuc_qsums *sums = NULL;

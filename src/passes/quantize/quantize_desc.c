@@ -35,6 +35,9 @@ static int check_rule_group(const char *s, char *why, size_t n) {
 
 enum { GRAN = 1 };
 
+static const char *const GRIDS[] = {"restricted", "full", NULL};
+static const char *const METHODS[] = {"rtn", "gptq", NULL};
+
 static const npuc_pass_option OPTIONS[] = {
     {.name = "bits", .flag = "bits", .short_flag = 'b', .type = NPUC_OPT_INT, .lo = 2, .hi = 8, .dflt = "8",
      .metavar = "N", .section = "Scheme", .help = "bit width 2..8 (default 8); codes below 8 bits are bit-packed",
@@ -55,6 +58,25 @@ static const npuc_pass_option OPTIONS[] = {
      .help = "use axis N as the channel axis for every quantized tensor", .bad = "must be 0..7"},
     {.name = "range", .flag = "range", .type = NPUC_OPT_STR, .dflt = "minmax", .metavar = "METHOD",
      .section = "Scheme", .help = "minmax (default), percentile=P, mse, entropy", .check = npuc__check_range},
+    {.name = "grid", .flag = "grid", .type = NPUC_OPT_STR, .choices = GRIDS, .noun = "grid", .dflt = "restricted",
+     .metavar = "GRID", .section = "Scheme",
+     .help = "symmetric code grid: restricted (default, -(2^(b-1)-1)..2^(b-1)-1) or\n"
+             "full (all 2^b codes, ggml's Q4_0: the largest magnitude maps to -2^(b-1))"},
+    {.name = "method", .flag = "method", .type = NPUC_OPT_STR, .choices = METHODS, .noun = "method", .dflt = "rtn",
+     .metavar = "METHOD", .section = "Calibration",
+     .help = "rtn: round to nearest (default); gptq: GPTQ error feedback through\n"
+             "the Hessian of each layer's inputs (needs --calib)"},
+    {.name = "calib", .flag = "calib", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
+     .section = "Calibration",
+     .help = "calibration data (safetensors or HDF5): <weight>.input, <weight>.hessian\n"
+             "or <weight>.input_sq per layer (docs/calibration.md)"},
+    {.name = "damp", .flag = "damp", .type = NPUC_OPT_NUM, .lo = 0, .hi = 1, .flags = NPUC_OPT_LO_OPEN, .dflt = "0.01",
+     .metavar = "F", .section = "Calibration", .needs = "method=gptq",
+     .help = "GPTQ dampening: F * mean(diag H) is added to diag H (default 0.01)",
+     .bad = "must be a number in (0, 1]"},
+    {.name = "act_order", .flag = "act-order", .type = NPUC_OPT_BOOL, .section = "Calibration", .needs = "method=gptq",
+     .help = "GPTQ: quantize columns in decreasing diag H order (group scales are\n"
+             "then computed from the weights before any update)"},
     {.name = "include", .flag = "include", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
      .section = "Selection", .help = "quantize only tensors matching REGEX (repeatable)"},
     {.name = "exclude", .flag = "exclude", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
@@ -80,6 +102,8 @@ static const npuc_pass_option OPTIONS[] = {
 
 static const npuc_pass_section SECTIONS[] = {
     {"Scheme", NULL, 0},
+    {"Calibration", "Tensors without calibration data are rounded to nearest, with a note\n"
+                    "(an error under --strict).", 0},
     {"Selection", "A pattern that matches no tensor is an error.", 1},
     {"Output", NULL, 0},
     {NULL, NULL, 0},
@@ -90,7 +114,8 @@ static const char *const BASE[] = {NULL};
 
 static const npuc_pass_echo ECHO[] = {
     {"bits", "bits"}, {"symmetric", NULL}, {"scheme", NULL}, {"granularity", NULL}, {"group_size", NULL},
-    {"axis", NULL}, {"range", NULL}, {"include", "include"}, {"exclude", "exclude"}, {"layer_bits", "layer_bits"},
+    {"axis", NULL}, {"range", NULL}, {"grid", "grid"}, {"method", "method"}, {"damp", "damp"},
+    {"act_order", "act_order"}, {"include", "include"}, {"exclude", "exclude"}, {"layer_bits", "layer_bits"},
     {"layer_group_size", "layer_group_size"}, {"quantize_all", "quantize_all"}, {"fake_quant", "fake_quant"},
     {"pattern", NULL}, {NULL, NULL},
 };
@@ -110,6 +135,7 @@ static npuc_status quant_params(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_q
         p->group_size = (uint32_t)v->i;
     }
     if ((v = npuc__pass_get(s, "axis"))) p->axis = (int)v->i;
+    if ((v = npuc__pass_get(s, "grid")) && strcmp(v->s, "full") == 0) p->grid = NPUC_GRID_FULL;
     if ((v = npuc__pass_get(s, "range"))) return npuc_range_parse(ctx, v->s, &p->range);
     return NPUC_OK;
 }
@@ -190,6 +216,12 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     npuc_status st = quant_params(ctx, s, &o.params);
     if (st != NPUC_OK) return st;
     o.quantize_all = npuc__pass_bool(s, "quantize_all");
+    if ((v = npuc__pass_get(s, "calib"))) o.calib = v->s;
+    if ((v = npuc__pass_get(s, "method")) && strcmp(v->s, "gptq") == 0) o.method = NPUC_QMETHOD_GPTQ;
+    o.damp = npuc__pass_num(s, "damp");
+    o.act_order = npuc__pass_bool(s, "act_order");
+    if (o.method == NPUC_QMETHOD_GPTQ && !o.calib)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq needs calibration data: add --calib FILE");
     o.fake_quant = npuc__pass_bool(s, "fake_quant");
     if ((v = npuc__pass_get(s, "pattern")) && npuc_nm_parse(v->s, &o.pattern_n, &o.pattern_m) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "pattern '%s': not N:M", v->s);

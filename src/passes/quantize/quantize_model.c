@@ -45,6 +45,7 @@ npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     memset(&o, 0, sizeof o);
     o.params = npuc_quant_params_defaults();
     o.write = npuc_write_opts_defaults();
+    o.damp = 0.01;
     return o;
 }
 
