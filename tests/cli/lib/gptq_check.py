@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""GPTQ and calibration files, checked against NumPy (issue 17).
+
+    gptq_check.py make DIR          model.safetensors (fc1.weight [64, 256],
+                                    fc2.weight [48, 96], emb.weight [32, 16] with no
+                                    calibration data), calib.safetensors (W.input,
+                                    correlated rows), calib_h.safetensors (W.hessian
+                                    + W.hessian_count, F64)
+    gptq_check.py check DIR ART NAME BITS GROUP ACTORDER
+                                    the artifact's codes for NAME against the GPTQ
+                                    reference below: >= 99.9 % identical codes,
+                                    output error within 1 % of the reference's and
+                                    below round-to-nearest's with the same scales
+    gptq_check.py same ART1 ART2 NAME   >= 99.9 % identical codes
+
+The reference is written from the paper's algorithm (Frantar et al. 2022,
+Algorithm 1) in float64 without the lazy batching (which changes only the
+order of floating-point operations): H = 2 X^T X / N, dead columns, damp *
+mean(diag H), U = upper Cholesky factor of H^-1, column by column q =
+quant(w), e = (w - q) / U_jj, W[:, j:] -= e U[j, j:].  Scales follow
+docs/quantization.md (npuc's grid): per channel from the original row,
+per group from the current weights when a group starts (act-order: from the
+original weights, stored-order groups).  The quantizer is restated in
+float32 as quant.h defines it (q = clamp(rint(x * (1/s)) + zp)).
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import npuc_test  # noqa: E402
+
+
+def write_st(path, tensors):
+    hdr, off, blobs = {}, 0, []
+    for name, a in tensors:
+        a = np.ascontiguousarray(a)
+        dt = {"float32": "F32", "float64": "F64", "int64": "I64"}[str(a.dtype)]
+        b = a.astype(a.dtype.newbyteorder("<")).tobytes()
+        hdr[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def inputs(rng, n, k):
+    """Correlated rows: a random mixing of independent columns, uneven scales,
+    one dead column (always 0)."""
+    z = rng.standard_normal((n, k))
+    mix = np.eye(k) + 0.4 * rng.standard_normal((k, k)) / np.sqrt(k)
+    x = (z @ mix) * rng.uniform(0.2, 3.0, size=k)
+    x[:, 5] = 0.0
+    return x.astype(np.float32)
+
+
+def cmd_make(d):
+    rng = np.random.default_rng(17)
+    w1 = rng.standard_normal((64, 256)).astype(np.float32)
+    w2 = (rng.standard_normal((48, 96)) * 0.1).astype(np.float32)
+    emb = rng.standard_normal((32, 16)).astype(np.float32)
+    x1, x2 = inputs(rng, 512, 256), inputs(rng, 300, 96)
+    write_st(d + "/model.safetensors", [("emb.weight", emb), ("fc1.weight", w1), ("fc2.weight", w2)])
+    write_st(d + "/calib.safetensors", [("fc1.weight.input", x1), ("fc2.weight.input", x2.reshape(3, 100, 96))])
+    h1, h2 = x1.astype(np.float64), x2.astype(np.float64)
+    write_st(d + "/calib_h.safetensors", [("fc1.weight.hessian", h1.T @ h1),
+                                          ("fc1.weight.hessian_count", np.array([512], dtype=np.int64)),
+                                          ("fc2.weight.hessian", h2.T @ h2),
+                                          ("fc2.weight.hessian_count", np.array(300, dtype=np.int64))])
+
+
+def tensors(path):
+    return {n: (dt, shape, data) for n, dt, shape, data in npuc_test.read_any(path)[1]}
+
+
+def codes_of(art, name):
+    t = tensors(art)
+    meta = json.loads(npuc_test.read_any(art)[0]["npuc"])["tensors"][name]
+    bits, sym = meta["bits"], meta["symmetric"]
+    shape = meta["shape"]
+    n = int(np.prod(shape))
+    raw = np.frombuffer(t[name][2], dtype=np.uint8)
+    if meta["packed"]:
+        b = np.unpackbits(raw, bitorder="little")[: n * bits].reshape(n, bits)
+        q = (b.astype(np.int64) << np.arange(bits)).sum(1)
+        if sym:
+            q = np.where(q >= 1 << (bits - 1), q - (1 << bits), q)
+    else:
+        q = raw.astype(np.int8 if sym else np.uint8).astype(np.int64)
+    scale = np.frombuffer(t[meta["scale"]][2], dtype="<f4").astype(np.float32)
+    zp = np.zeros(scale.shape, np.int64)
+    if meta.get("zero_point"):
+        zp = np.frombuffer(t[meta["zero_point"]][2], dtype=np.uint8).astype(np.int64)
+    return q.reshape(shape), scale, zp, meta
+
+
+def params(v, bits, sym):
+    """Scale and zero point of float32 values v (quant.h)."""
+    lo, hi = np.float32(v.min()), np.float32(v.max())
+    if sym:
+        s = np.float32(max(abs(lo), abs(hi)) / np.float32((1 << (bits - 1)) - 1))
+        z = 0
+    else:
+        l, h = min(float(lo), 0.0), max(float(hi), 0.0)
+        s = np.float32((h - l) / ((1 << bits) - 1))
+        s = max(s, np.float32(np.finfo(np.float32).tiny))
+        z = int(np.clip(np.rint(np.float32(-l) / s), 0, (1 << bits) - 1))
+    s = max(s, np.float32(np.finfo(np.float32).tiny))
+    return s, z
+
+
+def quant(w, s, z, bits, sym):
+    qmin, qmax = (-((1 << (bits - 1)) - 1), (1 << (bits - 1)) - 1) if sym else (0, (1 << bits) - 1)
+    v = np.float32(w).astype(np.float32) * (np.float32(1) / np.float32(s))
+    q = np.clip(np.rint(v) + z, qmin, qmax)
+    return q.astype(np.int64), ((q - z).astype(np.float32) * np.float32(s)).astype(np.float64)
+
+
+def reference(W, X, bits, group, sym, act_order, damp=0.01):
+    W = W.astype(np.float64).copy()
+    rows, K = W.shape
+    G = group if group else K
+    X = X.astype(np.float64)
+    H = 2.0 * X.T @ X / X.shape[0]
+    S = np.zeros((rows, (K + G - 1) // G), np.float32)
+    Z = np.zeros(S.shape, np.int64)
+    static = not group or act_order
+    if not group:
+        for r in range(rows):
+            S[r, 0], Z[r, 0] = params(W[r].astype(np.float32), bits, sym)
+    dead = np.diag(H) == 0
+    H[dead, dead] = 1
+    W[:, dead] = 0
+    if group and act_order:
+        for r in range(rows):
+            for g in range(S.shape[1]):
+                S[r, g], Z[r, g] = params(W[r, g * G:(g + 1) * G].astype(np.float32), bits, sym)
+    perm = np.argsort(-np.diag(H), kind="stable") if act_order else np.arange(K)
+    W, H = W[:, perm], H[perm][:, perm]
+    H[np.arange(K), np.arange(K)] += damp * np.mean(np.diag(H))
+    U = np.linalg.cholesky(np.linalg.inv(H)).T
+    Q = np.zeros((rows, K), np.int64)
+    for i in range(K):
+        j = perm[i]
+        if not static and i % G == 0:
+            for r in range(rows):
+                S[r, i // G], Z[r, i // G] = params(W[r, i:i + G].astype(np.float32), bits, sym)
+        for r in range(rows):
+            q, dq = quant(W[r, i], S[r, j // G], Z[r, j // G], bits, sym)
+            Q[r, j] = q
+            e = (W[r, i] - dq) / U[i, i]
+            W[r, i:] -= e * U[i, i:]
+    return Q, S, Z
+
+
+def deq(Q, S, Z, G):
+    K = Q.shape[1]
+    g = np.arange(K) // G
+    return (Q - Z[:, g]).astype(np.float32) * S[:, g]
+
+
+def out_err(W, Wq, X):
+    X = X.astype(np.float64)
+    return np.linalg.norm((W.astype(np.float64) - Wq.astype(np.float64)) @ X.T) / np.linalg.norm(W.astype(np.float64) @ X.T)
+
+
+def cmd_check(d, art, name, bits, group, act_order):
+    bits, group, act_order = int(bits), int(group), int(act_order)
+    W = tensors(d + "/model.safetensors")[name]
+    W = np.frombuffer(W[2], dtype="<f4").reshape(W[1])
+    c = tensors(d + "/calib.safetensors")[name + ".input"]
+    X = np.frombuffer(c[2], dtype="<f4").reshape(-1, c[1][-1])
+    q, s, z, meta = codes_of(art, name)
+    assert meta.get("method") == "gptq", meta
+    sym = meta["symmetric"]
+    G = group if group else W.shape[1]
+    s, z = s.reshape(W.shape[0], -1), z.reshape(W.shape[0], -1)
+    Qr, Sr, Zr = reference(W, X, bits, group, sym, act_order)
+    same = float(np.mean(q == Qr))
+    e_npuc = out_err(W, deq(q, s, z, G), X)
+    e_ref = out_err(W, deq(Qr, Sr, Zr, G), X)
+    # Round to nearest with npuc's (GPTQ's) scales.
+    gi = np.arange(W.shape[1]) // G
+    q_rtn, _ = quant(W, s[:, gi], z[:, gi], bits, sym)
+    e_rtn = out_err(W, deq(q_rtn, s, z, G), X)
+    print(f"{name} int{bits} g{group} act_order={act_order}: codes identical {same * 100:.3f} %, output error "
+          f"npuc {e_npuc:.5f} reference {e_ref:.5f} rtn(same scales) {e_rtn:.5f}")
+    ok = same >= 0.999 and abs(e_npuc - e_ref) <= 0.01 * e_ref and e_npuc < e_rtn
+    return 0 if ok else 1
+
+
+def cmd_same(a, b, name):
+    qa, qb = codes_of(a, name)[0], codes_of(b, name)[0]
+    same = float(np.mean(qa == qb))
+    print(f"{name}: {same * 100:.3f} % codes identical")
+    return 0 if same >= 0.999 else 1
+
+
+def main(argv):
+    if argv[1] == "make":
+        cmd_make(argv[2])
+        return 0
+    if argv[1] == "check":
+        return cmd_check(*argv[2:8])
+    if argv[1] == "same":
+        return cmd_same(*argv[2:5])
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
