@@ -216,23 +216,25 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     npuc_status st = quant_params(ctx, s, &o.params);
     if (st != NPUC_OK) return st;
     o.quantize_all = npuc__pass_bool(s, "quantize_all");
-    if ((v = npuc__pass_get(s, "calib"))) o.calib = v->s;
-    if ((v = npuc__pass_get(s, "method")) && strcmp(v->s, "gptq") == 0) o.method = NPUC_QMETHOD_GPTQ;
-    o.damp = npuc__pass_num(s, "damp");
-    o.act_order = npuc__pass_bool(s, "act_order");
-    if (o.method == NPUC_QMETHOD_GPTQ && !o.calib)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq needs calibration data: add --calib FILE");
     o.fake_quant = npuc__pass_bool(s, "fake_quant");
     if ((v = npuc__pass_get(s, "pattern")) && npuc_nm_parse(v->s, &o.pattern_n, &o.pattern_m) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "pattern '%s': not N:M", v->s);
+    if ((v = npuc__pass_get(s, "method")) && strcmp(v->s, "gptq") == 0) o.method = NPUC_QMETHOD_GPTQ;
+    o.damp = npuc__pass_num(s, "damp");
+    o.act_order = npuc__pass_bool(s, "act_order");
     NPUC__PASS_SELECT(o, s);
     o.layer_bits = lb->v;
     o.nlayer_bits = lb->n;
     o.layer_group_size = lg->v;
     o.nlayer_group_size = lg->n;
     NPUC__PASS_IO(o, io);
+    char *calib = NULL; /* relative to the recipe's folder in a recipe */
+    if (npuc__pass_path(s, "calib", &calib) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    o.calib = calib;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
-    return npuc__quantize_model_to(ctx, m, &sink, &o, sum);
+    st = npuc__quantize_model_to(ctx, m, &sink, &o, sum);
+    free(calib);
+    return st;
 }
 
 const npuc_pass npuc__pass_quantize = {

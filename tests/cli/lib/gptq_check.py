@@ -6,12 +6,12 @@
                                     calibration data), calib.safetensors (W.input,
                                     correlated rows), calib_h.safetensors (W.hessian
                                     + W.hessian_count, F64)
-    gptq_check.py check DIR ART NAME BITS GROUP ACTORDER
-                                    the artifact's codes for NAME against the GPTQ
+    gptq_check.py check DIR ART NAMES BITS GROUP ACTORDER
+                                    the artifact's codes for NAMES (a, b) against the GPTQ
                                     reference below: >= 99.9 % identical codes,
                                     output error within 1 % of the reference's and
                                     below round-to-nearest's with the same scales
-    gptq_check.py same ART1 ART2 NAME   >= 99.9 % identical codes
+    gptq_check.py same ART1 ART2 NAMES  >= 99.9 % identical codes
 
 The reference is written from the paper's algorithm (Frantar et al. 2022,
 Algorithm 1) in float64 without the lazy batching (which changes only the
@@ -115,9 +115,9 @@ def params(v, bits, sym):
 
 def quant(w, s, z, bits, sym):
     qmin, qmax = (-((1 << (bits - 1)) - 1), (1 << (bits - 1)) - 1) if sym else (0, (1 << bits) - 1)
-    v = np.float32(w).astype(np.float32) * (np.float32(1) / np.float32(s))
+    v = np.asarray(w, dtype=np.float32) * (np.float32(1) / np.asarray(s, dtype=np.float32))
     q = np.clip(np.rint(v) + z, qmin, qmax)
-    return q.astype(np.int64), ((q - z).astype(np.float32) * np.float32(s)).astype(np.float64)
+    return q.astype(np.int64), ((q - z).astype(np.float32) * np.asarray(s, dtype=np.float32)).astype(np.float64)
 
 
 def reference(W, X, bits, group, sym, act_order, damp=0.01):
@@ -149,11 +149,10 @@ def reference(W, X, bits, group, sym, act_order, damp=0.01):
         if not static and i % G == 0:
             for r in range(rows):
                 S[r, i // G], Z[r, i // G] = params(W[r, i:i + G].astype(np.float32), bits, sym)
-        for r in range(rows):
-            q, dq = quant(W[r, i], S[r, j // G], Z[r, j // G], bits, sym)
-            Q[r, j] = q
-            e = (W[r, i] - dq) / U[i, i]
-            W[r, i:] -= e * U[i, i:]
+        q, dq = quant(W[:, i], S[:, j // G], Z[:, j // G], bits, sym)
+        Q[:, j] = q
+        e = (W[:, i] - dq) / U[i, i]
+        W[:, i:] -= np.outer(e, U[i, i:])
     return Q, S, Z
 
 
@@ -168,8 +167,11 @@ def out_err(W, Wq, X):
     return np.linalg.norm((W.astype(np.float64) - Wq.astype(np.float64)) @ X.T) / np.linalg.norm(W.astype(np.float64) @ X.T)
 
 
-def cmd_check(d, art, name, bits, group, act_order):
-    bits, group, act_order = int(bits), int(group), int(act_order)
+def cmd_check(d, art, names, bits, group, act_order):
+    return max(check_one(d, art, n, int(bits), int(group), int(act_order)) for n in names.split(","))
+
+
+def check_one(d, art, name, bits, group, act_order):
     W = tensors(d + "/model.safetensors")[name]
     W = np.frombuffer(W[2], dtype="<f4").reshape(W[1])
     c = tensors(d + "/calib.safetensors")[name + ".input"]
@@ -193,7 +195,11 @@ def cmd_check(d, art, name, bits, group, act_order):
     return 0 if ok else 1
 
 
-def cmd_same(a, b, name):
+def cmd_same(a, b, names):
+    return max(same_one(a, b, n) for n in names.split(","))
+
+
+def same_one(a, b, name):
     qa, qb = codes_of(a, name)[0], codes_of(b, name)[0]
     same = float(np.mean(qa == qb))
     print(f"{name}: {same * 100:.3f} % codes identical")
