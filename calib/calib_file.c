@@ -193,9 +193,16 @@ static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, cons
     st = to_f64(ctx, c, t, data, 0, K * K, H);
     npuc_model_release(c->m, idx);
     if (st != NPUC_OK) return st;
+    /* A Hessian from a BLAS product may differ from its transpose in the
+     * last bits: the lower triangle is used, and only a real asymmetry (not
+     * a sum of x x^T) is refused. */
     for (uint64_t a = 0; a < K; a++)
-        for (uint64_t b = 0; b < a; b++)
-            if (H[a * K + b] != H[b * K + a]) return bad(ctx, c, t, "is not symmetric");
+        for (uint64_t b = 0; b < a; b++) {
+            const double l = H[a * K + b], u = H[b * K + a];
+            if (fabs(l - u) > 1e-6 * sqrt(fabs(H[a * K + a]) * fabs(H[b * K + b])) + 1e-300)
+                return bad(ctx, c, t, "is not symmetric");
+            H[b * K + a] = l;
+        }
     *n = cnt;
     return NPUC_OK;
 }

@@ -12,6 +12,9 @@
                                     output error within 1 % of the reference's and
                                     below round-to-nearest's with the same scales
     gptq_check.py same ART1 ART2 NAMES  >= 99.9 % identical codes
+    gptq_check.py demo MODEL CALIB GPTQ_ART RTN_ART
+                                    per layer of samples/calib/dump_calib.py's demo:
+                                    GPTQ's output error below round-to-nearest's
 
 The reference is written from the paper's algorithm (Frantar et al. 2022,
 Algorithm 1) in float64 without the lazy batching (which changes only the
@@ -206,7 +209,27 @@ def same_one(a, b, name):
     return 0 if same >= 0.999 else 1
 
 
+def cmd_demo(model, calib, gptq_art, rtn_art):
+    """samples/calib/dump_calib.py's output: for every layer with W.input, the
+    GPTQ artifact's output error is below round-to-nearest's."""
+    w, c = tensors(model), tensors(calib)
+    bad = 0
+    for name in sorted(n[:-6] for n in c if n.endswith(".input")):
+        W = np.frombuffer(w[name][2], dtype="<f4").reshape(w[name][1][0], -1)
+        X = np.frombuffer(c[name + ".input"][2], dtype="<f4").reshape(-1, W.shape[1])
+        errs = []
+        for art in (gptq_art, rtn_art):
+            q, s, z, meta = codes_of(art, name)
+            errs.append(out_err(W, deq(q.reshape(W.shape), s.reshape(W.shape[0], -1), z.reshape(W.shape[0], -1),
+                                       W.shape[1]), X))
+        print(f"{name}: output error gptq {errs[0]:.5f} rtn {errs[1]:.5f}")
+        bad += not errs[0] < errs[1]
+    return 1 if bad else 0
+
+
 def main(argv):
+    if argv[1] == "demo":
+        return cmd_demo(*argv[2:6])
     if argv[1] == "make":
         cmd_make(argv[2])
         return 0
