@@ -70,7 +70,7 @@ import gptq_check as g
 q = g.codes_of('$T/f.safetensors', 'fc1.weight')[0]
 sys.exit(0 if q.min() == -8 and q.max() <= 7 else 1)" || fail "--grid full: codes outside -8..7 or -8 never used"
 # samples/calib/dump_calib.py (needs torch; not in the quick pass): its file drives GPTQ,
-# which beats round to nearest on every layer of its demo model (a conv and two linears).
+# which beats round to nearest over the layers of its demo model (a conv and two linears).
 if [ "${NPUC_TEST_QUICK:-0}" != 1 ] && "$PY" -c "import torch" 2>/dev/null; then
     "$PY" "$SAMPLES/calib/dump_calib.py" --demo --inputs "$T/demo.safetensors"
     dm="$T/demo.safetensors.model.safetensors"
