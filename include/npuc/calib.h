@@ -67,6 +67,18 @@ NPUC_API npuc_status npuc_range_estimate(npuc_ctx *ctx, const float *x, size_t n
                                 float *lo, float *hi, void *scratch);
 NPUC_API size_t npuc_range_scratch_size(size_t n, const npuc_range_opts *o);
 
+/* The MSE range weighted by importance: the clip (a shrink of the minmax
+ * range, o->bits 2..8, o->symmetric) that minimises
+ * sum_k imp[k] (x[k] - deq(x[k]))^2, evaluated exactly in double, as
+ * llama.cpp's quantizers use an importance matrix; imp == NULL weighs every
+ * value 1.  full_grid: the symmetric full grid (npuc/quant.h,
+ * NPUC_GRID_FULL); the range returned is then [t*lo0, t*hi0] of the minmax
+ * range [lo0, hi0], so its end of larger magnitude keeps its sign.  Minmax
+ * is returned unless a clip is better.  NPUC_ERR_VALUE for NaN/Inf values or
+ * a negative importance.  Deterministic, O(n) per candidate (~40). */
+NPUC_API npuc_status npuc_range_estimate_weighted(npuc_ctx *ctx, const float *x, const double *imp, size_t n,
+                                                  const npuc_range_opts *o, int full_grid, float *lo, float *hi);
+
 /* ------------------------------------------------- calibration files
  *
  * A calibration file (docs/calibration.md) is any weight file npuc reads

@@ -70,6 +70,12 @@ typedef struct npuc_quant_params {
     int axis;                 /* -1 (default): the layout's output axis; else an explicit axis */
     npuc_range_opts range;    /* default minmax */
     npuc_grid grid;           /* symmetric only; default NPUC_GRID_RESTRICTED */
+    /* With range MSE: the importance of each value position of a channel
+     * (per_channel doubles, sequence order, not owned), e.g. the mean x^2 of
+     * the layer's inputs; the range search then minimises the weighted error
+     * (npuc_range_estimate_weighted).  NULL (default): unweighted.  The full
+     * grid's MSE search is the weighted one with all weights 1. */
+    const double *importance;
 } npuc_quant_params;
 
 NPUC_API npuc_quant_params npuc_quant_params_defaults(void);

@@ -276,6 +276,17 @@ static const float *group_values(const float *x, const npuc_quant_shape *qs, uin
     return buf;
 }
 
+/* The range of group values v[0..n) that start at sequence position j0 of
+ * their channel: npuc_range_estimate, or the weighted search when the
+ * parameters carry an importance or use the full grid with MSE. */
+static npuc_status range_of_group(npuc_ctx *ctx, const float *v, size_t n, uint64_t j0, const npuc_quant_params *p,
+                                  const npuc_range_opts *ro, float *lo, float *hi, void *scratch) {
+    if (ro->method == NPUC_RANGE_MSE && (p->importance || p->grid == NPUC_GRID_FULL))
+        return npuc_range_estimate_weighted(ctx, v, p->importance ? p->importance + j0 : NULL, n, ro,
+                                            p->grid == NPUC_GRID_FULL, lo, hi);
+    return npuc_range_estimate(ctx, v, n, ro, lo, hi, scratch);
+}
+
 static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_quant_shape *qs,
                                    uint64_t G, const npuc_quant_params *p, float *lo, float *hi,
                                    int nth) {
@@ -289,7 +300,7 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
     char msg[NPUC_MSG_MAX] = "";
     if (qs->channels == 1 && qs->outer == 1) {
         /* One contiguous group: no gather. */
-        return npuc_range_estimate(ctx, x, (size_t)qs->per_channel, &ro, lo, hi, NULL);
+        return range_of_group(ctx, x, (size_t)qs->per_channel, 0, p, &ro, lo, hi, NULL);
     }
 #pragma omp parallel num_threads(nth)
     {
@@ -308,7 +319,7 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
             uint64_t c = (uint64_t)it / qs->groups_per_channel, g = (uint64_t)it % qs->groups_per_channel;
             uint64_t n;
             const float *v = group_values(x, qs, G, c, g, buf, &n);
-            npuc_status st = npuc_range_estimate(tctx, v, (size_t)n, &ro, &lo[it], &hi[it], scratch);
+            npuc_status st = range_of_group(tctx, v, (size_t)n, g * G, p, &ro, &lo[it], &hi[it], scratch);
             if (st != NPUC_OK) {
 #pragma omp critical(npuc_qfail)
                 {
@@ -367,7 +378,7 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
         /* minmax gives 0, 0 when nothing is finite, as ranges_minmax does. */
         bad += j->k->minmax(xg, (size_t)(g1 - g0), &lo, &hi);
         if (j->p->range.method != NPUC_RANGE_MINMAX &&
-            (*est = npuc_range_estimate(tctx, xg, (size_t)(g1 - g0), &j->ro, &lo, &hi, scratch)) != NPUC_OK)
+            (*est = range_of_group(tctx, xg, (size_t)(g1 - g0), g0, j->p, &j->ro, &lo, &hi, scratch)) != NPUC_OK)
             return bad;
         npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, j->p->grid == NPUC_GRID_FULL,
                                       &j->scales[idx], &j->inv[idx],

@@ -59,11 +59,11 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "range", .flag = "range", .type = NPUC_OPT_STR, .dflt = "minmax", .metavar = "METHOD",
      .section = "Scheme", .help = "minmax (default), percentile=P, mse, entropy", .check = npuc__check_range},
     {.name = "grid", .flag = "grid", .type = NPUC_OPT_STR, .choices = GRIDS, .noun = "grid", .dflt = "restricted",
-     .metavar = "GRID", .section = "Scheme",
+     .metavar = "GRID", .section = "Scheme", .bad = "must be restricted or full",
      .help = "symmetric code grid: restricted (default, -(2^(b-1)-1)..2^(b-1)-1) or\n"
              "full (all 2^b codes, ggml's Q4_0: the largest magnitude maps to -2^(b-1))"},
     {.name = "method", .flag = "method", .type = NPUC_OPT_STR, .choices = METHODS, .noun = "method", .dflt = "rtn",
-     .metavar = "METHOD", .section = "Calibration",
+     .metavar = "METHOD", .section = "Calibration", .bad = "must be rtn or gptq",
      .help = "rtn: round to nearest (default); gptq: GPTQ error feedback through\n"
              "the Hessian of each layer's inputs (needs --calib)"},
     {.name = "calib", .flag = "calib", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
@@ -114,8 +114,7 @@ static const char *const BASE[] = {NULL};
 
 static const npuc_pass_echo ECHO[] = {
     {"bits", "bits"}, {"symmetric", NULL}, {"scheme", NULL}, {"granularity", NULL}, {"group_size", NULL},
-    {"axis", NULL}, {"range", NULL}, {"grid", "grid"}, {"method", "method"}, {"damp", "damp"},
-    {"act_order", "act_order"}, {"include", "include"}, {"exclude", "exclude"}, {"layer_bits", "layer_bits"},
+    {"axis", NULL}, {"range", NULL}, {"include", "include"}, {"exclude", "exclude"}, {"layer_bits", "layer_bits"},
     {"layer_group_size", "layer_group_size"}, {"quantize_all", "quantize_all"}, {"fake_quant", "fake_quant"},
     {"pattern", NULL}, {NULL, NULL},
 };

@@ -473,6 +473,34 @@ static npuc_status gptq_stream(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
     return NPUC_OK;
 }
 
+/* --calib with --range mse: the importance of tensor t's input columns
+ * (W.input_sq, else diag H / n) weighs the range search (npuc/calib.h,
+ * npuc_range_estimate_weighted); without calibration data, or per tensor,
+ * the search stays unweighted and the record says so. */
+static npuc_status importance_of(npuc_ctx *ctx, npuc_calib *cal, const npuc_tensor_info *t, const qplan *q,
+                                 npuc_quant_params *pw, npuc_tensor_record *r, npuc_scratch *si) {
+    if (q->p.range.method != NPUC_RANGE_MSE) return NPUC_OK;
+    const char *why = NULL;
+    if (q->p.gran == NPUC_GRAN_TENSOR) why = "per-tensor scale: unweighted mse";
+    else if (!npuc_calib_has(cal, t->name)) why = "no calibration data: unweighted mse";
+    if (why) {
+        const size_t l = strlen(r->note);
+        snprintf(r->note + l, sizeof r->note - l, "%s%s", l ? "; " : "", why);
+        return NPUC_OK;
+    }
+    const uint64_t K = q->qs.per_channel;
+    double *imp = npuc__scratch(si, K * sizeof(double));
+    int found = 0;
+    if (!imp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    npuc_status st = npuc_calib_importance(ctx, cal, t->name, K, imp, &found);
+    if (st != NPUC_OK) return st;
+    if (found) {
+        pw->importance = imp;
+        npuc_record_set(r, "importance", 1);
+    }
+    return NPUC_OK;
+}
+
 npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
                                     npuc_summary *sum) {
     const char *path = npuc_model_path(m);
@@ -483,7 +511,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     json_t *prev = NULL;
     char **names = NULL;
     npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0},
-                 s_h = {0};
+                 s_h = {0}, s_imp = {0};
     npuc_calib *cal = NULL;
     float *scales = NULL;
     int32_t *zps = NULL;
@@ -578,8 +606,10 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
             goto fail;
         }
+        npuc_quant_params pw = q->p;
         if (q->gptq) st = gptq_stream(ctx, m, cal, t, x, q, o, codes, scales, zps, deq, r, &s_h);
-        else st = npuc_quantize_tensor(ctx, t, x, &q->p, codes, scales, zps, deq, &r->err);
+        else if (cal && (st = importance_of(ctx, cal, t, q, &pw, r, &s_imp)) != NPUC_OK) goto fail;
+        if (!q->gptq) st = npuc_quantize_tensor(ctx, t, x, &pw, codes, scales, zps, deq, &r->err);
         if (st != NPUC_OK) {
             st = npuc__prefix_path(ctx, st, path);
             goto fail;
@@ -632,6 +662,7 @@ fail:
     npuc__scratch_free(&s_zp);
     npuc__scratch_free(&s_nm);
     npuc__scratch_free(&s_h);
+    npuc__scratch_free(&s_imp);
     npuc_calib_close(cal);
     return st;
 }
