@@ -7,7 +7,9 @@
 #  - W.hessian + W.hessian_count gives the codes W.input gives; byte-identical
 #    artifacts for -j 1 and -j 2; a recipe reaches the same options;
 #  - a tensor without calibration data rounds to nearest with a note, or exit 2
-#    under --strict; --method gptq without --calib is exit 2; --grid full runs.
+#    under --strict; --method gptq without --calib is exit 2; --grid full runs;
+#  - --calib with --range mse lowers the importance-weighted error (NumPy);
+#  - samples/calib/dump_calib.py's file drives GPTQ (when torch is present).
 # NPUC_TEST_QUICK=1 (the sanitizer pass) checks one scheme of each kind.
 source "$(dirname "$0")/lib/cli_test.bash"
 "$PY" -c "import numpy" 2>/dev/null || skip "numpy is not installed"
@@ -69,6 +71,12 @@ import sys; sys.path.insert(0, '$TESTLIB')
 import gptq_check as g
 q = g.codes_of('$T/f.safetensors', 'fc1.weight')[0]
 sys.exit(0 if q.min() == -8 and q.max() <= 7 else 1)" || fail "--grid full: codes outside -8..7 or -8 never used"
+# --calib with --range mse (round to nearest): importance-weighted ranges.
+"$NPUC_BIN" quantize -q --quantize-all -b 4 -g 32 --range mse "$m" -o "$T/u.safetensors" -f >/dev/null
+expect_rc 0 "$NPUC_BIN" quantize --quantize-all -b 4 -g 32 --range mse --calib "$cal" "$m" -o "$T/w.safetensors" -f
+grep -q 'emb.weight.*no calibration data: unweighted mse' "$T/out" || fail "no note for emb.weight: $(cat "$T/out")"
+"$PY" "$G" imp "$T" "$T/w.safetensors" "$T/u.safetensors" fc1.weight,fc2.weight || fail "weighted mse is not better"
+
 # samples/calib/dump_calib.py (needs torch; not in the quick pass): its file drives GPTQ,
 # which beats round to nearest over the layers of its demo model (a conv and two linears).
 if [ "${NPUC_TEST_QUICK:-0}" != 1 ] && "$PY" -c "import torch" 2>/dev/null; then

@@ -63,13 +63,18 @@ static const char *make_file(void) {
     return path;
 }
 
+/* A fresh file, context and handle. */
+static void open_fresh(npuc_ctx **ctx, npuc_calib **c) {
+    const char *path = make_file();
+    assert_int_equal(npuc_ctx_new(ctx), NPUC_OK);
+    assert_int_equal(npuc_calib_open(*ctx, path, c), NPUC_OK);
+}
+
 static void test_stream_chunks_threads(void **state) {
     (void)state;
-    const char *path = make_file();
     npuc_ctx *ctx;
     npuc_calib *c;
-    assert_int_equal(npuc_ctx_new(&ctx), NPUC_OK);
-    assert_int_equal(npuc_calib_open(ctx, path, &c), NPUC_OK);
+    open_fresh(&ctx, &c);
     static double H0[K * K], H1[K * K];
     double n = 0;
     int found = 0;
@@ -98,11 +103,9 @@ static void test_stream_chunks_threads(void **state) {
 
 static void test_stored_and_missing(void **state) {
     (void)state;
-    const char *path = make_file();
     npuc_ctx *ctx;
     npuc_calib *c;
-    assert_int_equal(npuc_ctx_new(&ctx), NPUC_OK);
-    assert_int_equal(npuc_calib_open(ctx, path, &c), NPUC_OK);
+    open_fresh(&ctx, &c);
     assert_int_equal(npuc_calib_has(c, "a.weight"), 1);
     assert_int_equal(npuc_calib_has(c, "b.weight"), 1);
     assert_int_equal(npuc_calib_has(c, "c.weight"), 2);

@@ -12,6 +12,9 @@
                                     output error within 1 % of the reference's and
                                     below round-to-nearest's with the same scales
     gptq_check.py same ART1 ART2 NAMES  >= 99.9 % identical codes
+    gptq_check.py imp DIR WEIGHTED_ART PLAIN_ART NAMES
+                                    --range mse with --calib: lower importance-weighted
+                                    error than without
     gptq_check.py demo MODEL CALIB GPTQ_ART RTN_ART
                                     samples/calib/dump_calib.py's demo: GPTQ's output
                                     error below round-to-nearest's (see cmd_demo)
@@ -33,22 +36,15 @@ import sys
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import gguf_check  # noqa: E402  (its safetensors writer)
 import npuc_test  # noqa: E402
 
 
+ST_DTYPES = {"float32": "F32", "float64": "F64", "int64": "I64"}
+
+
 def write_st(path, tensors):
-    hdr, off, blobs = {}, 0, []
-    for name, a in tensors:
-        a = np.ascontiguousarray(a)
-        dt = {"float32": "F32", "float64": "F64", "int64": "I64"}[str(a.dtype)]
-        b = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        hdr[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    gguf_check.st_write(path, [(n, ST_DTYPES[str(a.dtype)], a) for n, a in tensors])
 
 
 def inputs(rng, n, k):
@@ -231,7 +227,30 @@ def cmd_demo(model, calib, gptq_art, rtn_art):
     return 1 if bad or tot[0] >= tot[1] else 0
 
 
+def cmd_imp(d, weighted, plain, names):
+    """--calib with --range mse: the importance-weighted error sum_k imp_k
+    (w - w')^2 (imp = mean x^2 of the calibration rows) of the weighted
+    artifact is below the unweighted one's, for every tensor."""
+    w, c = tensors(d + "/model.safetensors"), tensors(d + "/calib.safetensors")
+    bad = 0
+    for name in names.split(","):
+        W = np.frombuffer(w[name][2], dtype="<f4").reshape(w[name][1])
+        X = np.frombuffer(c[name + ".input"][2], dtype="<f4").reshape(-1, W.shape[1]).astype(np.float64)
+        imp = (X * X).mean(0)
+        errs = []
+        for art in (weighted, plain):
+            q, s, z, meta = codes_of(art, name)
+            G = meta["group_size"] or W.shape[1]
+            Wq = deq(q.reshape(W.shape), s.reshape(W.shape[0], -1), z.reshape(W.shape[0], -1), G)
+            errs.append(float((((W - Wq) ** 2) * imp).sum()))
+        print(f"{name}: importance-weighted error, weighted mse {errs[0]:.5g}, plain mse {errs[1]:.5g}")
+        bad += not errs[0] < errs[1]
+    return 1 if bad else 0
+
+
 def main(argv):
+    if argv[1] == "imp":
+        return cmd_imp(*argv[2:6])
     if argv[1] == "demo":
         return cmd_demo(*argv[2:6])
     if argv[1] == "make":
