@@ -40,6 +40,7 @@
 #endif
 
 #include "gguf_format.h"
+#include "kernels/qk_grid.h"
 
 static const npuc__ggml_type TYPES[] = {
     {NPUC__GGML_F32, "F32", 1, 4, NPUC_DTYPE_F32, 1},
@@ -120,20 +121,10 @@ static int q8_0(const float *x, unsigned char *b) {
     return 0;
 }
 
-/* The signed value of largest magnitude, the first one on ties. */
-static float signed_max(const float *x) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; j++)
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    return max;
-}
-
 /* Q4_0 (five = 0) and Q5_0 (five = 1). */
 static int q_0(const float *x, unsigned char *b, int five) {
-    const float d = signed_max(x) / (five ? -16 : -8);
+    /* The full grid's scale, shared with npuc quantize --grid full. */
+    const float d = npuc_qk_full_scale(npuc_qk_signed_max(x, 32), five ? 5 : 4);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const float off = five ? 16.5f : 8.5f;
     const int cap = five ? 31 : 15;

@@ -67,6 +67,71 @@ NPUC_API npuc_status npuc_range_estimate(npuc_ctx *ctx, const float *x, size_t n
                                 float *lo, float *hi, void *scratch);
 NPUC_API size_t npuc_range_scratch_size(size_t n, const npuc_range_opts *o);
 
+/* The MSE range weighted by importance: the clip (a shrink of the minmax
+ * range, o->bits 2..8, o->symmetric) that minimises
+ * sum_k imp[k] (x[k] - deq(x[k]))^2, evaluated exactly in double, as
+ * llama.cpp's quantizers use an importance matrix; imp == NULL weighs every
+ * value 1.  full_grid: the symmetric full grid (npuc/quant.h,
+ * NPUC_GRID_FULL); the range returned is then [t*lo0, t*hi0] of the minmax
+ * range [lo0, hi0], so its end of larger magnitude keeps its sign.  Minmax
+ * is returned unless a clip is better.  NPUC_ERR_VALUE for NaN/Inf values or
+ * a negative importance.  Deterministic, O(n) per candidate (~40). */
+NPUC_API npuc_status npuc_range_estimate_weighted(npuc_ctx *ctx, const float *x, const double *imp, size_t n,
+                                                  const npuc_range_opts *o, int full_grid, float *lo, float *hi);
+
+/* ------------------------------------------------- calibration files
+ *
+ * A calibration file (docs/calibration.md) is any weight file npuc reads
+ * (safetensors, HDF5) holding, under a weight's own name W:
+ *   W.input          [N, K] (or [..., K]): the rows the layer multiplies;
+ *   W.hessian        [K, K]: sum of x x^T over the rows, F32 or F64, with
+ *   W.hessian_count  a scalar (or one-element tensor): how many rows;
+ *   W.input_sq       [K]: mean of x^2 per input column (an importance matrix).
+ * K is the weight's reduction length (values per output channel, in the
+ * weight's reduction order).  The handle opens the file's header only;
+ * W.input is read chunk by chunk: at most chunk_rows rows (16 MiB) are
+ * converted to F64 at a time (safetensors are memory-mapped, so anonymous memory stays
+ * bounded; HDF5 datasets are decoded whole by the reader first).
+ *
+ *     npuc_calib *c;
+ *     npuc_calib_open(ctx, "calib.safetensors", &c);
+ *     double *H = malloc(K * K * sizeof *H);
+ *     double n;
+ *     int found;
+ *     npuc_calib_hessian(ctx, c, "fc1.weight", K, H, &n, &found);
+ *     npuc_calib_close(c);
+ */
+typedef struct npuc_calib npuc_calib;
+
+/* Opens a calibration file.  On failure *out is NULL and ctx holds why. */
+NPUC_API npuc_status npuc_calib_open(npuc_ctx *ctx, const char *path, npuc_calib **out);
+NPUC_API void npuc_calib_close(npuc_calib *c);
+NPUC_API const char *npuc_calib_path(const npuc_calib *c);
+
+/* Rows of W.input converted per step (default: as many as fit 16 MiB of
+ * F64, at least 64; rounded up to a multiple of 64; 0 restores the default).  The result does not depend on it: the sums run over fixed blocks
+ * of 64 rows in row order whatever the chunk. */
+NPUC_API void npuc_calib_set_chunk_rows(npuc_calib *c, size_t rows);
+
+/* What the file holds for weight W: 1 when it has W.input or W.hessian (a
+ * Hessian can be formed), 2 when it has only W.input_sq, 0 for nothing. */
+NPUC_API int npuc_calib_has(const npuc_calib *c, const char *weight);
+
+/* The sum of x x^T over the calibration rows of W (K x K, row-major, full
+ * symmetric, accumulated in F64) and the row count *n, from W.hessian (with
+ * W.hessian_count) or else from W.input.  *found is 0 (and H untouched)
+ * when the file has neither.  NPUC_ERR_FORMAT names the file and tensor
+ * when a shape does not match K, a count is missing or not positive, or a
+ * value is NaN or Inf.  Runs on the context's threads; the result does not
+ * depend on their number. */
+NPUC_API npuc_status npuc_calib_hessian(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K, double *H,
+                                        double *n, int *found);
+
+/* The importance of each of W's K input columns, the mean of x^2: W.input_sq
+ * as stored, else diag(H) / n from W.hessian or W.input.  *found as above. */
+NPUC_API npuc_status npuc_calib_importance(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K,
+                                           double *imp, int *found);
+
 #ifdef __cplusplus
 }
 #endif

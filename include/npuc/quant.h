@@ -12,6 +12,13 @@
  * A scale that would be 0 or subnormal (an all-zero group) is raised to
  * FLT_MIN, so every group has a finite, positive scale and 1/scale is finite.
  *
+ * The full symmetric grid (grid = NPUC_GRID_FULL, `--grid full`) uses all
+ * 2^b codes [-2^(b-1), 2^(b-1)-1], as ggml's Q4_0 does: the value of largest
+ * magnitude m (with its sign; the positive one when -lo == hi) maps to
+ * -2^(b-1), scale = m / -2^(b-1), so the scale is negative when m > 0 and
+ * -m lands on 2^(b-1), clipped to 2^(b-1)-1.  Rounding stays half-to-even
+ * (ggml rounds halves up).  A scale below FLT_MIN in magnitude is FLT_MIN.
+ *
  * Two levels:
  *   npuc_quantize_tensor  one float tensor -> codes, scales, zero points,
  *                         error sums (what tests and other passes use);
@@ -49,6 +56,12 @@ typedef enum npuc_granularity {
     NPUC_GRAN_GROUP = 2
 } npuc_granularity;
 
+/* Values are pinned. */
+typedef enum npuc_grid {
+    NPUC_GRID_RESTRICTED = 0, /* symmetric codes -(2^(b-1)-1)..2^(b-1)-1 (PyTorch's) */
+    NPUC_GRID_FULL = 1        /* symmetric codes -2^(b-1)..2^(b-1)-1 (ggml's Q4_0) */
+} npuc_grid;
+
 typedef struct npuc_quant_params {
     int bits;                 /* 2..8, default 8 */
     int symmetric;            /* default 1 */
@@ -59,6 +72,13 @@ typedef struct npuc_quant_params {
     npuc_dtype scale_dtype;   /* how an artifact stores scales: NPUC_DTYPE_F32 (default), F16 or
                                  BF16; the codes are computed with the rounded scale
                                  (--scale-dtype, docs/artifact.md) */
+    npuc_grid grid;           /* symmetric only; default NPUC_GRID_RESTRICTED */
+    /* With range MSE: the importance of each value position of a channel
+     * (per_channel doubles, sequence order, not owned), e.g. the mean x^2 of
+     * the layer's inputs; the range search then minimises the weighted error
+     * (npuc_range_estimate_weighted).  NULL (default): unweighted.  The full
+     * grid's MSE search is the weighted one with all weights 1. */
+    const double *importance;
 } npuc_quant_params;
 
 NPUC_API npuc_quant_params npuc_quant_params_defaults(void);
@@ -96,6 +116,12 @@ NPUC_API npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_inf
 
 /* ------------------------------------------------------------ whole models */
 
+/* Values are pinned. */
+typedef enum npuc_qmethod {
+    NPUC_QMETHOD_RTN = 0, /* round to nearest (default) */
+    NPUC_QMETHOD_GPTQ = 1 /* GPTQ (Frantar et al., 2022) with the calibration file's Hessians */
+} npuc_qmethod;
+
 typedef struct npuc_quantize_opts {
     npuc_quant_params params;
     const char *const *include;    /* regexes: quantize only matching tensors (and rank >= 2) */
@@ -112,6 +138,10 @@ typedef struct npuc_quantize_opts {
     int fake_quant;                /* write dequantized floats in the source dtype */
     int pattern_n, pattern_m;      /* N:M sparsity before quantizing (prune.h); 0: none */
     npuc_write_opts write;         /* output options (format, overwrite, deflate) */
+    const char *calib;             /* calibration file (docs/calibration.md), or NULL */
+    npuc_qmethod method;           /* default NPUC_QMETHOD_RTN; GPTQ needs calib */
+    double damp;                   /* GPTQ dampening, in (0, 1], default 0.01 */
+    int act_order;                 /* GPTQ: columns in decreasing diag(H) order */
     /* Called after each tensor is written (from the calling thread). */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
     void *user;

@@ -123,8 +123,8 @@ void npuc__codec_nested_scheme(const json_t *entry, char *buf, size_t n, int *bi
 
 /* Scale precision (scale_dtype.c): 1 when dt may hold a quant artifact's
  * scales (F32, F16, BF16).  npuc__scale_round rounds *scale to dt (round
- * half to even; raised to dt's smallest positive value, lowered to its
- * largest finite one) and sets *inv = 1 / *scale; F32 leaves both as they
+ * half to even, the sign kept (full-grid scales are negative); raised to
+ * dt's smallest magnitude, lowered to its largest finite one) and sets *inv = 1 / *scale; F32 leaves both as they
  * are.  The quantizer calls it right after choosing each scale, so codes
  * are computed with the scale the artifact stores. */
 int npuc__scale_dtype_ok(npuc_dtype dt);

@@ -30,13 +30,15 @@ void npuc__scale_round(npuc_dtype dt, float *scale, float *inv) {
     if (dt != NPUC_DTYPE_F16 && dt != NPUC_DTYPE_BF16) return;
     uint16_t h;
     float r;
+    /* The full grid (--grid full) has negative scales: keep the sign. */
+    const uint16_t sign = signbit(*scale) ? 0x8000 : 0;
     npuc_convert(&h, dt, scale, NPUC_DTYPE_F32, 1);
     npuc_convert(&r, NPUC_DTYPE_F32, &h, dt, 1);
-    if (!(r > 0)) { /* underflow to 0: the smallest positive value */
-        h = 1;
+    if (r == 0) { /* underflow to 0: the smallest value of that sign */
+        h = (uint16_t)(sign | 1);
         npuc_convert(&r, NPUC_DTYPE_F32, &h, dt, 1);
-    } else if (isinf(r)) { /* overflow: the largest finite value */
-        h = dt == NPUC_DTYPE_F16 ? 0x7bff : 0x7f7f;
+    } else if (isinf(r)) { /* overflow: the largest finite value of that sign */
+        h = (uint16_t)(sign | (dt == NPUC_DTYPE_F16 ? 0x7bff : 0x7f7f));
         npuc_convert(&r, NPUC_DTYPE_F32, &h, dt, 1);
     }
     *scale = r;

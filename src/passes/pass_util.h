@@ -72,8 +72,9 @@ void npuc__fmt(char *buf, size_t n, const char *fmt, ...) NPUC_PRINTF(3, 4);
 /* "<path>: <message in ctx>" with the same status. */
 npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
 
-/* Scale and zero point of a clipping range (quantize.c; see quant.h). */
-void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, float *scale,
+/* Scale and zero point of a clipping range (quantize.c; see quant.h);
+ * full: the symmetric full grid (NPUC_GRID_FULL). */
+void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, int full, float *scale,
                                    float *inv, int32_t *zp);
 
 #endif

@@ -144,6 +144,17 @@ static void pick_scale(const float *x, size_t n, int kind, int sym, int32_t qmin
         *zp = sym ? 0 : (qmin + qmax + 1) / 2;
         return;
     }
+    if (sym == 2) {
+        /* The full grid (ggml's Q4_0), written here from its definition: the
+         * first value of largest magnitude, with its sign, maps to qmin. */
+        float amax = 0.0f, m = 0.0f;
+        for (size_t i = 0; i < n; i++)
+            if (isfinite(x[i]) && fabsf(x[i]) > amax) amax = fabsf(x[i]), m = x[i];
+        *scale = kind == DATA_TIES ? -0.25f : m / (float)qmin;
+        *zp = 0;
+        if (!(fabsf(*scale) > 0.0f)) *scale = 1.0f;
+        return;
+    }
     float lo, hi;
     ref()->minmax(x, n, &lo, &hi);
     if (sym) {
@@ -160,10 +171,11 @@ static void pick_scale(const float *x, size_t n, int kind, int sym, int32_t qmin
     if (!(*scale > 0.0f)) *scale = 1.0f;
 }
 
+/* sym: 0 asymmetric, 1 symmetric restricted, 2 symmetric full grid. */
 static void qrange(int bits, int sym, int32_t *qmin, int32_t *qmax) {
     if (sym) {
         *qmax = (1 << (bits - 1)) - 1;
-        *qmin = -*qmax;
+        *qmin = sym == 2 ? -*qmax - 1 : -*qmax;
     } else {
         *qmin = 0;
         *qmax = (1 << bits) - 1;
@@ -171,6 +183,32 @@ static void qrange(int bits, int sym, int32_t *qmin, int32_t *qmax) {
 }
 
 /* ------------------------------------------- reference, independent checks */
+
+/* The full symmetric grid at 4 bits, worked on paper: the first value of
+ * largest magnitude is +1.0, so scale = 1.0 / -8 = -0.125 (inverse -8).
+ * x * -8 = -8, 4, -2.4, 8, -0.5, -7.5 round half-even to -8, 4, -2, 8 (past
+ * the top code: clipped to 7), -0 and -8; dequantized q * -0.125. */
+static void test_ref_hand_full_grid(void **state) {
+    (void)state;
+    const float x[] = {1.0f, -0.5f, 0.3f, -1.0f, 0.0625f, 0.9375f};
+    const int8_t want_q[] = {-8, 4, -2, 7, 0, -8};
+    const float want_d[] = {1.0f, -0.5f, 0.25f, -0.875f, 0.0f, 1.0f};
+    int32_t qmin, qmax;
+    qrange(4, 2, &qmin, &qmax);
+    assert_int_equal(qmin, -8);
+    assert_int_equal(qmax, 7);
+    uint8_t c[6];
+    float d[6];
+    npuc_qsums s;
+    memset(&s, 0, sizeof s);
+    ref()->quant_run(x, 6, -0.125f, -8.0f, 0, qmin, qmax, c, d, &s);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal((int8_t)c[i], want_q[i]);
+        assert_true(d[i] == want_d[i]);
+    }
+    assert_int_equal(s.clipped, 1);
+    assert_true(s.max_abs == 0.125);
+}
 
 static void test_ref_hand_symmetric(void **state) {
     (void)state;
@@ -447,7 +485,7 @@ static void test_fast_quant(void **state) {
         for (int kind = 0; kind < DATA_KINDS; kind++) {
             fill(x, k_sizes[si], kind, &rng);
             for (int bits = 2; bits <= 8; bits++)
-                for (int sym = 0; sym <= 1; sym++) check_quant(fast, x, k_sizes[si], kind, bits, sym, &rng);
+                for (int sym = 0; sym <= 2; sym++) check_quant(fast, x, k_sizes[si], kind, bits, sym, &rng);
         }
     free(x);
 }
@@ -551,7 +589,7 @@ static void test_fast_quant_rows(void **state) {
         for (size_t ri = 0; ri < N(rows_list); ri++)
             for (int kind = 0; kind < DATA_KINDS; kind++)
                 for (int bits = 2; bits <= 8; bits += 3)
-                    for (int sym = 0; sym <= 1; sym++)
+                    for (int sym = 0; sym <= 2; sym++)
                         for (int odd = 0; odd <= 2; odd++) {
                             const size_t cols = cols_list[ci], rows = rows_list[ri], ld = cols + 5;
                             const size_t total = rows * ld + 1;
@@ -842,6 +880,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_hand_symmetric),
         cmocka_unit_test(test_ref_hand_asymmetric),
+        cmocka_unit_test(test_ref_hand_full_grid),
         cmocka_unit_test(test_ref_nonfinite_policy),
         cmocka_unit_test(test_ref_vs_double),
         cmocka_unit_test(test_ref_minmax_hand),

@@ -44,6 +44,7 @@
 
 #include "codecs/codec.h"
 #include "kernels/npuc_kernels.h"
+#include "kernels/qk_grid.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
 
@@ -82,6 +83,11 @@ static npuc_status check_params(npuc_ctx *ctx, const npuc_quant_params *p) {
                          p->group_size);
     if ((unsigned)p->gran > NPUC_GRAN_GROUP)
         return npuc_fail(ctx, NPUC_ERR_ARG, "unknown granularity %d", (int)p->gran);
+    if ((unsigned)p->grid > NPUC_GRID_FULL)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "unknown grid %d", (int)p->grid);
+    if (p->grid == NPUC_GRID_FULL && !p->symmetric)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--grid full is for symmetric schemes (asymmetric ones use all 2^b "
+                         "codes already): drop --asymmetric or --grid full");
     return NPUC_OK;
 }
 
@@ -128,10 +134,18 @@ npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const 
 }
 
 /* Scale and zero point of a range, as quant.h specifies. */
-void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, float *scale,
+void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, int full, float *scale,
                                    float *inv, int32_t *zp) {
     float s;
     int32_t z = 0;
+    if (symmetric && full) {
+        s = npuc_qk_full_scale(npuc_qk_signed_max_range(lo, hi), bits);
+        if (!(fabsf(s) >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
+        *scale = s;
+        *inv = 1.0f / s;
+        *zp = 0;
+        return;
+    }
     if (symmetric) {
         float amax = fmaxf(fabsf(lo), fabsf(hi));
         s = amax / (float)((1 << (bits - 1)) - 1);
@@ -149,15 +163,6 @@ void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, 
     *zp = z;
 }
 
-static void qrange(int bits, int symmetric, int32_t *qmin, int32_t *qmax) {
-    if (symmetric) {
-        *qmax = (1 << (bits - 1)) - 1;
-        *qmin = -*qmax;
-    } else {
-        *qmin = 0;
-        *qmax = (1 << bits) - 1;
-    }
-}
 
 
 /* ---------------------------------------------------------------- ranges */
@@ -273,6 +278,17 @@ static const float *group_values(const float *x, const npuc_quant_shape *qs, uin
     return buf;
 }
 
+/* The range of group values v[0..n) that start at sequence position j0 of
+ * their channel: npuc_range_estimate, or the weighted search when the
+ * parameters carry an importance or use the full grid with MSE. */
+static npuc_status range_of_group(npuc_ctx *ctx, const float *v, size_t n, uint64_t j0, const npuc_quant_params *p,
+                                  const npuc_range_opts *ro, float *lo, float *hi, void *scratch) {
+    if (ro->method == NPUC_RANGE_MSE && (p->importance || p->grid == NPUC_GRID_FULL))
+        return npuc_range_estimate_weighted(ctx, v, p->importance ? p->importance + j0 : NULL, n, ro,
+                                            p->grid == NPUC_GRID_FULL, lo, hi);
+    return npuc_range_estimate(ctx, v, n, ro, lo, hi, scratch);
+}
+
 static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_quant_shape *qs,
                                    uint64_t G, const npuc_quant_params *p, float *lo, float *hi,
                                    int nth) {
@@ -286,7 +302,7 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
     char msg[NPUC_MSG_MAX] = "";
     if (qs->channels == 1 && qs->outer == 1) {
         /* One contiguous group: no gather. */
-        return npuc_range_estimate(ctx, x, (size_t)qs->per_channel, &ro, lo, hi, NULL);
+        return range_of_group(ctx, x, (size_t)qs->per_channel, 0, p, &ro, lo, hi, NULL);
     }
 #pragma omp parallel num_threads(nth)
     {
@@ -305,7 +321,7 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
             uint64_t c = (uint64_t)it / qs->groups_per_channel, g = (uint64_t)it % qs->groups_per_channel;
             uint64_t n;
             const float *v = group_values(x, qs, G, c, g, buf, &n);
-            npuc_status st = npuc_range_estimate(tctx, v, (size_t)n, &ro, &lo[it], &hi[it], scratch);
+            npuc_status st = range_of_group(tctx, v, (size_t)n, g * G, p, &ro, &lo[it], &hi[it], scratch);
             if (st != NPUC_OK) {
 #pragma omp critical(npuc_qfail)
                 {
@@ -364,9 +380,10 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
         /* minmax gives 0, 0 when nothing is finite, as ranges_minmax does. */
         bad += j->k->minmax(xg, (size_t)(g1 - g0), &lo, &hi);
         if (j->p->range.method != NPUC_RANGE_MINMAX &&
-            (*est = npuc_range_estimate(tctx, xg, (size_t)(g1 - g0), &j->ro, &lo, &hi, scratch)) != NPUC_OK)
+            (*est = range_of_group(tctx, xg, (size_t)(g1 - g0), g0, j->p, &j->ro, &lo, &hi, scratch)) != NPUC_OK)
             return bad;
-        npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, &j->scales[idx], &j->inv[idx],
+        npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, j->p->grid == NPUC_GRID_FULL,
+                                      &j->scales[idx], &j->inv[idx],
                                       &j->zero_points[idx]);
         npuc__scale_round(j->p->scale_dtype, &j->scales[idx], &j->inv[idx]); /* --scale-dtype */
         for (uint64_t q = g0; q < g1;) {
@@ -493,7 +510,7 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
         (st = ranges_estimate(ctx, w, &qs, G, p, lo, hi, nth)) != NPUC_OK)
         goto done;
     for (uint64_t i = 0; i < qs.nscales; i++) {
-        npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, &scales[i], &inv[i],
+        npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, p->grid == NPUC_GRID_FULL, &scales[i], &inv[i],
                                       &zero_points[i]);
         npuc__scale_round(p->scale_dtype, &scales[i], &inv[i]); /* --scale-dtype */
     }
@@ -571,7 +588,7 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
     const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
     const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
     int32_t qmin, qmax;
-    qrange(p->bits, p->symmetric, &qmin, &qmax);
+    npuc_qk_code_range(p->bits, p->symmetric, p->grid == NPUC_GRID_FULL, &qmin, &qmax);
 
     float *inv = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
     npuc_qsums *sums = NULL;

@@ -36,6 +36,8 @@ static int check_rule_group(const char *s, char *why, size_t n) {
 enum { GRAN = 1 };
 
 static const char *const SCALE_DTYPES[] = {"f32", "f16", "bf16", NULL};
+static const char *const GRIDS[] = {"restricted", "full", NULL};
+static const char *const METHODS[] = {"rtn", "gptq", NULL};
 
 static const npuc_pass_option OPTIONS[] = {
     {.name = "bits", .flag = "bits", .short_flag = 'b', .type = NPUC_OPT_INT, .lo = 2, .hi = 8, .dflt = "8",
@@ -61,6 +63,26 @@ static const npuc_pass_option OPTIONS[] = {
              "the rounded scale; int4 -g 32 with f16 costs 4.5 bits per weight)"},
     {.name = "range", .flag = "range", .type = NPUC_OPT_STR, .dflt = "minmax", .metavar = "METHOD",
      .section = "Scheme", .help = "minmax (default), percentile=P, mse, entropy", .check = npuc__check_range},
+    {.name = "grid", .flag = "grid", .type = NPUC_OPT_STR, .choices = GRIDS, .noun = "grid", .dflt = "restricted",
+     .metavar = "GRID", .section = "Scheme", .bad = "must be restricted or full",
+     .help = "symmetric code grid: restricted (default, -(2^(b-1)-1)..2^(b-1)-1) or\n"
+             "full (all 2^b codes, ggml's Q4_0: the largest magnitude maps to -2^(b-1))"},
+    {.name = "method", .flag = "method", .type = NPUC_OPT_STR, .choices = METHODS, .noun = "method", .dflt = "rtn",
+     .metavar = "METHOD", .section = "Calibration", .bad = "must be rtn or gptq",
+     .help = "rtn: round to nearest (default); gptq: GPTQ error feedback through\n"
+             "the Hessian of each layer's inputs (needs --calib)"},
+    {.name = "calib", .flag = "calib", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
+     .section = "Calibration",
+     .help = "calibration data (safetensors or HDF5): <weight>.input, <weight>.hessian\n"
+             "or <weight>.input_sq per layer (docs/calibration.md); with --range mse\n"
+             "the range search weighs each input column by its mean x^2"},
+    {.name = "damp", .flag = "damp", .type = NPUC_OPT_NUM, .lo = 0, .hi = 1, .flags = NPUC_OPT_LO_OPEN, .dflt = "0.01",
+     .metavar = "F", .section = "Calibration", .needs = "method=gptq",
+     .help = "GPTQ dampening: F * mean(diag H) is added to diag H (default 0.01)",
+     .bad = "must be a number in (0, 1]"},
+    {.name = "act_order", .flag = "act-order", .type = NPUC_OPT_BOOL, .section = "Calibration", .needs = "method=gptq",
+     .help = "GPTQ: quantize columns in decreasing diag H order (group scales are\n"
+             "then computed from the weights before any update)"},
     {.name = "include", .flag = "include", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
      .section = "Selection", .help = "quantize only tensors matching REGEX (repeatable)"},
     {.name = "exclude", .flag = "exclude", .type = NPUC_OPT_LIST, .flags = NPUC_OPT_REGEX, .metavar = "REGEX",
@@ -86,6 +108,8 @@ static const npuc_pass_option OPTIONS[] = {
 
 static const npuc_pass_section SECTIONS[] = {
     {"Scheme", NULL, 0},
+    {"Calibration", "Tensors without calibration data are rounded to nearest, with a note\n"
+                    "(an error under --strict).", 0},
     {"Selection", "A pattern that matches no tensor is an error.", 1},
     {"Output", NULL, 0},
     {NULL, NULL, 0},
@@ -118,6 +142,7 @@ static npuc_status quant_params(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_q
     if ((v = npuc__pass_get(s, "axis"))) p->axis = (int)v->i;
     if ((v = npuc__pass_get(s, "scale_dtype")) && npuc_dtype_parse(v->s, &p->scale_dtype) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "scale dtype '%s': use f32, f16 or bf16", v->s);
+    if ((v = npuc__pass_get(s, "grid")) && strcmp(v->s, "full") == 0) p->grid = NPUC_GRID_FULL;
     if ((v = npuc__pass_get(s, "range"))) return npuc_range_parse(ctx, v->s, &p->range);
     return NPUC_OK;
 }
@@ -201,14 +226,22 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.fake_quant = npuc__pass_bool(s, "fake_quant");
     if ((v = npuc__pass_get(s, "pattern")) && npuc_nm_parse(v->s, &o.pattern_n, &o.pattern_m) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "pattern '%s': not N:M", v->s);
+    if ((v = npuc__pass_get(s, "method")) && strcmp(v->s, "gptq") == 0) o.method = NPUC_QMETHOD_GPTQ;
+    o.damp = npuc__pass_num(s, "damp");
+    o.act_order = npuc__pass_bool(s, "act_order");
     NPUC__PASS_SELECT(o, s);
     o.layer_bits = lb->v;
     o.nlayer_bits = lb->n;
     o.layer_group_size = lg->v;
     o.nlayer_group_size = lg->n;
     NPUC__PASS_IO(o, io);
+    char *calib = NULL; /* relative to the recipe's folder in a recipe */
+    if (npuc__pass_path(s, "calib", &calib) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    o.calib = calib;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
-    return npuc__quantize_model_to(ctx, m, &sink, &o, sum);
+    st = npuc__quantize_model_to(ctx, m, &sink, &o, sum);
+    free(calib);
+    return st;
 }
 
 const npuc_pass npuc__pass_quantize = {

@@ -38,6 +38,7 @@
 #include "passes/pass_driver.h"
 #include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
+#include "passes/quantize/quant_gptq.h"
 #include "passes/sparsify/sparsify_nm.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
@@ -45,6 +46,7 @@ npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     memset(&o, 0, sizeof o);
     o.params = npuc_quant_params_defaults();
     o.write = npuc_write_opts_defaults();
+    o.damp = 0.01;
     return o;
 }
 
@@ -54,6 +56,7 @@ typedef struct qplan {
     npuc_quant_shape qs;
     int packed;
     int nm;             /* --pattern applies (see the end of this file) */
+    int gptq;           /* --method gptq with calibration data for this tensor */
     npuc_nm_geom nmg;
     char *nmn[3];
 } qplan;
@@ -284,7 +287,9 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
         npuc__quant_entry_set(e, &q->p, &q->qs, q->packed, t->name, c.dtype, names[0],
                               q->p.symmetric ? NULL : names[1]) ||
         json_object_set_new(e, "parts", q->p.symmetric ? json_pack("[ss]", t->name, names[0])
-                                                       : json_pack("[sss]", t->name, names[0], names[1])))
+                                                       : json_pack("[sss]", t->name, names[0], names[1])) ||
+        (q->p.grid == NPUC_GRID_FULL && json_object_set_new(e, "grid", json_string("full"))) ||
+        (q->gptq && json_object_set_new(e, "method", json_string("gptq"))))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     return NPUC_OK;
 }
@@ -423,6 +428,85 @@ static npuc_status carry_over(npuc_ctx *ctx, npuc_model *m, const json_t *prev, 
     return NPUC_OK;
 }
 
+/* ------------------------------------------------ --method gptq
+ * Every planned tensor with a Hessian in the calibration file (W.input or
+ * W.hessian) is quantized by GPTQ; the others, and per-tensor schemes,
+ * round to nearest with a note, or fail under --strict. */
+static npuc_status gptq_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, const npuc_calib *cal,
+                             qplan *plan, npuc_tensor_record *rec) {
+    if (o->pattern_m)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq does not combine with --pattern (use --method rtn)");
+    if (!(o->damp > 0 && o->damp <= 1))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--damp %g: must be in (0, 1]", o->damp);
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        if (!plan[i].quantize) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        const char *why = NULL;
+        if (npuc_calib_has(cal, t->name) != 1) why = "no calibration data";
+        else if (plan[i].p.gran == NPUC_GRAN_TENSOR) why = "per-tensor scale";
+        if (!why) {
+            plan[i].gptq = 1;
+            continue;
+        }
+        if (npuc_ctx_policy(ctx)->strict)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: tensor '%s': %s for --method gptq in '%s' (name it in the "
+                             "calibration file, or --exclude it, or drop --strict to round it to nearest)",
+                             npuc_model_path(m), t->name, why, npuc_calib_path(cal));
+        const size_t l = strlen(rec[i].note);
+        snprintf(rec[i].note + l, sizeof rec[i].note - l, "%s%s: round to nearest", l ? "; " : "", why);
+    }
+    return NPUC_OK;
+}
+
+/* GPTQ of tensor t (plan q) with its Hessian from the calibration file. */
+static npuc_status gptq_stream(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_tensor_info *t,
+                               const float *x, const qplan *q, const npuc_quantize_opts *o, uint8_t *codes,
+                               float *scales, int32_t *zps, float *deq, npuc_tensor_record *r, npuc_scratch *sh) {
+    const uint64_t K = q->qs.per_channel;
+    uint64_t hb;
+    if (npuc_mul_overflow(K, K, &hb) || npuc_mul_overflow(hb, sizeof(double), &hb))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': Hessian too large", npuc_model_path(m), t->name);
+    double *H = npuc__scratch(sh, hb), n = 0;
+    int found = 0;
+    if (!H) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    npuc_status st = npuc_calib_hessian(ctx, cal, t->name, K, H, &n, &found);
+    if (st != NPUC_OK) return st;
+    const npuc__gptq_opts go = {.damp = o->damp, .act_order = o->act_order};
+    if ((st = npuc__gptq_tensor(ctx, t, x, &q->p, H, n, &go, codes, scales, zps, deq, &r->err)) != NPUC_OK)
+        return npuc__prefix_path(ctx, st, npuc_model_path(m));
+    npuc_record_set(r, "gptq", 1);
+    npuc_record_set(r, "calib_rows", n);
+    return NPUC_OK;
+}
+
+/* --calib with --range mse: the importance of tensor t's input columns
+ * (W.input_sq, else diag H / n) weighs the range search (npuc/calib.h,
+ * npuc_range_estimate_weighted); without calibration data, or per tensor,
+ * the search stays unweighted and the record says so. */
+static npuc_status importance_of(npuc_ctx *ctx, npuc_calib *cal, const npuc_tensor_info *t, const qplan *q,
+                                 npuc_quant_params *pw, npuc_tensor_record *r, npuc_scratch *si) {
+    if (q->p.range.method != NPUC_RANGE_MSE) return NPUC_OK;
+    const char *why = NULL;
+    if (q->p.gran == NPUC_GRAN_TENSOR) why = "per-tensor scale: unweighted mse";
+    else if (!npuc_calib_has(cal, t->name)) why = "no calibration data: unweighted mse";
+    if (why) {
+        const size_t l = strlen(r->note);
+        snprintf(r->note + l, sizeof r->note - l, "%s%s", l ? "; " : "", why);
+        return NPUC_OK;
+    }
+    const uint64_t K = q->qs.per_channel;
+    double *imp = npuc__scratch(si, K * sizeof(double));
+    int found = 0;
+    if (!imp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    npuc_status st = npuc_calib_importance(ctx, cal, t->name, K, imp, &found);
+    if (st != NPUC_OK) return st;
+    if (found) {
+        pw->importance = imp;
+        npuc_record_set(r, "importance", 1);
+    }
+    return NPUC_OK;
+}
+
 npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
                                     npuc_summary *sum) {
     const char *path = npuc_model_path(m);
@@ -432,7 +516,9 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     edge_books edges = {0};
     json_t *prev = NULL;
     char **names = NULL;
-    npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0};
+    npuc_scratch s_in = {0}, s_codes = {0}, s_pack = {0}, s_deq = {0}, s_cast = {0}, s_zp = {0}, s_nm = {0},
+                 s_h = {0}, s_imp = {0};
+    npuc_calib *cal = NULL;
     float *scales = NULL;
     int32_t *zps = NULL;
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
@@ -454,6 +540,12 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         goto fail;
     }
     if (o->pattern_m && (st = nm_plan(ctx, m, o, plan, sum->records)) != NPUC_OK) goto fail;
+    if (o->method == NPUC_QMETHOD_GPTQ && !o->calib) {
+        st = npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq needs calibration data: add --calib FILE");
+        goto fail;
+    }
+    if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
+    if (o->method == NPUC_QMETHOD_GPTQ && (st = gptq_plan(ctx, m, o, cal, plan, sum->records)) != NPUC_OK) goto fail;
     /* Never silent: per-channel and per-group scales, and N:M groups, follow
      * the layout; say so when it is not certain (pass_guard.c). */
     for (size_t i = 0; i < n; i++) {
@@ -526,7 +618,10 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
             goto fail;
         }
-        st = npuc_quantize_tensor(ctx, t, x, &q->p, codes, scales, zps, deq, &r->err);
+        npuc_quant_params pw = q->p;
+        if (q->gptq) st = gptq_stream(ctx, m, cal, t, x, q, o, codes, scales, zps, deq, r, &s_h);
+        else if (cal && (st = importance_of(ctx, cal, t, q, &pw, r, &s_imp)) != NPUC_OK) goto fail;
+        if (!q->gptq) st = npuc_quantize_tensor(ctx, t, x, &pw, codes, scales, zps, deq, &r->err);
         if (st != NPUC_OK) {
             st = npuc__prefix_path(ctx, st, path);
             goto fail;
@@ -582,5 +677,8 @@ fail:
     npuc__scratch_free(&s_cast);
     npuc__scratch_free(&s_zp);
     npuc__scratch_free(&s_nm);
+    npuc__scratch_free(&s_h);
+    npuc__scratch_free(&s_imp);
+    npuc_calib_close(cal);
     return st;
 }

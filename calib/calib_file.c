@@ -1,0 +1,257 @@
+/*
+ * calib_file.c - reading calibration files (npuc/calib.h,
+ * docs/calibration.md): the Hessian sum of x x^T and the per-column
+ * importance of a weight's inputs, through the model API.
+ *
+ * W.input [N, K] streams: at most chunk_rows rows are converted to F64 at a
+ * time.  The sum runs over fixed blocks of BLOCK rows counted from row 0
+ * (the chunk is a multiple of BLOCK), each block's K x K partial sum is
+ * formed with its rows in order and added to H in block order, so H is the
+ * same bit for bit for any chunk size and any thread count: a thread owns
+ * whole rows of H.  Only the lower triangle is summed; the upper one is
+ * mirrored at the end.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "npuc_internal.h"
+
+#define BLOCK 64u
+/* Default chunk: as many rows as fit 16 MiB of F64, at least one block. */
+#define CHUNK_BYTES (16u << 20)
+
+struct npuc_calib {
+    npuc_model *m;
+    size_t chunk_rows;
+};
+
+npuc_status npuc_calib_open(npuc_ctx *ctx, const char *path, npuc_calib **out) {
+    *out = NULL;
+    npuc_calib *c = calloc(1, sizeof *c);
+    if (!c) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_status st = npuc_model_open(ctx, path, NULL, &c->m);
+    if (st != NPUC_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return NPUC_OK;
+}
+
+void npuc_calib_close(npuc_calib *c) {
+    if (!c) return;
+    npuc_model_close(c->m);
+    free(c);
+}
+
+const char *npuc_calib_path(const npuc_calib *c) { return npuc_model_path(c->m); }
+
+void npuc_calib_set_chunk_rows(npuc_calib *c, size_t rows) {
+    if (rows == 0) {
+        c->chunk_rows = 0;
+        return;
+    }
+    if (rows < BLOCK) rows = BLOCK;
+    c->chunk_rows = (rows + BLOCK - 1) / BLOCK * BLOCK;
+}
+
+/* Index of tensor "<weight><suffix>", or -1. */
+static int64_t find(const npuc_calib *c, const char *weight, const char *suffix) {
+    char name[1024];
+    size_t idx;
+    int n = snprintf(name, sizeof name, "%s%s", weight, suffix);
+    if (n < 0 || (size_t)n >= sizeof name) return -1;
+    return npuc_model_find(c->m, name, &idx) == 0 ? (int64_t)idx : -1;
+}
+
+int npuc_calib_has(const npuc_calib *c, const char *weight) {
+    if (find(c, weight, ".input") >= 0 || find(c, weight, ".hessian") >= 0) return 1;
+    return find(c, weight, ".input_sq") >= 0 ? 2 : 0;
+}
+
+static npuc_status bad(npuc_ctx *ctx, const npuc_calib *c, const npuc_tensor_info *t, const char *what) {
+    return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", npuc_model_path(c->m), t->name, what);
+}
+
+/* Converts elements [first, first + n) of tensor t (raw bytes at data) to
+ * F64 and checks they are finite. */
+static npuc_status to_f64(npuc_ctx *ctx, const npuc_calib *c, const npuc_tensor_info *t, const void *data,
+                          uint64_t first, uint64_t n, double *dst) {
+    const size_t es = npuc_dtype_size(t->dtype);
+    if (!npuc_dtype_is_float(t->dtype)) return bad(ctx, c, t, "not a float tensor");
+    if (npuc_convert(dst, NPUC_DTYPE_F64, (const unsigned char *)data + first * es, t->dtype, (size_t)n) != 0)
+        return bad(ctx, c, t, "cannot convert its dtype");
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(dst[i])) return bad(ctx, c, t, "holds NaN or Inf");
+    return NPUC_OK;
+}
+
+/* Adds the lower triangle of sum over rows of x x^T, for `rows` rows of X
+ * (row-major, K columns) that start on a block boundary, into H; XT is
+ * scratch of K * BLOCK doubles. */
+static void add_blocks(const double *X, uint64_t rows, uint64_t K, double *H, double *XT, int nth) {
+    for (uint64_t r0 = 0; r0 < rows; r0 += BLOCK) {
+        const uint64_t nb = rows - r0 < BLOCK ? rows - r0 : BLOCK;
+        for (uint64_t r = 0; r < nb; r++)
+            for (uint64_t a = 0; a < K; a++) XT[a * BLOCK + r] = X[(r0 + r) * K + a];
+#pragma omp parallel for schedule(dynamic, 16) num_threads(nth)
+        for (int64_t ai = 0; ai < (int64_t)K; ai++) {
+            const uint64_t a = (uint64_t)ai;
+            const double *xa = XT + a * BLOCK;
+            for (uint64_t b = 0; b <= a; b++) {
+                const double *xb = XT + b * BLOCK;
+                double s = 0;
+                for (uint64_t r = 0; r < nb; r++) s += xa[r] * xb[r];
+                H[a * K + b] += s;
+            }
+        }
+    }
+}
+
+static int threads_of(npuc_ctx *ctx) {
+    int n = npuc_ctx_threads(ctx);
+#if defined(_OPENMP)
+    if (n <= 0) n = omp_get_max_threads();
+#else
+    n = 1;
+#endif
+    return n < 1 ? 1 : n;
+}
+
+static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, size_t idx, uint64_t K, double *H, double *n) {
+    const npuc_tensor_info *t = npuc_model_tensor(c->m, idx);
+    if (t->rank < 2 || (uint64_t)t->shape[t->rank - 1] != K) {
+        char why[160];
+        snprintf(why, sizeof why, "expected [N, %llu] (the weight's reduction length), found rank %d ending in %lld",
+                 (unsigned long long)K, t->rank, t->rank ? (long long)t->shape[t->rank - 1] : 0LL);
+        return bad(ctx, c, t, why);
+    }
+    const uint64_t N = K ? t->numel / K : 0;
+    if (N == 0) return bad(ctx, c, t, "has no rows");
+    uint64_t chunk = c->chunk_rows;
+    if (!chunk) {
+        chunk = CHUNK_BYTES / (K * sizeof(double)) / BLOCK * BLOCK;
+        if (chunk < BLOCK) chunk = BLOCK;
+    }
+    uint64_t xs, ts;
+    if (npuc_mul_overflow(chunk, K, &xs) || npuc_mul_overflow(xs, sizeof(double), &xs) ||
+        npuc_mul_overflow(K, (uint64_t)BLOCK * sizeof(double), &ts) || (size_t)xs != xs || (size_t)ts != ts)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': too large", npuc_model_path(c->m), t->name);
+    const void *data;
+    npuc_status st = npuc_model_data(ctx, c->m, idx, &data);
+    if (st != NPUC_OK) return st;
+    double *X = malloc((size_t)xs), *XT = malloc((size_t)ts);
+    if (!X || !XT) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(c->m), t->name);
+        goto done;
+    }
+    memset(H, 0, sizeof(double) * (size_t)(K * K));
+    const int nth = threads_of(ctx);
+    for (uint64_t r0 = 0; r0 < N; r0 += chunk) {
+        const uint64_t rows = N - r0 < chunk ? N - r0 : chunk;
+        if ((st = to_f64(ctx, c, t, data, r0 * K, rows * K, X)) != NPUC_OK) goto done;
+        add_blocks(X, rows, K, H, XT, nth);
+    }
+    for (uint64_t a = 0; a < K; a++)
+        for (uint64_t b = a + 1; b < K; b++) H[a * K + b] = H[b * K + a];
+    *n = (double)N;
+done:
+    npuc_model_release(c->m, idx);
+    free(X);
+    free(XT);
+    return st;
+}
+
+static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, const char *weight, uint64_t K,
+                                  double *H, double *n) {
+    const npuc_tensor_info *t = npuc_model_tensor(c->m, idx);
+    if (t->rank != 2 || (uint64_t)t->shape[0] != K || (uint64_t)t->shape[1] != K) {
+        char why[96];
+        snprintf(why, sizeof why, "expected [%llu, %llu] (the weight's reduction length)", (unsigned long long)K,
+                 (unsigned long long)K);
+        return bad(ctx, c, t, why);
+    }
+    int64_t ci = find(c, weight, ".hessian_count");
+    if (ci < 0)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': no '%s.hessian_count' beside it (the rows summed)",
+                         npuc_model_path(c->m), t->name, weight);
+    const npuc_tensor_info *tc = npuc_model_tensor(c->m, (size_t)ci);
+    const void *data;
+    double cnt = 0;
+    npuc_status st;
+    if (tc->numel != 1) return bad(ctx, c, tc, "expected one value (the count of rows summed)");
+    if ((st = npuc_model_data(ctx, c->m, (size_t)ci, &data)) != NPUC_OK) return st;
+    if (npuc_convert(&cnt, NPUC_DTYPE_F64, data, tc->dtype, 1) != 0) cnt = -1;
+    npuc_model_release(c->m, (size_t)ci);
+    if (!(cnt > 0) || !isfinite(cnt)) return bad(ctx, c, tc, "the count of rows must be positive");
+    if ((st = npuc_model_data(ctx, c->m, idx, &data)) != NPUC_OK) return st;
+    st = to_f64(ctx, c, t, data, 0, K * K, H);
+    npuc_model_release(c->m, idx);
+    if (st != NPUC_OK) return st;
+    /* A Hessian from a BLAS product may differ from its transpose in the
+     * last bits: the lower triangle is used, and only a real asymmetry (not
+     * a sum of x x^T) is refused. */
+    for (uint64_t a = 0; a < K; a++)
+        for (uint64_t b = 0; b < a; b++) {
+            const double l = H[a * K + b], u = H[b * K + a];
+            if (fabs(l - u) > 1e-6 * sqrt(fabs(H[a * K + a]) * fabs(H[b * K + b])) + 1e-300)
+                return bad(ctx, c, t, "is not symmetric");
+            H[b * K + a] = l;
+        }
+    *n = cnt;
+    return NPUC_OK;
+}
+
+npuc_status npuc_calib_hessian(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K, double *H, double *n,
+                               int *found) {
+    int64_t i = find(c, weight, ".hessian");
+    *found = 0;
+    if (i >= 0) {
+        *found = 1;
+        return hessian_stored(ctx, c, (size_t)i, weight, K, H, n);
+    }
+    if ((i = find(c, weight, ".input")) >= 0) {
+        *found = 1;
+        return hessian_from_input(ctx, c, (size_t)i, K, H, n);
+    }
+    return NPUC_OK;
+}
+
+npuc_status npuc_calib_importance(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K, double *imp,
+                                  int *found) {
+    int64_t i = find(c, weight, ".input_sq");
+    *found = 0;
+    if (i >= 0) {
+        const npuc_tensor_info *t = npuc_model_tensor(c->m, (size_t)i);
+        const void *data;
+        if (t->numel != K) {
+            char why[96];
+            snprintf(why, sizeof why, "expected %llu values (the weight's reduction length)", (unsigned long long)K);
+            return bad(ctx, c, t, why);
+        }
+        npuc_status st = npuc_model_data(ctx, c->m, (size_t)i, &data);
+        if (st != NPUC_OK) return st;
+        st = to_f64(ctx, c, t, data, 0, K, imp);
+        npuc_model_release(c->m, (size_t)i);
+        for (uint64_t k = 0; st == NPUC_OK && k < K; k++)
+            if (imp[k] < 0) st = bad(ctx, c, t, "holds a negative mean square");
+        *found = st == NPUC_OK;
+        return st;
+    }
+    if (!npuc_calib_has(c, weight)) return NPUC_OK;
+    uint64_t hs;
+    if (npuc_mul_overflow(K, K, &hs) || npuc_mul_overflow(hs, sizeof(double), &hs) || (size_t)hs != hs)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': too large", npuc_model_path(c->m), weight);
+    double *H = malloc((size_t)hs), n = 0;
+    if (!H) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_status st = npuc_calib_hessian(ctx, c, weight, K, H, &n, found);
+    if (st == NPUC_OK)
+        for (uint64_t k = 0; k < K; k++) imp[k] = H[k * K + k] / n;
+    free(H);
+    return st;
+}
