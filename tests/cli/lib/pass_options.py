@@ -29,9 +29,19 @@ SAMPLES = {
     "graph": "graph.txt",
     "pair": "features.0.weight=features.1",
     "pairs": "pairs.txt",
+    "calib": "calib.safetensors",
 }
 FILES = {"graph.txt": "features.0.weight=features.3.weight\n", "pairs.txt": "features.0.weight=features.1\n"}
 BAD_STRING = "zz(nonsense"
+
+
+def calib_file():
+    """A calibration file (docs/calibration.md) with the input_sq of
+    features.0.weight of the cnn_bn sample (27 input columns), all ones."""
+    import struct
+    h = json.dumps({"features.0.weight.input_sq": {"dtype": "F32", "shape": [27], "data_offsets": [0, 108]}}).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + struct.pack("<27f", *([1.0] * 27))
 
 
 def fmt_num(v, integer):
@@ -120,6 +130,8 @@ def main():
     for name, text in FILES.items():
         with open(os.path.join(work, name), "w") as f:
             f.write(text)
+    with open(os.path.join(work, "calib.safetensors"), "wb") as f:
+        f.write(calib_file())
     table = json.loads(subprocess.run([npuc, "help", "--options", "--json"], check=True, stdout=subprocess.PIPE,
                                       text=True).stdout)
     assert table["schema"] == "npuc.pass_options/1"
