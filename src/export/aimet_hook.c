@@ -1,0 +1,34 @@
+/*
+ * aimet_hook.c - `quantize --export-encodings FILE [--activation-encodings
+ * CALIB.json] [--encodings-version V]` (issue 16): the quantize pass calls
+ * npuc__aimet_hook_check before it writes anything and npuc__aimet_hook_write
+ * after its artifact is published, which reads the artifact back
+ * (aimet_params.c) and merges the calibration document's activations.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "export_internal.h"
+#include "export_hook.h"
+
+npuc_status npuc__aimet_hook_check(npuc_ctx *ctx, const char *act, const char *out, int overwrite) {
+    if (!out) {
+        if (act)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "activation encodings '%s' go into AIMET encodings: add "
+                             "--export-encodings FILE", act);
+        return NPUC_OK;
+    }
+    if (!overwrite && access(out, F_OK) == 0)
+        return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: the encodings file exists (use -f to overwrite it)", out);
+    if (!act) return NPUC_OK;
+    npuc__grids g;
+    npuc_status st = npuc__calib_doc_read(ctx, act, &g);
+    npuc__grids_free(&g);
+    return st;
+}
+
+npuc_status npuc__aimet_hook_write(npuc_ctx *ctx, const char *act, const char *artifact, const char *version,
+                                   const char *out, int overwrite) {
+    if (!out) return NPUC_OK;
+    return npuc_aimet_export(ctx, act, artifact, version ? version : "1.0.0", out, overwrite);
+}
