@@ -28,7 +28,12 @@ npuc_status npuc__aimet_hook_check(npuc_ctx *ctx, const char *act, const char *o
 }
 
 npuc_status npuc__aimet_hook_write(npuc_ctx *ctx, const char *act, const char *artifact, const char *version,
-                                   const char *out, int overwrite) {
+                                   const char *out, int overwrite, npuc_summary *sum) {
     if (!out) return NPUC_OK;
-    return npuc_aimet_export(ctx, act, artifact, version ? version : "1.0.0", out, overwrite);
+    const size_t n0 = npuc_ctx_warning_count(ctx);
+    npuc_status st = npuc_aimet_export(ctx, act, artifact, version ? version : "1.0.0", out, overwrite);
+    /* The tensors left out are the run's warnings, shown with the others. */
+    for (size_t i = n0; st == NPUC_OK && i < npuc_ctx_warning_count(ctx); i++)
+        st = npuc_summary_warn(sum, "%s", npuc_ctx_warning(ctx, i));
+    return st;
 }

@@ -26,7 +26,7 @@
 /* Reads stored tensor `part` (n values) as float. */
 static npuc_status read_part(npuc_ctx *ctx, npuc_model *m, const char *part, uint64_t n, float *dst) {
     size_t i;
-    if (!npuc_model_find(m, part, &i))
+    if (npuc_model_find(m, part, &i) != 0)
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s' named by the artifact is missing",
                          npuc_model_path(m), part);
     if (npuc_model_tensor(m, i)->numel != n)
@@ -70,9 +70,13 @@ static npuc_status one_entry(npuc_ctx *ctx, npuc_model *m, const char *name, con
             const uint64_t I = orig.rank >= 2 ? (uint64_t)orig.shape[1] : 0;
             const int ok = v1 && axis == 0 && orig.rank >= 2 && k > 0 && (uint64_t)gsize % k == 0 && I % ((uint64_t)gsize / k) == 0;
             if (!ok) {
-                npuc__ctx_warn(ctx, "%s: tensor '%s': groups of %lld along axis %lld are not AIMET %s blocks of "
-                               "input channels: no param encoding written%s", path, name, gsize, axis,
-                               v1 ? "1.0.0" : "0.6.1", v1 ? "" : " (0.6.1 has no blocks: use --encodings-version 1.0.0)");
+                if (v1)
+                    npuc__ctx_warn(ctx, "%s: tensor '%s': groups of %lld along axis %lld are not blocks of whole "
+                                   "input channels (AIMET PER_BLOCK): no param encoding written", path, name, gsize,
+                                   axis);
+                else
+                    npuc__ctx_warn(ctx, "%s: tensor '%s': AIMET 0.6.1 has no per-block encodings: no param "
+                                   "encoding written (use --encodings-version 1.0.0)", path, name);
                 return NPUC_OK;
             }
             block = (uint64_t)gsize / k;

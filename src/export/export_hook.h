@@ -12,8 +12,8 @@
  * is NPUC_ERR_ARG. */
 npuc_status npuc__aimet_hook_check(npuc_ctx *ctx, const char *act, const char *out, int overwrite);
 /* After the artifact is published: writes the encodings (nothing when out
- * is NULL). */
+ * is NULL); tensors left out become warnings of sum. */
 npuc_status npuc__aimet_hook_write(npuc_ctx *ctx, const char *act, const char *artifact, const char *version,
-                                   const char *out, int overwrite);
+                                   const char *out, int overwrite, npuc_summary *sum);
 
 #endif

@@ -222,7 +222,7 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     if (st == NPUC_OK) st = npuc__quantize_model_to(ctx, m, &sink, &o, sum);
     if (st == NPUC_OK)
         st = npuc__aimet_hook_write(ctx, act, sink.path, npuc__pass_str(s, "encodings_version"), enc,
-                                    o.write.overwrite);
+                                    o.write.overwrite, sum);
     free(enc);
     free(act);
     return st;
