@@ -84,7 +84,7 @@ static const npuc_pass_option OPTIONS[] = {
      .help = "also write AIMET encodings JSON: param_encodings of every quantized\n"
              "tensor (docs/aimet.md)"},
     {.name = "encodings_version", .flag = "encodings-version", .type = NPUC_OPT_STR, .choices = ENC_VERSIONS,
-     .noun = "version", .dflt = "1.0.0", .metavar = "V", .section = "Output",
+     .noun = "version", .dflt = "1.0.0", .metavar = "V", .section = "Output", .bad = "use 0.6.1 or 1.0.0",
      .help = "AIMET encodings version: 0.6.1 or 1.0.0 (default)"},
     {.name = "activation_encodings", .flag = "activation-encodings", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH,
      .metavar = "CALIB", .section = "Output",
