@@ -43,6 +43,13 @@
  * bulk's tail, which at 8 bits can cost more squared error than minmax (five
  * values at 50 sigma in 65536 do; tests/unit/test_calib.c works it out).
  * Use mse when the squared error is what counts.
+ *
+ * Activation calibration (act_entropy.c) runs the same search on a histogram
+ * merged over every chunk of samples, in TensorRT's EntropyCalibration2
+ * variant (npuc__entropy_search with trt = 1, docs/calibration-activations.md):
+ * a candidate whose last bin is empty while outliers are folded into it has
+ * an infinite KL there (pytorch-quantization's scipy.stats.entropy), so it
+ * is skipped rather than smoothed, and ties go to the largest candidate.
  */
 #include <float.h>
 #include <math.h>
@@ -51,43 +58,40 @@
 
 #include "range_internal.h"
 
-#define ENT_BINS 2048
-#define ENT_START 128
+#define ENT_BINS NPUC_KL_BINS
+#define ENT_START NPUC_KL_START
 #define ENT_MIN_N 512
 #define ENT_EPS 1e-4
 /* x log x is tabulated for counts up to this (larger ones call log). */
 #define ENT_XLOGX_MAX 4096
 
+/* Scratch of npuc__entropy_search: the prefix arrays and tables below. */
+size_t npuc__entropy_search_scratch(void) {
+    return (ENT_BINS + 1) * sizeof(int64_t) +            /* C */
+           (ENT_BINS + 1) * sizeof(double) +             /* HS */
+           (ENT_BINS + 1) * sizeof(int32_t) * 2 +        /* Z, LNZ */
+           (ENT_BINS + 2) * sizeof(double) +             /* log z */
+           (ENT_XLOGX_MAX + 1) * sizeof(double) +        /* x log x */
+           7 * NPUC_RANGE_ALIGN;
+}
+
 size_t npuc__range_entropy_scratch(size_t n, int bits, int symmetric) {
     size_t mse = npuc__range_mse_scratch(n, bits, symmetric);
     if (n < ENT_MIN_N) return mse;
-    size_t own = ENT_BINS * sizeof(uint32_t) +            /* h */
-                 (ENT_BINS + 1) * sizeof(int64_t) +       /* C */
-                 (ENT_BINS + 1) * sizeof(double) +        /* HS */
-                 (ENT_BINS + 1) * sizeof(int32_t) * 2 +   /* Z, LNZ */
-                 (ENT_BINS + 2) * sizeof(double) +        /* log z */
-                 (ENT_XLOGX_MAX + 1) * sizeof(double) +   /* x log x */
-                 8 * NPUC_RANGE_ALIGN;
+    size_t own = ENT_BINS * sizeof(uint64_t) + NPUC_RANGE_ALIGN + npuc__entropy_search_scratch();
     return own > mse ? own : mse;
 }
 
 static inline double xlogx(int64_t v) { return v > 0 ? (double)v * log((double)v) : 0.0; }
 
-void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
-                         float *lo, float *hi, void *scratch) {
-    if (n < ENT_MIN_N) {
-        npuc__range_mse(x, n, bits, symmetric, lo0, hi0, lo, hi, scratch);
-        return;
-    }
-    *lo = lo0;
-    *hi = hi0;
-    const float amax = fmaxf(fabsf(lo0), fabsf(hi0));
-    const float invw = (float)ENT_BINS / amax;
-    if (!(amax > 0.0f) || !(invw <= FLT_MAX)) return;
-
+/* The KL search over a 2048-bin histogram h (see the top of this file for
+ * the rules; trt selects TensorRT's EntropyCalibration2 variant: a last bin
+ * whose Q is empty makes the candidate's KL infinite instead of smoothed,
+ * and ties go to the largest candidate).  Returns the best candidate i in
+ * [ENT_START, ENT_BINS] and its KL in *kl_best (INFINITY with the returned
+ * ENT_BINS when no candidate is finite). */
+int npuc__entropy_search(const uint64_t *h, int bits, int trt, double *kl_best, void *scratch) {
     unsigned char *p = npuc__range_align(scratch);
-    uint32_t *h = (uint32_t *)(void *)p;
-    p = npuc__range_align(p + ENT_BINS * sizeof *h);
     int64_t *C = (int64_t *)(void *)p;
     p = npuc__range_align(p + (ENT_BINS + 1) * sizeof *C);
     double *HS = (double *)(void *)p;
@@ -100,20 +104,13 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
     p = npuc__range_align(p + (ENT_BINS + 2) * sizeof *LZ);
     double *XL = (double *)(void *)p; /* XL[s] = s log s */
 
-    memset(h, 0, ENT_BINS * sizeof *h);
-    const float top = (float)(ENT_BINS - 1);
-    for (size_t i = 0; i < n; i++) {
-        float u = fabsf(x[i]) * invw;
-        u = u < top ? u : top;
-        h[(int)u]++;
-    }
     C[0] = 0;
     HS[0] = 0.0;
     Z[0] = 0;
     LNZ[0] = -1;
     for (int j = 0; j < ENT_BINS; j++) {
-        C[j + 1] = C[j] + h[j];
-        HS[j + 1] = HS[j] + xlogx(h[j]);
+        C[j + 1] = C[j] + (int64_t)h[j];
+        HS[j + 1] = HS[j] + xlogx((int64_t)h[j]);
         Z[j + 1] = Z[j] + (h[j] != 0);
         LNZ[j + 1] = h[j] ? j : LNZ[j];
     }
@@ -141,6 +138,8 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
         const int64_t M = C[i];
         if (M <= 0) continue;
         const int64_t O = N - M;
+        /* TensorRT: the folded outliers sit in a bin Q leaves empty. */
+        if (trt && h[i - 1] == 0 && O > 0) continue;
         const double plogp = HS[i - 1] + xlogx((int64_t)h[i - 1] + O);
         /* Levels: nl of them.  With nl = nq (a power of two, below i) level L
          * covers bins [ceil(L i / nq), ceil((L+1) i / nq)); with nl = i every
@@ -175,11 +174,37 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
                 plogq += (double)O * log(ENT_EPS);
         }
         const double kl = (plogp - plogq) / (double)N + log((double)M) - logN;
-        if (kl < best) {
+        if (kl < best || (trt && kl == best)) {
             best = kl;
             best_i = i;
         }
     }
+    *kl_best = best;
+    return best_i;
+}
+
+void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
+                         float *lo, float *hi, void *scratch) {
+    if (n < ENT_MIN_N) {
+        npuc__range_mse(x, n, bits, symmetric, lo0, hi0, lo, hi, scratch);
+        return;
+    }
+    *lo = lo0;
+    *hi = hi0;
+    const float amax = fmaxf(fabsf(lo0), fabsf(hi0));
+    const float invw = (float)ENT_BINS / amax;
+    if (!(amax > 0.0f) || !(invw <= FLT_MAX)) return;
+
+    uint64_t *h = (uint64_t *)npuc__range_align(scratch);
+    memset(h, 0, ENT_BINS * sizeof *h);
+    const float top = (float)(ENT_BINS - 1);
+    for (size_t i = 0; i < n; i++) {
+        float u = fabsf(x[i]) * invw;
+        u = u < top ? u : top;
+        h[(int)u]++;
+    }
+    double kl;
+    const int best_i = npuc__entropy_search(h, bits, 0, &kl, (unsigned char *)h + ENT_BINS * sizeof *h);
 
     double t = ((double)best_i + 0.5) * ((double)amax / ENT_BINS);
     float tf = t < (double)amax ? (float)t : amax;

@@ -92,4 +92,17 @@ void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo
 void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
                          float *lo, float *hi, void *scratch);
 
+/* The entropy method's histogram and its KL search (range_entropy.c), shared
+ * with activation calibration (act_*.c): h holds NPUC_KL_BINS counts of
+ * |x| over [0, amax]; candidates i = NPUC_KL_START..NPUC_KL_BINS.  trt = 0
+ * is the weights' variant (smoothed empty last level, first minimum), trt = 1
+ * TensorRT's EntropyCalibration2 as pytorch-quantization computes it (an
+ * empty Q bin under P mass is an infinite KL, last minimum).  Returns the best
+ * i with its KL in *kl (INFINITY when none is finite); scratch holds
+ * npuc__entropy_search_scratch() bytes. */
+#define NPUC_KL_BINS 2048
+#define NPUC_KL_START 128
+size_t npuc__entropy_search_scratch(void);
+int npuc__entropy_search(const uint64_t *h, int bits, int trt, double *kl, void *scratch);
+
 #endif

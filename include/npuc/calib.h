@@ -28,6 +28,7 @@
 #include "api.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include "status.h"
 
 #ifdef __cplusplus
@@ -131,6 +132,96 @@ NPUC_API npuc_status npuc_calib_hessian(npuc_ctx *ctx, npuc_calib *c, const char
  * as stored, else diag(H) / n from W.hessian or W.input.  *found as above. */
 NPUC_API npuc_status npuc_calib_importance(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K,
                                            double *imp, int *found);
+
+/* ------------------------------------------------- activation calibration
+ *
+ * Activation ranges for NPUs (docs/calibration-activations.md): samples of
+ * one activation arrive in chunks (rows of an [N, ...] tensor, from one or
+ * several files) and may have to be read more than once, because exact
+ * results need the whole data set first:
+ *   pass 1  count, min, max (minmax ends here);
+ *   pass 2  entropy, mse: a 2048-bin histogram of |x| over [0, amax], amax
+ *           from pass 1, so every chunk bins alike and histograms merge by
+ *           adding counts, exactly as one pass over all samples would;
+ *   pass 2+ percentile: exact order statistics by narrowing (a 256-bin
+ *           histogram of the values between two bounds per pass, then the
+ *           few values of the target bin are kept and sorted).
+ * Values are viewed as [outer, C, inner] (C = 1 per tensor).
+ *
+ *     npuc_act_calib *c;
+ *     npuc_act_calib_new(ctx, "acts.safetensors: tensor 'relu1'", 1, &o, &c);
+ *     int more = 1;
+ *     while (more) {
+ *         for (each chunk) npuc_act_calib_feed(ctx, c, x, rows * per_row, 1);
+ *         npuc_act_calib_end_pass(ctx, c, &more);
+ *     }
+ *     npuc_act_result r;
+ *     npuc_act_calib_result(c, 0, &r);
+ *     npuc_act_calib_free(c);
+ */
+typedef struct npuc_act_opts {
+    npuc_range_opts range; /* method, percentile, bits (2..16), symmetric (default 1) */
+} npuc_act_opts;
+
+NPUC_API npuc_act_opts npuc_act_opts_defaults(void);
+
+typedef struct npuc_act_calib npuc_act_calib;
+
+/* label prefixes every message ("FILE: tensor 'NAME'"); channels >= 1.
+ * Returns NPUC_ERR_ARG for bad options, NPUC_ERR_NOMEM. */
+NPUC_API npuc_status npuc_act_calib_new(npuc_ctx *ctx, const char *label, uint64_t channels,
+                                        const npuc_act_opts *o, npuc_act_calib **out);
+NPUC_API void npuc_act_calib_free(npuc_act_calib *c);
+/* Adds x = [outer, channels, inner] to the current pass.  A NaN or Inf is
+ * NPUC_ERR_VALUE naming the label and the count.  Each pass must see the
+ * same values (in any chunking and order). */
+NPUC_API npuc_status npuc_act_calib_feed(npuc_ctx *ctx, npuc_act_calib *c, const float *x, uint64_t outer,
+                                         uint64_t inner);
+/* Closes the pass; *more = 1 when every chunk must be fed again.  A pass
+ * that saw other values than the first (a count that differs) is
+ * NPUC_ERR_VALUE; no values at all is NPUC_ERR_VALUE. */
+NPUC_API npuc_status npuc_act_calib_end_pass(npuc_ctx *ctx, npuc_act_calib *c, int *more);
+
+#define NPUC_ACT_BINS 2048
+
+/* One channel's result, valid while c lives. */
+typedef struct npuc_act_result {
+    uint64_t count;      /* values seen */
+    float min, max;      /* their extremes */
+    float amax;          /* max |x|, the histogram's upper edge */
+    float lo, hi;        /* the chosen range (lo = -hi when symmetric) */
+    float scale;         /* symmetric: hi / (2^(b-1)-1); asymmetric as quant.h; FLT_MIN when 0 */
+    int32_t zero_point;  /* 0 when symmetric */
+    int bin;             /* entropy: the threshold bin i (threshold = i * amax / 2048);
+                            mse: the bin whose center is the threshold; else -1 */
+    double threshold;    /* entropy, mse, percentile: the clip before the range is formed */
+    double kl;           /* entropy: KL divergence at the chosen bin; else NaN */
+    double mse;          /* mse: the histogram's mean squared error there; else NaN */
+    const uint64_t *histogram; /* entropy, mse: NPUC_ACT_BINS counts of |x| over [0, amax]; else NULL */
+} npuc_act_result;
+
+/* The result of channel ch after the last pass; NPUC_ERR_ARG before that. */
+NPUC_API npuc_status npuc_act_calib_result(const npuc_act_calib *c, uint64_t ch, npuc_act_result *r);
+
+/* ------------------------------------------- exports for other toolchains
+ *
+ * Both read a calibration document written by `npuc calibrate`
+ * ("schema": "npuc.calibration/1", docs/calibration-activations.md) and
+ * write their file atomically (no overwrite unless overwrite != 0).
+ *
+ * npuc_trt_cache_export: a TensorRT calibration cache, the line
+ * "TRT-<version>-EntropyCalibration2" then "<name>: <hex>" per activation,
+ * hex the 8 lowercase digits of the big-endian bits of the float32 scale
+ * amax / 127 (symmetric 8-bit, per tensor only; version e.g. "8601").
+ *
+ * npuc_aimet_export: AIMET encodings JSON (docs/aimet.md), version "0.6.1"
+ * or "1.0.0": activation_encodings from calib_path (may be NULL) and
+ * param_encodings for every "quant" entry of the npuc artifact at
+ * artifact_path (may be NULL). */
+NPUC_API npuc_status npuc_trt_cache_export(npuc_ctx *ctx, const char *calib_path, const char *version,
+                                           const char *out, int overwrite);
+NPUC_API npuc_status npuc_aimet_export(npuc_ctx *ctx, const char *calib_path, const char *artifact_path,
+                                       const char *version, const char *out, int overwrite);
 
 #ifdef __cplusplus
 }

@@ -71,6 +71,7 @@ extern const cli_command cli_cmd_decompress;
 extern const cli_command cli_cmd_run;
 extern const cli_command cli_cmd_batch;
 extern const cli_command cli_cmd_report;
+extern const cli_command cli_cmd_calibrate;
 
 /* The pass commands, made from the pass descriptors (cmd_pass.c): the one
  * for pass `name`, or NULL. */

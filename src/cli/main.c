@@ -27,6 +27,7 @@ static const command_entry COMMANDS[] = {
     {&cli_cmd_info, NULL},     {&cli_cmd_validate, NULL}, {&cli_cmd_convert, NULL}, {NULL, "quantize"},
     {&cli_cmd_decompress, NULL}, {&cli_cmd_run, NULL},    {&cli_cmd_batch, NULL},   {&cli_cmd_report, NULL},
     {NULL, "lowrank"},         {NULL, "fold-bn"},         {NULL, "prune"},          {NULL, "sparsify"},
+    {&cli_cmd_calibrate, NULL},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 #define MAX_COMMANDS 48

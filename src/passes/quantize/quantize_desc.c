@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/export_hook.h"
 #include "passes/pass_desc.h"
 
 /* "REGEX=N" with N an integer in [lo, hi]: the recipe-side check of a
@@ -38,6 +39,7 @@ enum { GRAN = 1 };
 static const char *const SCALE_DTYPES[] = {"f32", "f16", "bf16", NULL};
 static const char *const GRIDS[] = {"restricted", "full", NULL};
 static const char *const METHODS[] = {"rtn", "gptq", NULL};
+static const char *const ENC_VERSIONS[] = {"0.6.1", "1.0.0", NULL};
 
 static const npuc_pass_option OPTIONS[] = {
     {.name = "bits", .flag = "bits", .short_flag = 'b', .type = NPUC_OPT_INT, .lo = 2, .hi = 8, .dflt = "8",
@@ -104,6 +106,17 @@ static const npuc_pass_option OPTIONS[] = {
              "channels), quantize the kept values, store them with their\n"
              "positions (encoding nm_sparse, docs/sparsity.md)",
      .bad = "expected N:M with 1 <= N < M <= 16", .check = npuc__check_nm},
+    {.name = "export_encodings", .flag = "export-encodings", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH,
+     .metavar = "FILE", .section = "Output",
+     .help = "also write AIMET encodings JSON: param_encodings of every quantized\n"
+             "tensor (docs/aimet.md)"},
+    {.name = "encodings_version", .flag = "encodings-version", .type = NPUC_OPT_STR, .choices = ENC_VERSIONS,
+     .noun = "version", .dflt = "1.0.0", .metavar = "V", .section = "Output", .bad = "use 0.6.1 or 1.0.0",
+     .help = "AIMET encodings version: 0.6.1 or 1.0.0 (default)"},
+    {.name = "activation_encodings", .flag = "activation-encodings", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH,
+     .metavar = "CALIB", .section = "Output",
+     .help = "merge the activations of an 'npuc calibrate' JSON into the\n"
+             "--export-encodings file"},
 };
 
 static const npuc_pass_section SECTIONS[] = {
@@ -239,8 +252,18 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     if (npuc__pass_path(s, "calib", &calib) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     o.calib = calib;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
-    st = npuc__quantize_model_to(ctx, m, &sink, &o, sum);
+    /* AIMET encodings (src/export/aimet_hook.c): checked first, written from the published artifact. */
+    char *enc = NULL, *act = NULL;
+    if (npuc__pass_path(s, "export_encodings", &enc) != 0 || npuc__pass_path(s, "activation_encodings", &act) != 0)
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (st == NPUC_OK) st = npuc__aimet_hook_check(ctx, act, enc, o.write.overwrite);
+    if (st == NPUC_OK) st = npuc__quantize_model_to(ctx, m, &sink, &o, sum);
+    if (st == NPUC_OK)
+        st = npuc__aimet_hook_write(ctx, act, sink.path, npuc__pass_str(s, "encodings_version"), enc,
+                                    o.write.overwrite, sum);
     free(calib);
+    free(enc);
+    free(act);
     return st;
 }
 

@@ -30,8 +30,12 @@ SAMPLES = {
     "pair": "features.0.weight=features.1",
     "pairs": "pairs.txt",
     "calib": "calib.safetensors",
+    "export_encodings": "encodings.json",
+    "activation_encodings": "calib.json",
 }
-FILES = {"graph.txt": "features.0.weight=features.3.weight\n", "pairs.txt": "features.0.weight=features.1\n"}
+FILES = {"graph.txt": "features.0.weight=features.3.weight\n", "pairs.txt": "features.0.weight=features.1\n",
+         "calib.json": '{"schema": "npuc.calibration/1", "bits": 8, "symmetric": true, "activations": '
+                       '{"x": {"axis": null, "channels": [{"scale": 0.5, "zero_point": 0}]}}}\n'}
 BAD_STRING = "zz(nonsense"
 
 
