@@ -97,6 +97,19 @@ static int mkdir_parents(const char *path) {
     return 0;
 }
 
+/* One file's line on stdout: its status, name, sizes and error. */
+static void print_line(json_t *e, const char *rel) {
+    const char *stt = json_string_value(json_object_get(e, "status"));
+    char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX];
+    json_t *is = json_object_get(e, "input_size"), *os = json_object_get(e, "output_size");
+    printf("%-8s %s", stt ? stt : "?", rel);
+    if (json_is_integer(is) && json_is_integer(os))
+        printf("  %s -> %s", cli_fmt_size((uint64_t)json_integer_value(is), b1),
+               cli_fmt_size((uint64_t)json_integer_value(os), b2));
+    if (stt && !strcmp(stt, "failed")) printf("  %s", json_string_value(json_object_get(e, "error")));
+    putchar('\n');
+}
+
 /* Writes doc to path as an atomic file (cli_outputs.h): 0, or -1 and errno. */
 static int write_json_file(const char *path, json_t *doc) {
     cli_side_file sf;
@@ -492,10 +505,15 @@ static int run(int argc, char **argv) {
         code = CLI_EXIT_USAGE;
         goto done;
     }
-    int made_outdir = mkdir(outdir, 0777) == 0;
+    /* The output folder and its missing parents are created, as mkdir -p
+     * would; a path that cannot be one (a file on the way, no permission,
+     * a read-only file system) is a usage error. */
+    int made_outdir = mkdir_parents(outdir) == 0 && mkdir(outdir, 0777) == 0;
     if (!made_outdir && errno != EEXIST) {
-        cli_error("%s: %s", outdir, strerror(errno));
-        code = CLI_EXIT_FAIL;
+        int e = errno;
+        cli_error("%s: cannot create the output folder: %s", outdir, strerror(e));
+        code = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS || e == EEXIST ? CLI_EXIT_USAGE
+                                                                                      : CLI_EXIT_FAIL;
         goto done;
     }
     if (stat(outdir, &osb) != 0 || !S_ISDIR(osb.st_mode)) {
@@ -537,7 +555,7 @@ static int run(int argc, char **argv) {
         if (!reports[i]) { cli_error("out of memory"); code = CLI_EXIT_FAIL; goto done; }
     }
 
-    size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0;
+    size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0, nprinted = 0;
     pid_t self = getpid();
     g_slots = slots;
     g_nslots = nslots;
@@ -615,6 +633,14 @@ static int run(int argc, char **argv) {
         } else if (stt && !strcmp(stt, "skipped")) {
             nskipped++;
         }
+        /* Each file's line as soon as the ones before it in the work list
+         * are done, flushed: a batch stopped half-way (or read through a
+         * pipe) still shows every line it finished. */
+        for (; nprinted < n && results[nprinted]; nprinted++) {
+            if (cli_progress_enabled(&a)) fputs("\r\033[K", stderr);
+            print_line(results[nprinted], l.rel[nprinted]);
+            fflush(stdout);
+        }
         progress(&a, ndone, n, nfailed, nskipped, l.rel[i]);
     }
 
@@ -623,15 +649,6 @@ static int run(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
         json_t *e = results[i];
         json_array_append(files, e);
-        const char *stt = json_string_value(json_object_get(e, "status"));
-        char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX];
-        json_t *is = json_object_get(e, "input_size"), *os = json_object_get(e, "output_size");
-        printf("%-8s %s", stt ? stt : "?", l.rel[i]);
-        if (json_is_integer(is) && json_is_integer(os))
-            printf("  %s -> %s", cli_fmt_size((uint64_t)json_integer_value(is), b1),
-                   cli_fmt_size((uint64_t)json_integer_value(os), b2));
-        if (stt && !strcmp(stt, "failed")) printf("  %s", json_string_value(json_object_get(e, "error")));
-        putchar('\n');
     }
     printf("total: %zu files of %zu%s: %zu ok, %zu skipped, %zu failed\n", n, total,
            b.shard_n ? " (this shard)" : "", n - nfailed - nskipped, nskipped, nfailed);

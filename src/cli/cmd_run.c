@@ -191,7 +191,10 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
     }
     const char *rest = line + strcspn(line, ",;");
     fprintf(f, "total: %zu tensors in, %zu out%s\n", nin, nout, rest);
-    for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
+    /* The report file keeps the warnings; on a terminal run they go to
+     * stderr (cli_warn), never into the results on stdout. */
+    if (f != stdout)
+        for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
     free(colw);
     free(rows);
     free(cells);
@@ -332,8 +335,9 @@ static int run(int argc, char **argv) {
         rcode = CLI_EXIT_FAIL;
         goto done;
     }
+    fflush(stdout);
+    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
     if (gate) {
-        fflush(stdout);
         cli_error("%s", gate_msg);
         rcode = cli_exit_code(gate);
         goto done;
