@@ -48,5 +48,6 @@
 #include "artifact.h"
 #include "check.h"
 #include "pass.h"
+#include "build.h"
 
 #endif

@@ -71,6 +71,19 @@ extern const cli_command cli_cmd_decompress;
 extern const cli_command cli_cmd_run;
 extern const cli_command cli_cmd_batch;
 extern const cli_command cli_cmd_report;
+extern const cli_command cli_cmd_version;
+
+/* Every command in `npuc --help` order, pass commands resolved (main.c);
+ * returns the count (at most CLI_MAX_COMMANDS). */
+#define CLI_MAX_COMMANDS 48
+size_t cli_command_list(const cli_command *out[CLI_MAX_COMMANDS]);
+/* The text of `npuc --help`. */
+void cli_print_main_usage(FILE *f);
+/* `npuc --version` (text) and `npuc version --json`: an exit code. */
+int cli_print_version(int json);
+/* The hidden generators `npuc __man [COMMAND]` and `npuc __completion`
+ * (cmd_meta.c): their exit code, or CLI_CONTINUE when argv[1] is neither. */
+int cli_hidden_command(int argc, char **argv);
 
 /* The pass commands, made from the pass descriptors (cmd_pass.c): the one
  * for pass `name`, or NULL. */
