@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 static const char USAGE[] =
     "Usage: npuc convert IN -o OUT [options]\n"
@@ -135,6 +136,7 @@ static int run(int argc, char **argv) {
         rc = cli_usage_error(a.cmd, "missing -o OUT");
         goto done;
     }
+    if ((rc = cli_check_output_name(a.cmd, out)) != CLI_EXIT_OK) goto done; /* -o DIR, an unknown extension */
     npuc_format ofmt = npuc_format_from_path(out);
     if (ofmt == NPUC_FORMAT_AUTO) {
         rc = cli_usage_error(a.cmd, "%s: cannot tell the output format from the name "
