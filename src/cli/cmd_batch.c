@@ -37,6 +37,7 @@
 
 #include "cli_common.h"
 #include "cli_outputs.h"
+#include "cli_progress.h"
 
 enum { OPT_INPUT = CLI_OPT_USER, OPT_RESUME, OPT_SHARD, OPT_SUMMARY, OPT_MERGE };
 
@@ -444,13 +445,15 @@ done:
 
 /* ------------------------------------------------------------ the batch */
 
-static void progress(const cli_args *a, size_t done, size_t n, size_t failed, size_t skipped, const char *last) {
-    if (!cli_progress_enabled(a)) return;
-    char nm[96];
-    cli_fmt_oneline(last, 60, nm, sizeof nm, NULL);
-    fprintf(stderr, "\r\033[K[%zu/%zu] %zu failed, %zu skipped  %s", done, n, failed, skipped, nm);
-    if (done == n) fputs("\r\033[K", stderr);
-    fflush(stderr);
+/* The bar: files done, input bytes per second and the time left, by the
+ * input sizes (cli_progress.h); failures and skips after the last name. */
+static void progress(cli_bar *bar, size_t done, uint64_t bytes, size_t failed, size_t skipped, const char *last) {
+    if (!bar->enabled) return;
+    char label[160];
+    if (failed || skipped) snprintf(label, sizeof label, "%zu failed, %zu skipped  %s", failed, skipped, last);
+    else snprintf(label, sizeof label, "%s", last);
+    if (done == bar->n) cli_bar_clear(bar);
+    else cli_bar_update(bar, done, bytes, label);
 }
 
 static int run(int argc, char **argv) {
@@ -462,10 +465,11 @@ static int run(int argc, char **argv) {
     npuc_batch_list l;
     memset(&l, 0, sizeof l);
     json_t **results = NULL;
+    uint64_t *sizes = NULL; /* input sizes, for the progress bar */
     slot *slots = NULL;
     char **outs = NULL, **reports = NULL;
     size_t nslots = 0;
-    int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_POLICY, OPTIONS, on_opt,
+    int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_POLICY | CLI_OPT_PROGRESS, OPTIONS, on_opt,
                          &b, 1, -1, &a);
     if (code != CLI_CONTINUE) goto done;
     if (b.merge) {
@@ -554,6 +558,16 @@ static int run(int argc, char **argv) {
         reports[i] = outs[i] ? suffixed(outs[i], ".report.json") : NULL;
         if (!reports[i]) { cli_error("out of memory"); code = CLI_EXIT_FAIL; goto done; }
     }
+    cli_bar bar;
+    uint64_t bytes_total = 0, bytes_done = 0;
+    sizes = calloc(n ? n : 1, sizeof *sizes);
+    if (!sizes) { cli_error("out of memory"); code = CLI_EXIT_FAIL; goto done; }
+    for (size_t i = 0; i < n; i++) {
+        struct stat fsb;
+        sizes[i] = stat(l.path[i], &fsb) == 0 && fsb.st_size > 0 ? (uint64_t)fsb.st_size : 0;
+        bytes_total += sizes[i];
+    }
+    cli_bar_start(&bar, &a, bytes_total, n);
 
     size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0, nprinted = 0;
     pid_t self = getpid();
@@ -628,7 +642,7 @@ static int run(int argc, char **argv) {
         const char *stt = json_string_value(json_object_get(entry, "status"));
         if (stt && !strcmp(stt, "failed")) {
             nfailed++;
-            if (cli_progress_enabled(&a)) fputs("\r\033[K", stderr);
+            cli_bar_clear(&bar);
             cli_error("%s", json_string_value(json_object_get(entry, "error")));
         } else if (stt && !strcmp(stt, "skipped")) {
             nskipped++;
@@ -637,11 +651,13 @@ static int run(int argc, char **argv) {
          * are done, flushed: a batch stopped half-way (or read through a
          * pipe) still shows every line it finished. */
         for (; nprinted < n && results[nprinted]; nprinted++) {
-            if (cli_progress_enabled(&a)) fputs("\r\033[K", stderr);
+            cli_bar_clear(&bar);
             print_line(results[nprinted], l.rel[nprinted]);
             fflush(stdout);
         }
-        progress(&a, ndone, n, nfailed, nskipped, l.rel[i]);
+        json_t *isz = json_object_get(entry, "input_size");
+        bytes_done += json_is_integer(isz) ? (uint64_t)json_integer_value(isz) : sizes[i];
+        progress(&bar, ndone, bytes_done, nfailed, nskipped, l.rel[i]);
     }
 
     /* Results, in the order of the work list. */
@@ -680,6 +696,7 @@ done:
     for (size_t i = 0; outs && i < l.n; i++) free(outs[i]);
     for (size_t i = 0; reports && i < l.n; i++) free(reports[i]);
     memset(g_job_tables, 0, sizeof g_job_tables);
+    free(sizes);
     free(outs);
     free(reports);
     free(results);
@@ -725,6 +742,8 @@ const cli_command cli_cmd_batch = {
     "                         as for `npuc run`, for every file: a file failing a quality\n"
     "                         gate gets its report but no output, and exit_code 3\n"
     "  -q, --quiet            no progress or summary line on stderr (errors still print)\n"
+    "      --progress         the progress bar (files, bytes/s, time left) on stderr even\n"
+    "                         when it is not a terminal\n"
     "  -h, --help             this help\n"
     "\n"
     "stdout: one line per file (ok / skipped / failed, sizes or the error), then totals.\n"

@@ -92,6 +92,8 @@ static void pass_help(const cli_command *c, FILE *f) {
             print_option(f, 0, "min-layer-sqnr", "DB", "quality gate: exit 3 without publishing OUT when a\n"
                          "transformed tensor's SQNR is below DB");
             print_option(f, 'q', "quiet", NULL, "no notes, warnings or progress on stderr");
+            print_option(f, 0, "progress", NULL, "progress on stderr even when it is not a terminal (a bar\n"
+                         "with bytes/s and the time left when a tensor is 64 MiB or more)");
             print_option(f, 'h', "help", NULL, "this help");
         }
         if (s->note) print_indented(f, s->note);
@@ -146,7 +148,7 @@ static int parse(cli_pass_run *r, const cli_pass_hook *h, int argc, char **argv)
     }
     int rc = cli_parse(r->cmd, argc, argv,
                        CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON | CLI_OPT_REPORT |
-                           CLI_OPT_DEFLATE | CLI_OPT_POLICY,
+                           CLI_OPT_DEFLATE | CLI_OPT_POLICY | CLI_OPT_PROGRESS,
                        opts, on_opt, r, 1, 1, &r->a);
     free(opts);
     return rc;

@@ -201,4 +201,72 @@ assert ticks and max(ticks) == mx, (ticks, mx)
 assert chart.count('class="clipped"') == 1, chart.count('class="clipped"')
 assert 'id="sqnr-clipped"' in html
 EOF
+# ------------------------------------------------------------ progress (item 4)
+# Batch: the bar with files, bytes/s and the time left, only when asked
+# (--progress) or on a terminal (a pty here), never with -q; without a
+# terminal, or with NO_COLOR, no escape sequences.
+"$PY" - "$NPUC_BIN" "$T" <<'EOF' || fail "progress"
+import os, pty, re, subprocess, sys
+npuc, T = sys.argv[1], sys.argv[2]
+os.makedirs(T + "/pin", exist_ok=True)
+for i in range(3):
+    open(T + "/pin/p%d.safetensors" % i, "wb").write(open(os.environ["NPUC_SRC"] + "/samples/cnn_bn.safetensors", "rb").read())
+BAR = re.compile(r"\[[=> ]{24}\] (\d+)/3  [0-9.]+ (B|KiB|MiB|GiB)/s  ETA (\d+:\d\d|--:--)  p\d\.safetensors")
+def batch(out, extra, stderr=None, env=None):
+    e = dict(os.environ)
+    e.pop("NO_COLOR", None)
+    e.update(env or {})
+    return subprocess.run([npuc, "batch", T + "/q8.yaml", "--input", T + "/pin", "--output", T + "/" + out, "-j", "1"] + extra,
+                          stdout=subprocess.PIPE, stderr=stderr if stderr is not None else subprocess.PIPE, env=e)
+r = batch("po1", ["--progress"])
+err = r.stderr.decode()
+assert r.returncode == 0 and [int(m.group(1)) for m in BAR.finditer(err)] == [1, 2], err
+assert "\x1b" not in err, repr(err)                      # not a terminal: plain erasing
+assert batch("po2", []).stderr.decode().count("/s  ETA") == 0  # not a terminal, not asked
+assert batch("po3", ["--progress", "-q"]).stderr == b""        # -q silences
+def on_pty(out, env):
+    m, s = pty.openpty()
+    r = batch(out, [], stderr=s, env=env)
+    os.close(s)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(m, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.close(m)
+    return r, data.decode()
+r, err = on_pty("po4", {"TERM": "xterm"})
+assert r.returncode == 0 and len(list(BAR.finditer(err))) == 2 and "\x1b[K" in err, repr(err)
+r, err = on_pty("po5", {"TERM": "xterm", "NO_COLOR": "1"})
+assert r.returncode == 0 and len(list(BAR.finditer(err))) == 2 and "\x1b" not in err, repr(err)
+EOF
+# A pass over a model with a 64 MiB tensor (a sparse file: zeros) draws the
+# byte bar; -q silences it.  Not in the quick pass (the ASan build).
+if [ "${NPUC_TEST_QUICK:-0}" != 1 ]; then
+    "$PY" - "$T/big.safetensors" <<'EOF'
+import json, struct, sys
+n = 4096 * 4096 * 4
+hdr = {"a.weight": {"dtype": "F32", "shape": [64, 64], "data_offsets": [0, 16384]},
+       "big.weight": {"dtype": "F32", "shape": [4096, 4096], "data_offsets": [16384, 16384 + n]},
+       "z.weight": {"dtype": "F32", "shape": [64, 64], "data_offsets": [16384 + n, 32768 + n]}}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + 32768 + n)
+EOF
+    expect_rc 0 "$NPUC_BIN" quantize --progress "$T/big.safetensors" -o "$T/big.q8.safetensors"
+    tr '\r' '\n' < "$T/err" > "$T/bars"
+    must_match "$T/bars" '^\[[=> ]{24}\] 1/3  [0-9.]+ (B|KiB|MiB|GiB)/s  ETA [0-9:-]+  a\.weight'
+    must_match "$T/bars" '^\[[=> ]{24}\] 2/3  [0-9.]+ (B|KiB|MiB|GiB)/s  ETA [0-9:-]+  big\.weight'
+    must_match "$T/out" '^total: 3 tensors'
+    expect_rc 0 "$NPUC_BIN" quantize --progress -q -f "$T/big.safetensors" -o "$T/big.q8.safetensors"
+    must_be_empty "$T/err"
+    rm -f "$T/big.safetensors" "$T/big.q8.safetensors"
+fi
+
 echo "ux_fixes: ok"
