@@ -5,6 +5,7 @@
  * formats and artifact encodings its registries hold.  `npuc --version` and
  * `npuc version --json` print it; bug reports quote it.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     char *doc;
  *     if (npuc_build_info_json(ctx, &doc) == NPUC_OK) {
  *         puts(doc);   // {"schema":"npuc.version/1","version":"0.1.0",...}

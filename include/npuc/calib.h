@@ -17,10 +17,11 @@
  * All methods are deterministic and ignore nothing: the caller rejects
  * non-finite input first.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_range_opts o = npuc_range_opts_defaults();
  *     o.method = NPUC_RANGE_MSE; o.bits = 4;
  *     float lo, hi;
- *     npuc_range_estimate(ctx, x, n, &o, &lo, &hi);
+ *     npuc_range_estimate(ctx, x, n, &o, &lo, &hi, NULL);   // NULL: it allocates its scratch
  */
 #ifndef NPUC_CALIB_H
 #define NPUC_CALIB_H

@@ -10,6 +10,8 @@
  *                gives); default keras2 when any tensor has a layer group,
  *                else plain
  *
+ * Example (compiled by tests/cli/c_api.sh):
+ *     npuc_writer *w;
  *     npuc_write_opts o = npuc_write_opts_defaults();
  *     npuc_write_opts_set(ctx, &o, "structure", npuc_h5_style_name(NPUC_H5_KERAS3));
  *     npuc_writer_open(ctx, "model.weights.h5", &o, &w);

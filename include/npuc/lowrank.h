@@ -30,13 +30,13 @@
  * count (OpenBLAS runs on one thread inside npuc; npuc splits the large
  * products into fixed blocks that its own threads share).
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_lowrank_opts o = npuc_lowrank_opts_defaults();
  *     o.params.rule = NPUC_RANK_ENERGY;
  *     o.params.value = 0.95;                 // keep 95 % of the energy
  *     npuc_summary sum;
  *     npuc_status st = npuc_lowrank_model(ctx, m, "model.lr.safetensors", &o, &sum);
- *     ...
- *     npuc_summary_free(&sum);
+ *     if (st == NPUC_OK) npuc_summary_free(&sum);
  */
 #ifndef NPUC_LOWRANK_H
 #define NPUC_LOWRANK_H

@@ -8,13 +8,15 @@
  * HDF5: into a buffer the model owns until npuc_model_release).  Peak memory
  * therefore follows the tensors a caller holds at once, not the model.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_model *m;
- *     if (npuc_model_open(ctx, "model.safetensors", NULL, &m) != NPUC_OK) ...
+ *     if (npuc_model_open(ctx, "model.safetensors", NULL, &m) != NPUC_OK) return 1;
  *     for (size_t i = 0; i < npuc_model_count(m); i++) {
  *         const npuc_tensor_info *t = npuc_model_tensor(m, i);
  *         float *w = malloc(t->numel * sizeof *w);
- *         npuc_model_read_f32(ctx, m, i, w);   // any float dtype -> f32
- *         ...
+ *         if (w && npuc_model_read_f32(ctx, m, i, w) == NPUC_OK)   // any float dtype -> f32
+ *             printf("%s: first value %g\n", t->name, t->numel ? w[0] : 0.0f);
+ *         free(w);
  *     }
  *     npuc_model_close(m);
  *

@@ -11,6 +11,7 @@
  * step's keys) and the parameters echoed in reports are all generated from
  * it, so a CLI flag and its recipe key cannot drift apart.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     const npuc_pass *p = npuc_pass_find("quantize");
  *     npuc_pass_optset *s;
  *     npuc_pass_optset_new(ctx, p, &s);

@@ -29,6 +29,7 @@
  *                form (kept values + packed positions, encoding "nm_sparse",
  *                docs/artifact.md) is what such hardware reads.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     float *out = malloc(n * sizeof *out);
  *     npuc_prune_stats ps;
  *     npuc_prune_magnitude(ctx, w, n, (uint64_t)(0.5 * n), out, &ps);   // 50 %

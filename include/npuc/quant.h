@@ -18,11 +18,14 @@
  *   npuc_quantize_model   a whole model -> a quantized artifact, streamed one
  *                         tensor at a time, with a per-tensor report.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_quantize_opts o = npuc_quantize_opts_defaults();
  *     o.params.bits = 8;                     // per-channel symmetric minmax
- *     npuc_quantize_summary sum;
+ *     npuc_summary sum;
  *     npuc_status st = npuc_quantize_model(ctx, m, "model.q8.safetensors", &o, &sum);
- *     npuc_quantize_summary_free(&sum);
+ *     if (st != NPUC_OK) return st;          // nothing written; the message is in ctx
+ *     printf("%.1f dB\n", sum.weighted_sqnr_db);
+ *     npuc_summary_free(&sum);
  */
 #ifndef NPUC_QUANT_H
 #define NPUC_QUANT_H

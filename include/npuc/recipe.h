@@ -24,13 +24,13 @@
  * step's input before the step runs, and fails with the same
  * "<file>:<line>:<col>:" prefix.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_recipe *r;
- *     if (npuc_recipe_load(ctx, "int8.yaml", &r) != NPUC_OK) ...   // message in ctx
+ *     if (npuc_recipe_load(ctx, "int8.yaml", &r) != NPUC_OK) return 1;   // message in ctx
  *     npuc_run_opts o = npuc_run_opts_defaults();
  *     npuc_summary sum;
  *     npuc_status st = npuc_recipe_run(ctx, r, "model.safetensors", "model.q8.safetensors", &o, &sum);
- *     ...
- *     npuc_summary_free(&sum);
+ *     if (st == NPUC_OK) npuc_summary_free(&sum);
  *     npuc_recipe_free(r);
  *
  * The artifact records its provenance in three metadata entries:

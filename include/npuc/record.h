@@ -10,11 +10,11 @@
  * tables and the JSON output are all written from this one model, so a new
  * pass gets every report format for free.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_summary s;
  *     npuc_summary_init(&s, "quantize", n);
  *     npuc_tensor_record *r = &s.records[i];
  *     npuc_record_set(r, "bits", 8);
- *     ...
  *     npuc_summary_finish(&s);       // totals
  *     npuc_summary_free(&s);
  *

@@ -17,6 +17,7 @@
  * from the records (first/last weight layer below 8 bits, a factored tensor
  * that saves nothing, tensors below warn_sqnr_db) besides the summary's own.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_report_info info = npuc_report_info_defaults();
  *     info.command_line = "npuc quantize --bits 8 in.safetensors -o out.safetensors";
  *     info.inputs = (const char *[]){"in.safetensors"}; info.ninputs = 1;

@@ -9,6 +9,7 @@
  * context: it stays valid until the next failing call on that context and is
  * never freed by the caller.  The library never prints and never exits.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_ctx *ctx;
  *     if (npuc_ctx_new(&ctx) != NPUC_OK) return 1;
  *     npuc_model *m;
