@@ -142,7 +142,8 @@ NPUC_API npuc_status npuc_lowrank_geometry(npuc_ctx *ctx, const npuc_tensor_info
  * a = [1, 1, r, O]; for OI [O, I]: a = [O, r], b = [r, I]; for IO [I, O]:
  * b = [I, r], a = [r, O].  The dense tensor is rebuilt as the row-major
  * product (b x a for IO/HWIO, a x b for OI/OIHW) of the factors viewed as
- * matrices. */
+ * matrices.  NPUC_ERR_ARG (naming the tensor) for a layout without a
+ * factorisation or a rank outside 1..min(m, n). */
 NPUC_API npuc_status npuc_lowrank_factor_shapes(npuc_ctx *ctx, const npuc_tensor_info *t, int64_t r,
                                        npuc_tensor_info *a, npuc_tensor_info *b);
 
@@ -170,6 +171,7 @@ typedef struct npuc_lowrank_result {
  * b (free with npuc_lowrank_result_free); on failure *res is zeroed. */
 NPUC_API npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
                                 const npuc_lowrank_params *p, npuc_lowrank_result *res);
+/* Frees res's factors and zeroes it (NULL is a no-op). */
 NPUC_API void npuc_lowrank_result_free(npuc_lowrank_result *res);
 
 /* ---------------------------------------------------------------- models */

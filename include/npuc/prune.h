@@ -161,6 +161,8 @@ typedef struct npuc_nm_cost {
     double speedup;       /* t_dense / t_sparse */
 } npuc_nm_cost;
 
+/* The roofline estimate for one layer of geometry g under cost model cm,
+ * into *out (the caller's); cannot fail. */
 NPUC_API void npuc_nm_cost_of(const npuc_nm_geom *g, double value_bytes, double act_bytes,
                      const npuc_cost_model *cm, npuc_nm_cost *out);
 

@@ -1,6 +1,7 @@
 # c_api.sh - issue 19, the library as a product: (1) every public header's
 # example (the block after "Example (compiled by tests/cli/c_api.sh):")
-# compiles against include/ with -Wall -Werror; (2) `cmake --install` into a
+# compiles against include/ with -Wall -Werror, and every public function is
+# documented (tests/cli/lib/header_docs.py: ownership, errors); (2) `cmake --install` into a
 # temporary prefix gives a working `pkg-config npuc`, the man pages and the
 # completion, and samples/c-api/quantize_one.c builds against the installed
 # library only and runs: its SQNR is checked against NumPy's on the artifact
@@ -37,6 +38,10 @@ EOF
 "$CC" -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -Wno-unused-variable -Wno-unused-but-set-variable \
     -I"$NPUC_SRC/include" -fsyntax-only "$T/examples.c" 2> "$T/cc.err" \
     || { cat "$T/cc.err" >&2; fail "a header example does not compile"; }
+
+# ------------------------------------------------------------ header documentation
+"$PY" "$TESTLIB/header_docs.py" "$NPUC_SRC/include/npuc" > "$T/docs.out" \
+    || { cat "$T/docs.out" >&2; fail "public declarations without ownership/error documentation"; }
 
 # ------------------------------------------------------------ install + sample
 command -v pkg-config >/dev/null || skip "no pkg-config"
