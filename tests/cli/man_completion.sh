@@ -25,7 +25,7 @@ for c in $(cat "$T/cmds"); do
     pages+=("$MANDIR/npuc-$c.1")
 done
 # One man run renders every page (a man start costs most of a second).
-MANWIDTH=200 MANPAGER=cat man -l "${pages[@]}" 2> "$T/manerr" | col -b > "$T/man.all" || true
+MANWIDTH=200 MANPAGER=cat man -l "${pages[@]}" > "$T/man.all" 2> "$T/manerr" || true
 "$PY" - "$T" <<'EOF'
 import re, sys
 T = sys.argv[1]
