@@ -45,16 +45,16 @@
  * an activation in between...), so a reviewer can check the plan before
  * anything is written.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_bnfold_params p = npuc_bnfold_params_defaults();
  *     npuc_bnfold_plan plan;
- *     if (npuc_bnfold_find(ctx, m, &p, &plan) != NPUC_OK) ...   // message in ctx
+ *     if (npuc_bnfold_find(ctx, m, &p, &plan) != NPUC_OK) return 1;   // message in ctx
  *     for (size_t k = 0; k < plan.npairs; k++)
  *         printf("%s <- %s (%s)\n", npuc_model_tensor(m, plan.pairs[k].conv)->name,
  *                plan.pairs[k].bn.name, plan.pairs[k].why);
  *     npuc_summary sum;
  *     npuc_status st = npuc_bnfold_model(ctx, m, &plan, &p, "folded.safetensors", &sum);
- *     ...
- *     npuc_summary_free(&sum);
+ *     if (st == NPUC_OK) npuc_summary_free(&sum);
  *     npuc_bnfold_plan_free(&plan);
  */
 #ifndef NPUC_BNFOLD_H

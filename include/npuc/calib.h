@@ -17,10 +17,11 @@
  * All methods are deterministic and ignore nothing: the caller rejects
  * non-finite input first.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_range_opts o = npuc_range_opts_defaults();
  *     o.method = NPUC_RANGE_MSE; o.bits = 4;
  *     float lo, hi;
- *     npuc_range_estimate(ctx, x, n, &o, &lo, &hi);
+ *     npuc_range_estimate(ctx, x, n, &o, &lo, &hi, NULL);   // NULL: it allocates its scratch
  */
 #ifndef NPUC_CALIB_H
 #define NPUC_CALIB_H
@@ -63,7 +64,9 @@ NPUC_API void npuc_range_format(const npuc_range_opts *o, char *buf, size_t n);
  * ranges lo = -hi.  The range is not widened to include 0: the quantizer does
  * that for asymmetric schemes.  n == 0 gives [0, 0].  scratch may be NULL (the
  * function allocates) or hold npuc_range_scratch_size(n, o) bytes, reused
- * between calls by pass drivers. */
+ * between calls by pass drivers.  Errors: NPUC_ERR_ARG for a bad option
+ * (percentile, bits, method), NPUC_ERR_VALUE when x holds NaN or Inf,
+ * NPUC_ERR_NOMEM. */
 NPUC_API npuc_status npuc_range_estimate(npuc_ctx *ctx, const float *x, size_t n, const npuc_range_opts *o,
                                 float *lo, float *hi, void *scratch);
 NPUC_API size_t npuc_range_scratch_size(size_t n, const npuc_range_opts *o);

@@ -13,6 +13,7 @@
  * runs it, and every pass runs the same check on its output before
  * publishing it.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     if (npuc_model_check_consistency(ctx, m) != NPUC_OK)
  *         fprintf(stderr, "%s\n", npuc_ctx_errmsg(ctx));
  */

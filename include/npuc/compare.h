@@ -29,6 +29,7 @@
  * of the error sums and reported as summary warnings; an encoding this npuc
  * cannot decode is listed without an error figure and with a warning.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_compare_opts o = npuc_compare_opts_defaults();
  *     npuc_summary s;
  *     if (npuc_compare_models(ctx, orig, compressed, &o, &s) == NPUC_OK) {

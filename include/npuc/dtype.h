@@ -8,6 +8,7 @@
  * little-endian in memory buffers handed to or from npuc, whatever the file
  * stored (readers convert big-endian data on load).
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     float f[4]; uint16_t h[4];
  *     npuc_convert(h, NPUC_DTYPE_F16, f, NPUC_DTYPE_F32, 4);
  */

@@ -10,6 +10,8 @@
  *                gives); default keras2 when any tensor has a layer group,
  *                else plain
  *
+ * Example (compiled by tests/cli/c_api.sh):
+ *     npuc_writer *w;
  *     npuc_write_opts o = npuc_write_opts_defaults();
  *     npuc_write_opts_set(ctx, &o, "structure", npuc_h5_style_name(NPUC_H5_KERAS3));
  *     npuc_writer_open(ctx, "model.weights.h5", &o, &w);
@@ -34,7 +36,8 @@ typedef enum npuc_h5_style {
 /* The tree an HDF5 model was read from; NPUC_H5_PLAIN for other formats. */
 NPUC_API npuc_h5_style npuc_model_h5_style(const npuc_model *m);
 /* "plain", "keras2", "keras3": the "structure" option's values and what
- * npuc_model_format_opt(m, "structure") returns; "?" for other values. */
+ * npuc_model_format_opt(m, "structure") returns; "?" for other values
+ * (static strings). */
 NPUC_API const char *npuc_h5_style_name(npuc_h5_style s);
 
 #ifdef __cplusplus

@@ -30,13 +30,13 @@
  * count (OpenBLAS runs on one thread inside npuc; npuc splits the large
  * products into fixed blocks that its own threads share).
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_lowrank_opts o = npuc_lowrank_opts_defaults();
  *     o.params.rule = NPUC_RANK_ENERGY;
  *     o.params.value = 0.95;                 // keep 95 % of the energy
  *     npuc_summary sum;
  *     npuc_status st = npuc_lowrank_model(ctx, m, "model.lr.safetensors", &o, &sum);
- *     ...
- *     npuc_summary_free(&sum);
+ *     if (st == NPUC_OK) npuc_summary_free(&sum);
  */
 #ifndef NPUC_LOWRANK_H
 #define NPUC_LOWRANK_H
@@ -142,7 +142,8 @@ NPUC_API npuc_status npuc_lowrank_geometry(npuc_ctx *ctx, const npuc_tensor_info
  * a = [1, 1, r, O]; for OI [O, I]: a = [O, r], b = [r, I]; for IO [I, O]:
  * b = [I, r], a = [r, O].  The dense tensor is rebuilt as the row-major
  * product (b x a for IO/HWIO, a x b for OI/OIHW) of the factors viewed as
- * matrices. */
+ * matrices.  NPUC_ERR_ARG (naming the tensor) for a layout without a
+ * factorisation or a rank outside 1..min(m, n). */
 NPUC_API npuc_status npuc_lowrank_factor_shapes(npuc_ctx *ctx, const npuc_tensor_info *t, int64_t r,
                                        npuc_tensor_info *a, npuc_tensor_info *b);
 
@@ -170,6 +171,7 @@ typedef struct npuc_lowrank_result {
  * b (free with npuc_lowrank_result_free); on failure *res is zeroed. */
 NPUC_API npuc_status npuc_lowrank_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
                                 const npuc_lowrank_params *p, npuc_lowrank_result *res);
+/* Frees res's factors and zeroes it (NULL is a no-op). */
 NPUC_API void npuc_lowrank_result_free(npuc_lowrank_result *res);
 
 /* ---------------------------------------------------------------- models */

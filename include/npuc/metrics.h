@@ -9,6 +9,7 @@
  * infinities).  Nothing is converted and nothing is allocated, so counting a
  * 2 GiB tensor costs one pass over its bytes.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     const void *p;
  *     npuc_model_data(ctx, m, i, &p);
  *     const npuc_tensor_info *t = npuc_model_tensor(m, i);

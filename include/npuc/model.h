@@ -8,13 +8,15 @@
  * HDF5: into a buffer the model owns until npuc_model_release).  Peak memory
  * therefore follows the tensors a caller holds at once, not the model.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_model *m;
- *     if (npuc_model_open(ctx, "model.safetensors", NULL, &m) != NPUC_OK) ...
+ *     if (npuc_model_open(ctx, "model.safetensors", NULL, &m) != NPUC_OK) return 1;
  *     for (size_t i = 0; i < npuc_model_count(m); i++) {
  *         const npuc_tensor_info *t = npuc_model_tensor(m, i);
  *         float *w = malloc(t->numel * sizeof *w);
- *         npuc_model_read_f32(ctx, m, i, w);   // any float dtype -> f32
- *         ...
+ *         if (w && npuc_model_read_f32(ctx, m, i, w) == NPUC_OK)   // any float dtype -> f32
+ *             printf("%s: first value %g\n", t->name, t->numel ? w[0] : 0.0f);
+ *         free(w);
  *     }
  *     npuc_model_close(m);
  *
@@ -77,7 +79,9 @@ NPUC_API npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc
 /* Closes a model and frees everything it owns; NULL is a no-op. */
 NPUC_API void npuc_model_close(npuc_model *m);
 
+/* The path m was opened from (owned by m). */
 NPUC_API const char *npuc_model_path(const npuc_model *m);
+/* The format m was read as (never NPUC_FORMAT_AUTO). */
 NPUC_API npuc_format npuc_model_format(const npuc_model *m);
 /* How m is stored, as the value of one of its format's write options: for
  * HDF5, "structure" gives "plain", "keras2" or "keras3" (hdf5.h).  Writing
@@ -92,6 +96,7 @@ NPUC_API int npuc_model_is_keras(const npuc_model *m);
 /* Size of the file on disk in bytes. */
 NPUC_API uint64_t npuc_model_file_size(const npuc_model *m);
 
+/* The number of tensors. */
 NPUC_API size_t npuc_model_count(const npuc_model *m);
 /* The i-th tensor in storage order; NULL when i is out of range. */
 NPUC_API const npuc_tensor_info *npuc_model_tensor(const npuc_model *m, size_t i);
@@ -112,11 +117,13 @@ NPUC_API npuc_status npuc_model_apply_layout_rules(npuc_ctx *ctx, npuc_model *m,
 /* Model-level string metadata (safetensors __metadata__, HDF5 root string
  * attributes), in file order. */
 NPUC_API size_t npuc_model_meta_count(const npuc_model *m);
+/* Entry i (< the count): *key and *value are owned by m. */
 NPUC_API void npuc_model_meta_at(const npuc_model *m, size_t i, const char **key, const char **value);
 /* The value for key, or NULL. */
 NPUC_API const char *npuc_model_meta_get(const npuc_model *m, const char *key);
 
-/* Keras layers in layer_names order (empty for non-Keras files). */
+/* Keras layers in layer_names order (empty for non-Keras files); the names
+ * are owned by m, NULL for i out of range. */
 NPUC_API size_t npuc_model_group_count(const npuc_model *m);
 NPUC_API const char *npuc_model_group(const npuc_model *m, size_t i);
 
@@ -129,7 +136,9 @@ NPUC_API npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, con
 /* Drops a buffer npuc_model_data() may have allocated; a no-op for mmapped data. */
 NPUC_API void npuc_model_release(npuc_model *m, size_t i);
 /* Converts tensor i to float32 into dst (t->numel floats).  Integer and BOOL
- * tensors convert too.  Releases any buffer it had to load. */
+ * tensors convert too.  Releases any buffer it had to load.  Errors: I/O
+ * (NPUC_ERR_IO), a malformed payload (NPUC_ERR_FORMAT), i out of range
+ * (NPUC_ERR_ARG); dst is then undefined. */
 NPUC_API npuc_status npuc_model_read_f32(npuc_ctx *ctx, npuc_model *m, size_t i, float *dst);
 
 /* ---------------------------------------------------------------- writer */
@@ -178,7 +187,9 @@ NPUC_API npuc_status npuc_write_opts_set(npuc_ctx *ctx, npuc_write_opts *o, cons
  * no format declares). */
 NPUC_API npuc_status npuc_writer_open(npuc_ctx *ctx, const char *path, const npuc_write_opts *opts,
                              npuc_writer **out);
-/* Adds a model-level string metadata entry (before the first write). */
+/* Adds (or replaces) a model-level string metadata entry before the first
+ * write; key and value are copied.  NPUC_ERR_INTERNAL after the first write
+ * (a caller bug), NPUC_ERR_NOMEM. */
 NPUC_API npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const char *value);
 /* Declares the next tensor (before the first write).  info->name, dtype, rank,
  * shape, layout and group are used; numel and nbytes are recomputed with
@@ -187,9 +198,17 @@ NPUC_API npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const cha
  * "npuc.layout" metadata entry; NONE means "no opinion" and is not recorded. */
 NPUC_API npuc_status npuc_writer_declare(npuc_writer *w, const npuc_tensor_info *info);
 /* Writes the bytes of the next declared tensor (all info->nbytes of them,
- * little-endian).  Tensors are written in declaration order. */
+ * little-endian).  Tensors are written in declaration order.  data is only
+ * read during the call.  Errors: NPUC_ERR_INTERNAL for a size that does
+ * not match the declaration or a write past the last tensor (caller bugs),
+ * NPUC_ERR_IO (a full disk); after a failure only npuc_writer_abort (or
+ * finish, which then fails) may follow. */
 NPUC_API npuc_status npuc_writer_write(npuc_writer *w, const void *data, uint64_t nbytes);
-/* Writes every tensor's data, fsyncs, renames into place and frees w. */
+/* Writes every tensor's data, fsyncs, renames into place and frees w, on
+ * success and on failure alike (w must not be used after).  Errors:
+ * NPUC_ERR_INTERNAL when a declared tensor was not written or a write
+ * failed, NPUC_ERR_IO, NPUC_ERR_EXISTS when the output appeared meanwhile
+ * without overwrite; nothing is then left at the path. */
 NPUC_API npuc_status npuc_writer_finish(npuc_writer *w);
 /* Discards everything, removes the temporary file and frees w; NULL is a no-op. */
 NPUC_API void npuc_writer_abort(npuc_writer *w);
@@ -215,10 +234,15 @@ NPUC_API void npuc_writer_abort(npuc_writer *w);
  * path; do not close the descriptor, which carries the lock. */
 typedef struct npuc_atomic_file npuc_atomic_file;
 
+/* *out is the caller's, released by commit or abort.  Errors:
+ * NPUC_ERR_EXISTS, NPUC_ERR_ARG (path is a directory), NPUC_ERR_IO. */
 NPUC_API npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite,
                                            npuc_atomic_file **out);
+/* The temporary file's descriptor (owned by f) and its path (owned by f). */
 NPUC_API int npuc_atomic_file_fd(const npuc_atomic_file *f);
 NPUC_API const char *npuc_atomic_file_temp(const npuc_atomic_file *f);
+/* Errors: NPUC_ERR_IO (fsync, rename), NPUC_ERR_EXISTS; f is freed either way.
+ * The message goes to the context f was opened with. */
 NPUC_API npuc_status npuc_atomic_file_commit(npuc_atomic_file *f);
 NPUC_API void npuc_atomic_file_abort(npuc_atomic_file *f);
 
@@ -234,7 +258,9 @@ NPUC_API void npuc_tempfiles_cleanup(void);
  * groups and layouts are kept; layouts that differ from what the target
  * format would guess are recorded in the "npuc.layout" metadata entry.  An
  * output in m's own format keeps how m is stored (npuc_model_format_opt,
- * e.g. an HDF5 structure) for every option opts leaves unset. */
+ * e.g. an HDF5 structure) for every option opts leaves unset.  Errors as
+ * npuc_writer_open/_finish's and npuc_model_data's; NPUC_ERR_UNSUPPORTED for
+ * a tensor the output format cannot hold.  Nothing is left at path on failure. */
 NPUC_API npuc_status npuc_model_convert(npuc_ctx *ctx, npuc_model *m, const char *path,
                                const npuc_write_opts *opts, int to_dtype_set, npuc_dtype to_dtype);
 

@@ -19,9 +19,26 @@
  *   check.h   whether a model hangs together (channel extents of attached tensors)
  *   api.h     NPUC_API, the export marker (every header includes it)
  *
- * Conventions: functions return npuc_status and pass results through
- * out-parameters; the failing call leaves a message in the npuc_ctx; the
- * library never prints, never exits and never aborts on file data.
+ *   build.h   what this build is: version, git, SIMD levels, linked libraries
+ *
+ * Conventions, which every header's comments build on:
+ *   - Errors: a function returning npuc_status returns NPUC_OK or a failure
+ *     and leaves a one-line message naming the file, the tensor and what is
+ *     wrong in its npuc_ctx (npuc_ctx_errmsg); its out-parameters are then
+ *     NULL, zeroed or empty, and nothing appears at an output path.  Input
+ *     errors (npuc_status_is_input_error) are the caller's data or
+ *     arguments; the rest are I/O, memory or internal failures.  The library
+ *     never prints, never exits and never aborts on file data.
+ *   - Ownership: what a call hands back through a pointer-to-pointer
+ *     out-parameter belongs to the caller and is released with the matching
+ *     *_free / *_close (free() where a comment says so); *_free(NULL) and
+ *     *_close(NULL) are no-ops.  A const char * or const struct pointer a
+ *     function returns is borrowed: it belongs to the object it was read
+ *     from (or is static) and stays valid until that object is freed or
+ *     closed; the caller never frees it.  *_defaults() return plain structs
+ *     by value.
+ *   - Threads: a context and the objects made with it are used by one
+ *     thread at a time; separate contexts may run in parallel.
  */
 #ifndef NPUC_NPUC_H
 #define NPUC_NPUC_H
@@ -48,5 +65,6 @@
 #include "artifact.h"
 #include "check.h"
 #include "pass.h"
+#include "build.h"
 
 #endif

@@ -11,6 +11,7 @@
  * step's keys) and the parameters echoed in reports are all generated from
  * it, so a CLI flag and its recipe key cannot drift apart.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     const npuc_pass *p = npuc_pass_find("quantize");
  *     npuc_pass_optset *s;
  *     npuc_pass_optset_new(ctx, p, &s);
@@ -184,7 +185,7 @@ typedef struct npuc_pass {
 
 /* The passes, in recipe-step order (fold-bn, prune, sparsify, lowrank,
  * quantize).  npuc_pass_at returns NULL for i >= the count; npuc_pass_find
- * NULL for an unknown name. */
+ * NULL for an unknown name.  The descriptors are static: never freed. */
 NPUC_API size_t npuc_pass_count(void);
 NPUC_API const npuc_pass *npuc_pass_at(size_t i);
 NPUC_API const npuc_pass *npuc_pass_find(const char *name);
@@ -196,6 +197,7 @@ NPUC_API const npuc_pass_option *npuc_pass_option_find(const npuc_pass *p, const
 NPUC_API npuc_status npuc_pass_optset_new(npuc_ctx *ctx, const npuc_pass *p, npuc_pass_optset **out);
 /* NULL is a no-op. */
 NPUC_API void npuc_pass_optset_free(npuc_pass_optset *s);
+/* The pass s was made for (static). */
 NPUC_API const npuc_pass *npuc_pass_optset_pass(const npuc_pass_optset *s);
 
 /* Sets o (an option of the set's pass) from command-line text, checked
@@ -217,7 +219,11 @@ NPUC_API npuc_status npuc_pass_validate(npuc_ctx *ctx, const npuc_pass_optset *s
 NPUC_API int npuc_pass_output_tag(const npuc_pass_optset *s, char *buf, size_t n);
 
 /* Runs the pass on m, writing out (io may be NULL: defaults).  The same
- * contract as the pass's model-level function (npuc_quantize_model, ...). */
+ * contract as the pass's model-level function (npuc_quantize_model, ...):
+ * on success *sum is the caller's (npuc_summary_free); on failure it is
+ * empty, nothing is written at out and ctx has the message (NPUC_ERR_GATE
+ * when a quality gate of the context's policy failed: then *sum is filled
+ * and must be freed, but nothing was published). */
 NPUC_API npuc_status npuc_pass_run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, const char *out,
                                    const npuc_pass_io *io, npuc_summary *sum);
 
@@ -228,7 +234,8 @@ NPUC_API npuc_status npuc_pass_params_json(npuc_ctx *ctx, const npuc_pass_optset
 
 /* Every pass's option table as one JSON document (schema
  * "npuc.pass_options/1", docs/cli.md#npuc-help---options), malloc'd into
- * *out; for front ends' completion and the option tests. */
+ * *out (the caller frees it with free()); for front ends' completion and
+ * the option tests.  NPUC_ERR_NOMEM. */
 NPUC_API npuc_status npuc_pass_options_json(npuc_ctx *ctx, char **out);
 
 #ifdef __cplusplus

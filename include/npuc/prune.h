@@ -29,6 +29,7 @@
  *                form (kept values + packed positions, encoding "nm_sparse",
  *                docs/artifact.md) is what such hardware reads.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     float *out = malloc(n * sizeof *out);
  *     npuc_prune_stats ps;
  *     npuc_prune_magnitude(ctx, w, n, (uint64_t)(0.5 * n), out, &ps);   // 50 %
@@ -160,6 +161,8 @@ typedef struct npuc_nm_cost {
     double speedup;       /* t_dense / t_sparse */
 } npuc_nm_cost;
 
+/* The roofline estimate for one layer of geometry g under cost model cm,
+ * into *out (the caller's); cannot fail. */
 NPUC_API void npuc_nm_cost_of(const npuc_nm_geom *g, double value_bytes, double act_bytes,
                      const npuc_cost_model *cm, npuc_nm_cost *out);
 

@@ -25,11 +25,14 @@
  *   npuc_quantize_model   a whole model -> a quantized artifact, streamed one
  *                         tensor at a time, with a per-tensor report.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_quantize_opts o = npuc_quantize_opts_defaults();
  *     o.params.bits = 8;                     // per-channel symmetric minmax
- *     npuc_quantize_summary sum;
+ *     npuc_summary sum;
  *     npuc_status st = npuc_quantize_model(ctx, m, "model.q8.safetensors", &o, &sum);
- *     npuc_quantize_summary_free(&sum);
+ *     if (st != NPUC_OK) return st;          // nothing written; the message is in ctx
+ *     printf("%.1f dB\n", sum.weighted_sqnr_db);
+ *     npuc_summary_free(&sum);
  */
 #ifndef NPUC_QUANT_H
 #define NPUC_QUANT_H
@@ -81,6 +84,7 @@ typedef struct npuc_quant_params {
     const double *importance;
 } npuc_quant_params;
 
+/* 8 bits, symmetric, per channel, the layout's axis, minmax. */
 NPUC_API npuc_quant_params npuc_quant_params_defaults(void);
 
 /* How a tensor's values are grouped under params p: `channels` groups of
@@ -95,6 +99,7 @@ typedef struct npuc_quant_shape {
     int axis;                         /* output axis used, -1 per tensor */
 } npuc_quant_shape;
 
+/* Fills *qs for t under p (see above); NPUC_ERR_ARG naming the tensor. */
 NPUC_API npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_quant_params *p,
                                 npuc_quant_shape *qs);
 
@@ -109,7 +114,9 @@ NPUC_API npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info 
                                  const npuc_quant_params *p, uint8_t *codes, float *scales,
                                  int32_t *zero_points, float *deq, npuc_error_stats *err);
 
-/* Dequantizes codes produced by npuc_quantize_tensor back to floats. */
+/* Dequantizes codes produced by npuc_quantize_tensor back to floats into out
+ * (t->numel, the caller's).  NPUC_ERR_ARG for parameters npuc_quant_shape_of
+ * refuses. */
 NPUC_API npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,
                                    const npuc_quant_params *p, const uint8_t *codes,
                                    const float *scales, const int32_t *zero_points, float *out);
@@ -147,6 +154,7 @@ typedef struct npuc_quantize_opts {
     void *user;
 } npuc_quantize_opts;
 
+/* The defaults: npuc_quant_params_defaults(), every tensor of rank >= 2. */
 NPUC_API npuc_quantize_opts npuc_quantize_opts_defaults(void);
 
 /* Quantizes every selected tensor of m and writes the artifact to out (see
@@ -161,7 +169,11 @@ NPUC_API npuc_status npuc_quantize_model(npuc_ctx *ctx, npuc_model *m, const cha
                                 const npuc_quantize_opts *o, npuc_summary *sum);
 
 /* Turns any npuc artifact back into dense float tensors with the original
- * names, shapes, dtypes and layouts; tensors npuc did not encode are copied. */
+ * names, shapes, dtypes and layouts; tensors npuc did not encode are copied.
+ * Errors: NPUC_ERR_FORMAT for a malformed artifact description,
+ * also when decoding a tensor would exceed the context's memory budget
+ * (npuc_ctx_set_max_memory), NPUC_ERR_IO / NPUC_ERR_EXISTS writing; nothing
+ * is then left at out. */
 NPUC_API npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
                                   const npuc_write_opts *wo);
 

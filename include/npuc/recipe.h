@@ -24,13 +24,13 @@
  * step's input before the step runs, and fails with the same
  * "<file>:<line>:<col>:" prefix.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_recipe *r;
- *     if (npuc_recipe_load(ctx, "int8.yaml", &r) != NPUC_OK) ...   // message in ctx
+ *     if (npuc_recipe_load(ctx, "int8.yaml", &r) != NPUC_OK) return 1;   // message in ctx
  *     npuc_run_opts o = npuc_run_opts_defaults();
  *     npuc_summary sum;
  *     npuc_status st = npuc_recipe_run(ctx, r, "model.safetensors", "model.q8.safetensors", &o, &sum);
- *     ...
- *     npuc_summary_free(&sum);
+ *     if (st == NPUC_OK) npuc_summary_free(&sum);
  *     npuc_recipe_free(r);
  *
  * The artifact records its provenance in three metadata entries:
@@ -83,13 +83,14 @@ typedef struct npuc_recipe npuc_recipe;
  * "<path>:<line>:<col>: <problem>" (NPUC_ERR_ARG), or why the file could not
  * be read (NPUC_ERR_NOT_FOUND, NPUC_ERR_IO). */
 NPUC_API npuc_status npuc_recipe_load(npuc_ctx *ctx, const char *path, npuc_recipe **out);
-/* The same from len bytes of text; name stands for the file in messages. */
+/* The same from len bytes of text; name stands for the file in messages.
+ * Errors as npuc_recipe_load's (NPUC_ERR_ARG with line and column). */
 NPUC_API npuc_status npuc_recipe_parse(npuc_ctx *ctx, const char *name, const char *text, size_t len,
                               npuc_recipe **out);
 /* Frees a recipe; NULL is a no-op. */
 NPUC_API void npuc_recipe_free(npuc_recipe *r);
 
-/* The name given to load/parse. */
+/* The name given to load/parse (owned by r), and the number of steps. */
 NPUC_API const char *npuc_recipe_name(const npuc_recipe *r);
 NPUC_API size_t npuc_recipe_step_count(const npuc_recipe *r);
 /* The kind of step i and where it starts in the file (1-based line and
@@ -218,6 +219,7 @@ NPUC_API npuc_status npuc_batch_list_file(npuc_ctx *ctx, const char *listfile, n
 /* Keeps entries whose index i (in the sorted list) has i % count == index.
  * 0 <= index < count; count 1 keeps everything. */
 NPUC_API void npuc_batch_list_shard(npuc_batch_list *l, size_t index, size_t count);
+/* Frees what l holds and empties it; an empty list is a no-op. */
 NPUC_API void npuc_batch_list_free(npuc_batch_list *l);
 
 #ifdef __cplusplus

@@ -10,11 +10,11 @@
  * tables and the JSON output are all written from this one model, so a new
  * pass gets every report format for free.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_summary s;
  *     npuc_summary_init(&s, "quantize", n);
  *     npuc_tensor_record *r = &s.records[i];
  *     npuc_record_set(r, "bits", 8);
- *     ...
  *     npuc_summary_finish(&s);       // totals
  *     npuc_summary_free(&s);
  *
@@ -53,7 +53,7 @@ typedef enum npuc_action {
 } npuc_action;
 
 /* "kept", "quantized", "pruned", "sparsified", "factored", "folded", "removed", "created",
- * "modified". */
+ * "modified" (static strings). */
 NPUC_API const char *npuc_action_name(npuc_action a);
 
 #define NPUC_RECORD_EXTRA_MAX 16
@@ -121,7 +121,8 @@ typedef struct npuc_summary {
 NPUC_API npuc_status npuc_summary_init(npuc_summary *s, const char *pass, size_t n);
 /* Appends one more zeroed record (for created tensors); returns it or NULL. */
 NPUC_API npuc_tensor_record *npuc_summary_append(npuc_summary *s);
-/* Fills a record's name (copied), dtype, shape, bytes and params from t. */
+/* Fills a record's name (copied; owned by the summary), dtype, shape, bytes
+ * and params from t.  NPUC_ERR_NOMEM. */
 NPUC_API npuc_status npuc_record_from_tensor(npuc_tensor_record *r, const npuc_tensor_info *t);
 /* Sets (or replaces) a named extra; silently ignores keys beyond the limit. */
 NPUC_API void npuc_record_set(npuc_tensor_record *r, const char *key, double value);

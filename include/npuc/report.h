@@ -17,6 +17,7 @@
  * from the records (first/last weight layer below 8 bits, a factored tensor
  * that saves nothing, tensors below warn_sqnr_db) besides the summary's own.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_report_info info = npuc_report_info_defaults();
  *     info.command_line = "npuc quantize --bits 8 in.safetensors -o out.safetensors";
  *     info.inputs = (const char *[]){"in.safetensors"}; info.ninputs = 1;
@@ -56,6 +57,7 @@ typedef enum npuc_report_format {
  * (.txt/.csv/.json/.md/.html; anything else is text).  Returns 0, or -1 for
  * an unknown name. */
 NPUC_API int npuc_report_format_parse(const char *name, npuc_report_format *out);
+/* The format path's extension names, NPUC_REPORT_TEXT for any other. */
 NPUC_API npuc_report_format npuc_report_format_from_path(const char *path);
 
 /* Everything about the run that is not per tensor.  All pointers are
@@ -89,7 +91,8 @@ NPUC_API void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t b
  * reported in the document, not as a failure. */
 NPUC_API npuc_status npuc_report_write(npuc_ctx *ctx, FILE *f, npuc_report_format fmt, const npuc_summary *s,
                               const npuc_report_info *info);
-/* Writes to path through a temporary file and rename, like artifacts. */
+/* Writes to path through a temporary file and rename, like artifacts.
+ * Errors: NPUC_ERR_IO naming the path (nothing left there), NPUC_ERR_NOMEM. */
 NPUC_API npuc_status npuc_report_write_file(npuc_ctx *ctx, const char *path, npuc_report_format fmt,
                                    const npuc_summary *s, const npuc_report_info *info);
 
@@ -133,6 +136,7 @@ typedef struct npuc_baseline_result {
  * npuc_baseline_result_free. */
 NPUC_API npuc_status npuc_report_baseline_check(npuc_ctx *ctx, const char *baseline_path, const npuc_summary *s,
                                        double max_regress_pct, npuc_baseline_result *out);
+/* Frees what r holds (NULL is a no-op). */
 NPUC_API void npuc_baseline_result_free(npuc_baseline_result *r);
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
  * context: it stays valid until the next failing call on that context and is
  * never freed by the caller.  The library never prints and never exits.
  *
+ * Example (compiled by tests/cli/c_api.sh):
  *     npuc_ctx *ctx;
  *     if (npuc_ctx_new(&ctx) != NPUC_OK) return 1;
  *     npuc_model *m;
@@ -62,13 +63,16 @@ NPUC_API npuc_status npuc_ctx_new(npuc_ctx **out);
 /* Frees a context; NULL is a no-op. */
 NPUC_API void npuc_ctx_free(npuc_ctx *ctx);
 
-/* The message of the last failure on this context, or "" when none. */
+/* The message of the last failure on this context, or "" when none.  Owned
+ * by ctx: valid until the next call that fails on it, npuc_ctx_clear or
+ * npuc_ctx_free; never freed by the caller. */
 NPUC_API const char *npuc_ctx_errmsg(const npuc_ctx *ctx);
 /* The status of the last failure on this context, or NPUC_OK. */
 NPUC_API npuc_status npuc_ctx_errcode(const npuc_ctx *ctx);
 /* Warnings the calls made with ctx left (e.g. a GGUF writer keeping a
  * tensor unquantized): how many there were, and the i-th of the first
- * eight (NULL beyond them or for a NULL ctx).  npuc_ctx_clear keeps them. */
+ * eight (NULL beyond them or for a NULL ctx), owned by ctx until
+ * npuc_ctx_free.  npuc_ctx_clear keeps them. */
 NPUC_API size_t npuc_ctx_warning_count(const npuc_ctx *ctx);
 NPUC_API const char *npuc_ctx_warning(const npuc_ctx *ctx, size_t i);
 
@@ -77,6 +81,7 @@ NPUC_API void npuc_ctx_clear(npuc_ctx *ctx);
 
 /* Worker threads for pass drivers: 0 (default) means all cores. */
 NPUC_API void npuc_ctx_set_threads(npuc_ctx *ctx, int nthreads);
+/* The thread count set (0: all cores). */
 NPUC_API int npuc_ctx_threads(const npuc_ctx *ctx);
 
 /* How a run treats what the file does not state, and how good its result
@@ -109,9 +114,11 @@ NPUC_API const npuc_policy *npuc_ctx_policy(const npuc_ctx *ctx);
 #define NPUC_DECODE_BUDGET_DEFAULT (256ull << 20)
 /* Sets the memory budget in bytes (0: the default). */
 NPUC_API void npuc_ctx_set_max_memory(npuc_ctx *ctx, uint64_t bytes);
+/* The budget in force: the value set, or NPUC_DECODE_BUDGET_DEFAULT. */
 NPUC_API uint64_t npuc_ctx_max_memory(const npuc_ctx *ctx);
 
-/* The compressor's version string, e.g. "0.1.0". */
+/* The compressor's version string, e.g. "0.1.0" (static; build.h has the
+ * rest of what the build is). */
 NPUC_API const char *npuc_version(void);
 
 #ifdef __cplusplus

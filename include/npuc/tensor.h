@@ -125,9 +125,9 @@ NPUC_API int npuc_layout_min_rank(npuc_layout l);
  * last two axes.  For DOI it is rank-2 too: the channel spans every axis but
  * the last. */
 NPUC_API int npuc_layout_out_axis(npuc_layout l, int rank);
-/* "certain", "convention", "guess"; "?" when invalid. */
+/* "certain", "convention", "guess"; "?" when invalid (static). */
 NPUC_API const char *npuc_confidence_name(npuc_confidence c);
-/* Short name of a role ("conv", "bn_var", ...). */
+/* Short name of a role ("conv", "bn_var", ...; static). */
 NPUC_API const char *npuc_role_name(npuc_role r);
 
 /* Views t as [outer, C, inner] (see above).  For NONE all elements form one

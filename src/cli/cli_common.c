@@ -9,6 +9,7 @@
  * `npuc: error:` convention and do not name the command's --help.
  */
 #include "cli_common.h"
+#include "cli_progress.h"
 #include "cli_outputs.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* How many common options cli_parse may add (help ... min-layer-sqnr, 17
@@ -29,7 +31,7 @@
 
 /* getopt values of the common long-only options (below CLI_OPT_USER). */
 enum {
-    ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
+    ID_PROGRESS = 0x7ff, ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
     ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
     ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809, ID_CKPT_FORMAT = 0x80a
 };
@@ -184,6 +186,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "max-shard-size", 0, 1, ID_MAX_SHARD);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "format", 0, 1, ID_CKPT_FORMAT);
     if (common & CLI_OPT_MAX_MEMORY) add_opt(&t, "max-memory", 0, 1, ID_MAX_MEMORY);
+    if (common & CLI_OPT_PROGRESS) add_opt(&t, "progress", 0, 0, ID_PROGRESS);
     if (common & CLI_OPT_POLICY) {
         add_opt(&t, "strict", 0, 0, ID_STRICT);
         add_opt(&t, "accept-guesses", 0, 0, ID_ACCEPT_GUESSES);
@@ -230,6 +233,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         }
         case ID_LAYOUT: rc = add_layout(a, optarg); break;
         case ID_JSON: a->json = 1; break;
+        case ID_PROGRESS: a->progress = 1; break;
         case ID_REPORT: a->report = optarg; break;
         case ID_DEFLATE: {
             /* Checked here against the option's declaration (the HDF5 row),
@@ -610,7 +614,7 @@ int cli_json_print(json_t *doc) {
 }
 
 int cli_progress_enabled(const cli_args *a) {
-    return !(a && a->quiet) && isatty(STDERR_FILENO);
+    return !(a && a->quiet) && ((a && a->progress) || isatty(STDERR_FILENO));
 }
 
 int cli_finish_stdout(int rc) {
@@ -685,26 +689,44 @@ void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, co
     p->text = !a->json;
     p->progress = cli_progress_enabled(a) && a->json;
     p->verb = verb;
+    int big = 0;
     for (size_t i = 0; i < npuc_model_count(m); i++) {
-        int w = (int)cli_width(npuc_model_tensor(m, i)->name);
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        int w = (int)cli_width(t->name);
         if (w > p->namew) p->namew = w;
+        p->total += t->nbytes;
+        big |= t->nbytes >= CLI_BAR_MIN_TENSOR;
     }
+    /* A large tensor takes seconds: the bar says how fast and how long. */
+    p->bar = big && cli_progress_enabled(a);
+    if (p->bar) p->progress = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    p->t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
     if (p->namew > 48) p->namew = 48;
 }
 
 void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
     cli_printer *p = user;
+    if (p->bar) cli_progress_erase();
     if (p->text) {
         char line[1024];
         npuc_report_line(r, i, n, p->namew, line, sizeof line);
         fputs(line, stdout);
         if (p->extra) p->extra(r);
         putchar('\n');
+        if (p->bar) fflush(stdout);
     }
     if (p->progress) {
-        fprintf(stderr, "\r[%zu/%zu] %s...", i + 1, n, p->verb);
-        if (i + 1 == n) fputs("\r\033[K", stderr);
-        fflush(stderr);
+        char line[128];
+        snprintf(line, sizeof line, "[%zu/%zu] %s...", i + 1, n, p->verb);
+        cli_progress_draw(line);
+        if (i + 1 == n) cli_progress_erase();
+    }
+    if (p->bar) {
+        cli_bar b = {1, p->t0, p->total, n};
+        p->done += r->bytes_before;
+        if (i + 1 < n) cli_bar_update(&b, i + 1, p->done, r->name);
     }
 }
 

@@ -72,6 +72,19 @@ extern const cli_command cli_cmd_run;
 extern const cli_command cli_cmd_batch;
 extern const cli_command cli_cmd_report;
 extern const cli_command cli_cmd_calibrate;
+extern const cli_command cli_cmd_version;
+
+/* Every command in `npuc --help` order, pass commands resolved (main.c);
+ * returns the count (at most CLI_MAX_COMMANDS). */
+#define CLI_MAX_COMMANDS 48
+size_t cli_command_list(const cli_command *out[CLI_MAX_COMMANDS]);
+/* The text of `npuc --help`. */
+void cli_print_main_usage(FILE *f);
+/* `npuc --version` (text) and `npuc version --json`: an exit code. */
+int cli_print_version(int json);
+/* The hidden generators `npuc __man [COMMAND]` and `npuc __completion`
+ * (cmd_meta.c): their exit code, or CLI_CONTINUE when argv[1] is neither. */
+int cli_hidden_command(int argc, char **argv);
 
 /* The pass commands, made from the pass descriptors (cmd_pass.c): the one
  * for pass `name`, or NULL. */
@@ -94,8 +107,9 @@ enum {
     CLI_OPT_DEFLATE = 1u << 6, /* --deflate N: HDF5 deflate level 0..9 */
     CLI_OPT_POLICY = 1u << 7,  /* --strict --accept-guesses --min-sqnr DB --min-layer-sqnr DB
                                   (npuc_policy; cli_parse starts from its defaults) */
-    CLI_OPT_MAX_MEMORY = 1u << 8 /* --max-memory SIZE: the decoding budget (npuc_ctx_set_max_memory,
+    CLI_OPT_MAX_MEMORY = 1u << 8, /* --max-memory SIZE: the decoding budget (npuc_ctx_set_max_memory,
                                     set by cli_ctx_new) */
+    CLI_OPT_PROGRESS = 1u << 9    /* --progress: draw progress even when stderr is not a terminal */
 };
 
 /* A command's own option.  id is handed back to the command's callback; use
@@ -113,6 +127,7 @@ typedef struct cli_option {
 typedef struct cli_args {
     const cli_command *cmd;
     int quiet;    /* -q: no notes, warnings or progress on stderr */
+    int progress; /* --progress: progress on stderr even when it is not a terminal */
     int verbose;  /* -v, counted */
     int force;    /* -f */
     int json;     /* --json */
@@ -236,6 +251,9 @@ typedef struct cli_printer {
     int namew;
     int text;                 /* per-tensor lines on stdout */
     int progress;             /* a progress line on stderr */
+    int bar;                  /* the byte bar (a tensor >= CLI_BAR_MIN_TENSOR, progress on) */
+    double t0;                /* the bar's start (cli_progress.h) */
+    uint64_t total, done;     /* the model's tensor bytes, those done */
     const char *verb;         /* "quantizing", for the progress line */
     /* Appends to a tensor's line (before its newline), or NULL. */
     void (*extra)(const npuc_tensor_record *r);
@@ -259,7 +277,8 @@ int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, c
                     const char *output, const char *cmdline, const char *params_json, const char *report,
                     unsigned flags);
 
-/* 1 when progress lines should be drawn: stderr is a terminal and no -q. */
+/* 1 when progress lines should be drawn: stderr is a terminal or
+ * --progress was given, and no -q. */
 int cli_progress_enabled(const cli_args *a);
 
 /* Flushes stdout; if that or an earlier write failed, prints an error and

@@ -38,6 +38,7 @@
 
 #include "cli_common.h"
 #include "cli_outputs.h"
+#include "cli_progress.h"
 
 enum { OPT_INPUT = CLI_OPT_USER, OPT_RESUME, OPT_SHARD, OPT_SUMMARY, OPT_MERGE };
 
@@ -96,6 +97,19 @@ static int mkdir_parents(const char *path) {
     }
     free(p);
     return 0;
+}
+
+/* One file's line on stdout: its status, name, sizes and error. */
+static void print_line(json_t *e, const char *rel) {
+    const char *stt = json_string_value(json_object_get(e, "status"));
+    char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX];
+    json_t *is = json_object_get(e, "input_size"), *os = json_object_get(e, "output_size");
+    printf("%-8s %s", stt ? stt : "?", rel);
+    if (json_is_integer(is) && json_is_integer(os))
+        printf("  %s -> %s", cli_fmt_size((uint64_t)json_integer_value(is), b1),
+               cli_fmt_size((uint64_t)json_integer_value(os), b2));
+    if (stt && !strcmp(stt, "failed")) printf("  %s", json_string_value(json_object_get(e, "error")));
+    putchar('\n');
 }
 
 /* Writes doc to path as an atomic file (cli_outputs.h): 0, or -1 and errno. */
@@ -446,13 +460,15 @@ done:
 
 /* ------------------------------------------------------------ the batch */
 
-static void progress(const cli_args *a, size_t done, size_t n, size_t failed, size_t skipped, const char *last) {
-    if (!cli_progress_enabled(a)) return;
-    char nm[96];
-    cli_fmt_oneline(last, 60, nm, sizeof nm, NULL);
-    fprintf(stderr, "\r\033[K[%zu/%zu] %zu failed, %zu skipped  %s", done, n, failed, skipped, nm);
-    if (done == n) fputs("\r\033[K", stderr);
-    fflush(stderr);
+/* The bar: files done, input bytes per second and the time left, by the
+ * input sizes (cli_progress.h); failures and skips after the last name. */
+static void progress(cli_bar *bar, size_t done, uint64_t bytes, size_t failed, size_t skipped, const char *last) {
+    if (!bar->enabled) return;
+    char label[160];
+    if (failed || skipped) snprintf(label, sizeof label, "%zu failed, %zu skipped  %s", failed, skipped, last);
+    else snprintf(label, sizeof label, "%s", last);
+    if (done == bar->n) cli_bar_clear(bar);
+    else cli_bar_update(bar, done, bytes, label);
 }
 
 static int run(int argc, char **argv) {
@@ -464,10 +480,11 @@ static int run(int argc, char **argv) {
     npuc_batch_list l;
     memset(&l, 0, sizeof l);
     json_t **results = NULL;
+    uint64_t *sizes = NULL; /* input sizes, for the progress bar */
     slot *slots = NULL;
     char **outs = NULL, **reports = NULL;
     size_t nslots = 0;
-    int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_POLICY, OPTIONS, on_opt,
+    int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_POLICY | CLI_OPT_PROGRESS, OPTIONS, on_opt,
                          &b, 1, -1, &a);
     if (code != CLI_CONTINUE) goto done;
     if (b.merge) {
@@ -507,10 +524,15 @@ static int run(int argc, char **argv) {
         code = CLI_EXIT_USAGE;
         goto done;
     }
-    int made_outdir = mkdir(outdir, 0777) == 0;
+    /* The output folder and its missing parents are created, as mkdir -p
+     * would; a path that cannot be one (a file on the way, no permission,
+     * a read-only file system) is a usage error. */
+    int made_outdir = mkdir_parents(outdir) == 0 && mkdir(outdir, 0777) == 0;
     if (!made_outdir && errno != EEXIST) {
-        cli_error("%s: %s", outdir, strerror(errno));
-        code = CLI_EXIT_FAIL;
+        int e = errno;
+        cli_error("%s: cannot create the output folder: %s", outdir, strerror(e));
+        code = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS || e == EEXIST ? CLI_EXIT_USAGE
+                                                                                      : CLI_EXIT_FAIL;
         goto done;
     }
     if (stat(outdir, &osb) != 0 || !S_ISDIR(osb.st_mode)) {
@@ -551,8 +573,18 @@ static int run(int argc, char **argv) {
         reports[i] = outs[i] ? suffixed(outs[i], ".report.json") : NULL;
         if (!reports[i]) { cli_error("out of memory"); code = CLI_EXIT_FAIL; goto done; }
     }
+    cli_bar bar;
+    uint64_t bytes_total = 0, bytes_done = 0;
+    sizes = calloc(n ? n : 1, sizeof *sizes);
+    if (!sizes) { cli_error("out of memory"); code = CLI_EXIT_FAIL; goto done; }
+    for (size_t i = 0; i < n; i++) {
+        struct stat fsb;
+        sizes[i] = stat(l.path[i], &fsb) == 0 && fsb.st_size > 0 ? (uint64_t)fsb.st_size : 0;
+        bytes_total += sizes[i];
+    }
+    cli_bar_start(&bar, &a, bytes_total, n);
 
-    size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0;
+    size_t next = 0, ndone = 0, running = 0, nfailed = 0, nskipped = 0, nprinted = 0;
     pid_t self = getpid();
     g_slots = slots;
     g_nslots = nslots;
@@ -625,12 +657,22 @@ static int run(int argc, char **argv) {
         const char *stt = json_string_value(json_object_get(entry, "status"));
         if (stt && !strcmp(stt, "failed")) {
             nfailed++;
-            if (cli_progress_enabled(&a)) fputs("\r\033[K", stderr);
+            cli_bar_clear(&bar);
             cli_error("%s", json_string_value(json_object_get(entry, "error")));
         } else if (stt && !strcmp(stt, "skipped")) {
             nskipped++;
         }
-        progress(&a, ndone, n, nfailed, nskipped, l.rel[i]);
+        /* Each file's line as soon as the ones before it in the work list
+         * are done, flushed: a batch stopped half-way (or read through a
+         * pipe) still shows every line it finished. */
+        for (; nprinted < n && results[nprinted]; nprinted++) {
+            cli_bar_clear(&bar);
+            print_line(results[nprinted], l.rel[nprinted]);
+            fflush(stdout);
+        }
+        json_t *isz = json_object_get(entry, "input_size");
+        bytes_done += json_is_integer(isz) ? (uint64_t)json_integer_value(isz) : sizes[i];
+        progress(&bar, ndone, bytes_done, nfailed, nskipped, l.rel[i]);
     }
 
     /* Results, in the order of the work list. */
@@ -638,15 +680,6 @@ static int run(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
         json_t *e = results[i];
         json_array_append(files, e);
-        const char *stt = json_string_value(json_object_get(e, "status"));
-        char b1[CLI_FMT_MAX], b2[CLI_FMT_MAX];
-        json_t *is = json_object_get(e, "input_size"), *os = json_object_get(e, "output_size");
-        printf("%-8s %s", stt ? stt : "?", l.rel[i]);
-        if (json_is_integer(is) && json_is_integer(os))
-            printf("  %s -> %s", cli_fmt_size((uint64_t)json_integer_value(is), b1),
-                   cli_fmt_size((uint64_t)json_integer_value(os), b2));
-        if (stt && !strcmp(stt, "failed")) printf("  %s", json_string_value(json_object_get(e, "error")));
-        putchar('\n');
     }
     printf("total: %zu files of %zu%s: %zu ok, %zu skipped, %zu failed\n", n, total,
            b.shard_n ? " (this shard)" : "", n - nfailed - nskipped, nskipped, nfailed);
@@ -678,6 +711,7 @@ done:
     for (size_t i = 0; outs && i < l.n; i++) free(outs[i]);
     for (size_t i = 0; reports && i < l.n; i++) free(reports[i]);
     memset(g_job_tables, 0, sizeof g_job_tables);
+    free(sizes);
     free(outs);
     free(reports);
     free(results);
@@ -723,6 +757,8 @@ const cli_command cli_cmd_batch = {
     "                         as for `npuc run`, for every file: a file failing a quality\n"
     "                         gate gets its report but no output, and exit_code 3\n"
     "  -q, --quiet            no progress or summary line on stderr (errors still print)\n"
+    "      --progress         the progress bar (files, bytes/s, time left) on stderr even\n"
+    "                         when it is not a terminal\n"
     "  -h, --help             this help\n"
     "\n"
     "stdout: one line per file (ok / skipped / failed, sizes or the error), then totals.\n"

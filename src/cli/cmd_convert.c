@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 static const char USAGE[] =
     "Usage: npuc convert IN -o OUT [options]\n"
@@ -149,6 +150,7 @@ static int run(int argc, char **argv) {
         rc = cli_usage_error(a.cmd, "missing -o OUT");
         goto done;
     }
+    if ((rc = cli_check_output_name(a.cmd, out)) != CLI_EXIT_OK) goto done; /* -o DIR, an unknown extension */
     npuc_format ofmt = npuc_format_from_path(out);
     /* A name without an extension is a checkpoint directory when the input
      * is one or --max-shard-size asks for shards (docs/checkpoints.md). */

@@ -96,6 +96,8 @@ static void pass_help(const cli_command *c, FILE *f) {
             print_option(f, 0, "min-layer-sqnr", "DB", "quality gate: exit 3 without publishing OUT when a\n"
                          "transformed tensor's SQNR is below DB");
             print_option(f, 'q', "quiet", NULL, "no notes, warnings or progress on stderr");
+            print_option(f, 0, "progress", NULL, "progress on stderr even when it is not a terminal (a bar\n"
+                         "with bytes/s and the time left when a tensor is 64 MiB or more)");
             print_option(f, 'h', "help", NULL, "this help");
         }
         if (s->note) print_indented(f, s->note);
@@ -150,7 +152,7 @@ static int parse(cli_pass_run *r, const cli_pass_hook *h, int argc, char **argv)
     }
     int rc = cli_parse(r->cmd, argc, argv,
                        CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_LAYOUT | CLI_OPT_JSON | CLI_OPT_REPORT |
-                           CLI_OPT_DEFLATE | CLI_OPT_POLICY,
+                           CLI_OPT_DEFLATE | CLI_OPT_POLICY | CLI_OPT_PROGRESS,
                        opts, on_opt, r, 1, 1, &r->a);
     free(opts);
     return rc;
@@ -160,7 +162,43 @@ static int parse(cli_pass_run *r, const cli_pass_hook *h, int argc, char **argv)
  * summary's warnings go to stderr for every pass: they include the guard's
  * layout warnings and the low-quality warning (passes/pass_gate.h), which
  * must never be silent. */
+/* An HTML report shows each layer's weight and error histograms: the pass
+ * does not measure them, so they come from comparing the written output
+ * with the input (npuc_compare_models, as `npuc report` does) and move into
+ * the run's records by name.  A failure costs the histograms only. */
+static void attach_histograms(cli_pass_run *r) {
+    if (!r->a.report || !r->out || npuc_report_format_from_path(r->a.report) != NPUC_REPORT_HTML) return;
+    npuc_model *outm = NULL;
+    npuc_summary cmp;
+    memset(&cmp, 0, sizeof cmp);
+    npuc_compare_opts co = npuc_compare_opts_defaults();
+    co.histograms = 1;
+    if (npuc_model_open(r->ctx, r->out, NULL, &outm) != NPUC_OK ||
+        npuc_compare_models(r->ctx, r->m, outm, &co, &cmp) != NPUC_OK) {
+        cli_warn(&r->a, "%s: no histograms in the report: %s", r->a.report, npuc_ctx_errmsg(r->ctx));
+        npuc_model_close(outm);
+        return;
+    }
+    for (size_t i = 0, j = 0; i < r->sum.nrecords; i++) {
+        npuc_tensor_record *d = &r->sum.records[i];
+        if (!d->has_error || d->hist) continue;
+        /* Both lists follow the input's order: look ahead from the last match. */
+        for (size_t k = 0; k < cmp.nrecords; k++) {
+            npuc_tensor_record *c = &cmp.records[(j + k) % cmp.nrecords];
+            if (c->hist && strcmp(c->name, d->name) == 0) {
+                d->hist = c->hist;
+                c->hist = NULL;
+                j = (j + k + 1) % cmp.nrecords;
+                break;
+            }
+        }
+    }
+    npuc_summary_free(&cmp);
+    npuc_model_close(outm);
+}
+
 static int finish(cli_pass_run *r) {
+    attach_histograms(r);
     unsigned flags = CLI_RESULT_WARNINGS;
     if (r->pass->flags & NPUC_PASS_NO_SQNR_WARN) flags |= CLI_RESULT_NO_SQNR_WARN;
     return cli_emit_result(r->ctx, &r->a, &r->sum, r->in, r->out, r->cmdline, r->params, r->a.report, flags);
@@ -201,6 +239,7 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     r->io.on_tensor = cli_printer_on_tensor;
     r->io.user = &r->printer;
     st = npuc_pass_run(r->ctx, r->opts, r->m, r->out, &r->io, &r->sum);
+    cli_warn_ctx(&r->a, r->ctx); /* the library's notes (a pairs file's skipped entries, a writer's) */
     npuc_status gate = NPUC_OK;
     if (st == NPUC_ERR_GATE) { /* nothing was published, but the results are reported */
         gate = st;

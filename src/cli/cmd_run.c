@@ -19,6 +19,7 @@
 
 #include "cli_common.h"
 #include "cli_outputs.h"
+#include "cli_progress.h"
 
 enum { OPT_NO_STREAM = CLI_OPT_USER };
 
@@ -191,7 +192,10 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
     }
     const char *rest = line + strcspn(line, ",;");
     fprintf(f, "total: %zu tensors in, %zu out%s\n", nin, nout, rest);
-    for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
+    /* The report file keeps the warnings; on a terminal run they go to
+     * stderr (cli_warn), never into the results on stdout. */
+    if (f != stdout)
+        for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
     free(colw);
     free(rows);
     free(cells);
@@ -213,8 +217,9 @@ typedef struct runner {
 static void on_step(void *user, size_t step, size_t nsteps, npuc_step_kind kind) {
     runner *r = user;
     if (r->progress) {
-        fprintf(stderr, "\r\033[K[step %zu/%zu] %s...", step + 1, nsteps, npuc_step_kind_name(kind));
-        fflush(stderr);
+        char line[128];
+        snprintf(line, sizeof line, "[step %zu/%zu] %s...", step + 1, nsteps, npuc_step_kind_name(kind));
+        cli_progress_draw(line);
     }
 }
 
@@ -222,9 +227,10 @@ static void on_tensor(void *user, size_t step, size_t i, size_t n, const npuc_te
     runner *r = user;
     (void)rec;
     if (r->progress) {
-        fprintf(stderr, "\r\033[K[step %zu/%zu] %s [%zu/%zu]", step + 1, npuc_recipe_step_count(r->rc),
-                npuc_step_kind_name(npuc_recipe_step_kind(r->rc, step, NULL, NULL)), i + 1, n);
-        fflush(stderr);
+        char line[128];
+        snprintf(line, sizeof line, "[step %zu/%zu] %s [%zu/%zu]", step + 1, npuc_recipe_step_count(r->rc),
+                 npuc_step_kind_name(npuc_recipe_step_kind(r->rc, step, NULL, NULL)), i + 1, n);
+        cli_progress_draw(line);
     }
 }
 
@@ -240,7 +246,7 @@ static npuc_status write_text_report(runner *r, const npuc_summary *s) {
 
 static npuc_status before_commit(void *user, npuc_ctx *ctx, const npuc_summary *s) {
     runner *r = user;
-    if (r->progress) fputs("\r\033[K", stderr);
+    if (r->progress) cli_progress_erase();
     if (!r->a->report) return NPUC_OK;
     npuc_report_format fmt = npuc_report_format_from_path(r->a->report);
     if (fmt == NPUC_REPORT_TEXT) return write_text_report(r, s);
@@ -268,7 +274,7 @@ static int run(int argc, char **argv) {
     char *cmdline = cli_join_command(argc, argv);
     int rcode = cli_parse(&cli_cmd_run, argc, argv,
                           CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_JSON | CLI_OPT_REPORT | CLI_OPT_DEFLATE |
-                              CLI_OPT_POLICY,
+                              CLI_OPT_POLICY | CLI_OPT_PROGRESS,
                           OPTIONS, on_opt, &ra, 2, 2, &a);
     if (rcode != CLI_CONTINUE) goto done;
     if (!a.output) {
@@ -302,7 +308,7 @@ static int run(int argc, char **argv) {
     o.before_commit = before_commit;
     o.user = &r;
     st = npuc_recipe_run(ctx, rc, r.in, r.out, &o, &sum);
-    if (r.progress) fputs("\r\033[K", stderr);
+    if (r.progress) cli_progress_erase();
     if (st != NPUC_OK && r.err[0]) {
         cli_error("%s", r.err);
         rcode = CLI_EXIT_FAIL;
@@ -332,8 +338,9 @@ static int run(int argc, char **argv) {
         rcode = CLI_EXIT_FAIL;
         goto done;
     }
+    fflush(stdout);
+    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
     if (gate) {
-        fflush(stdout);
         cli_error("%s", gate_msg);
         rcode = cli_exit_code(gate);
         goto done;
@@ -384,6 +391,7 @@ const cli_command cli_cmd_run = {
     "      --min-layer-sqnr DB  quality gate: likewise when a tensor's SQNR in any step is\n"
     "                         below DB\n"
     "  -q, --quiet            no summary line, warnings or progress on stderr\n"
+    "      --progress         progress on stderr even when it is not a terminal\n"
     "  -h, --help             this help\n"
     "\n"
     "Errors in the recipe (unknown keys, wrong types, patterns that match no tensor)\n"

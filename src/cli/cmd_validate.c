@@ -128,13 +128,13 @@ static void print_failure(json_t **doc, npuc_ctx *ctx) {
 
 static void print_tensor_line(const char *tag, size_t i, const npuc_tensor_info *t,
                               const npuc_value_counts *c) {
-    char shape[NPUC_MAX_RANK * 21 + 3], b[CLI_FMT_MAX];
+    char shape[NPUC_MAX_RANK * 21 + 3], b[5][CLI_FMT_MAX];
     printf("%-10s [%zu] ", tag, i);
     cli_print_padded(t->name, 0);
-    printf(" %s %s: %" PRIu64 " NaN, %" PRIu64 " Inf, %" PRIu64 " subnormal, %" PRIu64
-           " zero of %s %s\n",
-           npuc_dtype_name(t->dtype), cli_fmt_shape(t, shape, sizeof shape), c->nan, c->inf,
-           c->subnormal, c->zero, cli_fmt_count(t->numel, b), t->numel == 1 ? "value" : "values");
+    printf(" %s %s: %s NaN, %s Inf, %s subnormal, %s zero of %s %s\n", npuc_dtype_name(t->dtype),
+           cli_fmt_shape(t, shape, sizeof shape), cli_fmt_count(c->nan, b[0]), cli_fmt_count(c->inf, b[1]),
+           cli_fmt_count(c->subnormal, b[2]), cli_fmt_count(c->zero, b[3]), cli_fmt_count(t->numel, b[4]),
+           t->numel == 1 ? "value" : "values");
 }
 
 /* Reads and counts every tensor.  Returns CLI_EXIT_OK, or the exit code of
@@ -300,12 +300,13 @@ static int run(int argc, char **argv) {
         doc = NULL;
         if (rc != CLI_EXIT_OK) goto done;
     } else {
-        if (deep)
-            printf("values: %s checked: %" PRIu64 " NaN, %" PRIu64 " Inf, %" PRIu64
-                   " subnormal (in %zu %s), %" PRIu64 " zero\n",
-                   cli_fmt_count(tot.v.nan + tot.v.inf + tot.v.finite, b1), tot.v.nan, tot.v.inf,
-                   tot.v.subnormal, tot.sub_tensors, tot.sub_tensors == 1 ? "tensor" : "tensors",
-                   tot.v.zero);
+        if (deep) {
+            char c[4][CLI_FMT_MAX];
+            printf("values: %s checked: %s NaN, %s Inf, %s subnormal (in %zu %s), %s zero\n",
+                   cli_fmt_count(tot.v.nan + tot.v.inf + tot.v.finite, b1), cli_fmt_count(tot.v.nan, c[0]),
+                   cli_fmt_count(tot.v.inf, c[1]), cli_fmt_count(tot.v.subnormal, c[2]), tot.sub_tensors,
+                   tot.sub_tensors == 1 ? "tensor" : "tensors", cli_fmt_count(tot.v.zero, c[3]));
+        }
         if (art.encoded) {
             printf("artifact: %zu encoded %s, description consistent with the stored tensors", art.encoded,
                    art.encoded == 1 ? "tensor" : "tensors");

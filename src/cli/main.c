@@ -28,18 +28,18 @@ static const command_entry COMMANDS[] = {
     {&cli_cmd_decompress, NULL}, {&cli_cmd_run, NULL},    {&cli_cmd_batch, NULL},   {&cli_cmd_report, NULL},
     {NULL, "lowrank"},         {NULL, "fold-bn"},         {NULL, "prune"},          {NULL, "sparsify"},
     {&cli_cmd_calibrate, NULL},
+    {&cli_cmd_version, NULL},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
-#define MAX_COMMANDS 48
 
 /* The full list, fixed commands and pass commands resolved. */
-static size_t command_list(const cli_command *out[MAX_COMMANDS]) {
+size_t cli_command_list(const cli_command *out[CLI_MAX_COMMANDS]) {
     size_t n = 0;
     for (size_t i = 0; i < NCOMMANDS; i++) {
         const cli_command *c = COMMANDS[i].cmd ? COMMANDS[i].cmd : cli_pass_command(COMMANDS[i].pass);
         if (c) out[n++] = c;
     }
-    for (size_t i = 0; i < npuc_pass_count() && n < MAX_COMMANDS; i++) {
+    for (size_t i = 0; i < npuc_pass_count() && n < CLI_MAX_COMMANDS; i++) {
         const char *name = npuc_pass_at(i)->name;
         int listed = 0;
         for (size_t k = 0; k < NCOMMANDS; k++) listed |= COMMANDS[k].pass && strcmp(COMMANDS[k].pass, name) == 0;
@@ -48,18 +48,18 @@ static size_t command_list(const cli_command *out[MAX_COMMANDS]) {
     return n;
 }
 
-static void usage(FILE *f) {
+void cli_print_main_usage(FILE *f) {
     fputs("Usage: npuc <command> [options] <inputs>\n"
           "       npuc <command> --help\n"
           "       npuc help --options [--json]\n"
-          "       npuc --version\n"
+          "       npuc --version | version [--json]\n"
           "\n"
           "Compresses neural-network weight files (safetensors, HDF5/Keras).\n"
           "\n"
           "Commands:\n",
           f);
-    const cli_command *cmds[MAX_COMMANDS];
-    size_t n = command_list(cmds);
+    const cli_command *cmds[CLI_MAX_COMMANDS];
+    size_t n = cli_command_list(cmds);
     int w = 0;
     for (size_t i = 0; i < n; i++)
         if ((int)strlen(cmds[i]->name) > w) w = (int)strlen(cmds[i]->name);
@@ -79,8 +79,8 @@ static void usage(FILE *f) {
 }
 
 static const cli_command *find_command(const char *name) {
-    const cli_command *cmds[MAX_COMMANDS];
-    size_t n = command_list(cmds);
+    const cli_command *cmds[CLI_MAX_COMMANDS];
+    size_t n = cli_command_list(cmds);
     for (size_t i = 0; i < n; i++)
         if (strcmp(cmds[i]->name, name) == 0) return cmds[i];
     return NULL;
@@ -122,21 +122,20 @@ int main(int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN);
     install_signal_handlers();
     if (argc < 2) {
-        usage(stderr);
+        cli_print_main_usage(stderr);
         return CLI_EXIT_USAGE;
     }
     const char *arg = argv[1];
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-        usage(stdout);
+        cli_print_main_usage(stdout);
         return cli_finish_stdout(CLI_EXIT_OK);
     }
     if (strcmp(arg, "-V") == 0 || strcmp(arg, "--version") == 0) {
-        printf("npuc %s\n", npuc_version());
-        return cli_finish_stdout(CLI_EXIT_OK);
+        return cli_finish_stdout(cli_print_version(0));
     }
     if (strcmp(arg, "help") == 0) {
         if (argc < 3) {
-            usage(stdout);
+            cli_print_main_usage(stdout);
             return cli_finish_stdout(CLI_EXIT_OK);
         }
         if (strcmp(argv[2], "--options") == 0) {
@@ -149,6 +148,8 @@ int main(int argc, char **argv) {
         cli_print_usage(c, stdout);
         return cli_finish_stdout(CLI_EXIT_OK);
     }
+    int hidden = cli_hidden_command(argc, argv);
+    if (hidden != CLI_CONTINUE) return hidden;
     if (arg[0] == '-') return cli_usage_error(NULL, "unknown option '%s' (a command comes first)", arg);
     const cli_command *c = find_command(arg);
     if (!c) return cli_usage_error(NULL, "unknown command '%s'", arg);

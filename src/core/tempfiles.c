@@ -172,8 +172,8 @@ npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite
     if (st != NPUC_OK) return st;
     struct stat sb;
     if (stat(path, &sb) == 0) {
-        if (!overwrite) st = npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
-        else if (S_ISDIR(sb.st_mode)) st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
+        if (S_ISDIR(sb.st_mode)) st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory (the output must be a file name)", path);
+        else if (!overwrite) st = npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
         if (st != NPUC_OK) { free(dir); return st; }
     }
     remove_stale(dir, base);

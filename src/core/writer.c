@@ -53,9 +53,11 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     if (st != NPUC_OK) return st;
     struct stat sb;
     if (!be && stat(path, &sb) == 0) {
+        /* A directory is refused first: -f would not help there. */
+        if (S_ISDIR(sb.st_mode) && !row->writes_dir)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory (the output must be a file name)", path);
         if (!o.overwrite)
             return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
-        if (S_ISDIR(sb.st_mode) && !row->writes_dir) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory", path);
     }
     npuc_writer *w = calloc(1, sizeof *w);
     if (!w) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");

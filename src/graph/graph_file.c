@@ -176,12 +176,16 @@ static npuc_status parse_json(npuc_ctx *ctx, stmts *v, const char *path, const c
                        "with one under \"pairs\" or \"bn_pairs\"", path);
         goto done;
     }
-    size_t i;
+    size_t i, nnull = 0;
     json_t *o;
     json_array_foreach(arr, i, o) {
         const char *conv, *bn;
-        /* A catalog's BatchNorm without a producer ("conv": null) states no pair. */
-        if (json_is_object(o) && json_is_null(json_object_get(o, "conv"))) continue;
+        /* A catalog's BatchNorm without a producer ("conv": null) states no
+         * pair: passed over, with one note for the caller to show. */
+        if (json_is_object(o) && json_is_null(json_object_get(o, "conv"))) {
+            nnull++;
+            continue;
+        }
         npuc__graph_json_pair(o, &conv, &bn);
         if (!conv || !bn || !*conv || !*bn) {
             st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: pair %zu: needs string fields \"conv\" and \"bn\"", path, i + 1);
@@ -191,6 +195,9 @@ static npuc_status parse_json(npuc_ctx *ctx, stmts *v, const char *path, const c
             NPUC_OK)
             goto done;
     }
+    if (nnull)
+        npuc__ctx_warn(ctx, "%s: %zu %s with \"conv\": null (a BatchNorm without a producer) skipped", path, nnull,
+                       nnull == 1 ? "entry" : "entries");
 done:
     json_decref(root);
     return st;

@@ -123,20 +123,46 @@ static double nice_max(double v) {
 
 enum { LABEL_W = 250, PLOT_W = 560, ROW_H = 15, TOP = 40, VALUE_W = 170 };
 
-static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *info) {
-    size_t rows = 0;
-    double mx = 0;
-    const double warn = info->warn_sqnr_db;
-    for (size_t i = 0; i < s->nrecords; i++) {
-        const npuc_tensor_record *r = &s->records[i];
-        if (!r->has_error) continue;
-        rows++;
-        if (isfinite(r->err.sqnr_db) && r->err.sqnr_db > mx) mx = r->err.sqnr_db;
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The SQNR axis end: the largest finite SQNR that is not an outlier by
+ * Tukey's fence (above Q3 + 1.5 IQR, quartiles by nearest rank), so one
+ * near-lossless tensor (a quantized bias at 155 dB) does not squash every
+ * other bar; the bars beyond it are drawn clipped.  0 when there is none. */
+static double sqnr_axis_max(const npuc_summary *s) {
+    size_t n = 0, k = 0;
+    for (size_t i = 0; i < s->nrecords; i++) n += s->records[i].has_error && isfinite(s->records[i].err.sqnr_db);
+    if (!n) return 0;
+    double *v = malloc(n * sizeof *v); /* n <= nrecords: no overflow */
+    if (!v) { /* no room to sort: the plain maximum */
+        double mx = 0;
+        for (size_t i = 0; i < s->nrecords; i++)
+            if (s->records[i].has_error && isfinite(s->records[i].err.sqnr_db) && s->records[i].err.sqnr_db > mx)
+                mx = s->records[i].err.sqnr_db;
+        return mx;
     }
+    for (size_t i = 0; i < s->nrecords; i++)
+        if (s->records[i].has_error && isfinite(s->records[i].err.sqnr_db)) v[k++] = s->records[i].err.sqnr_db;
+    qsort(v, n, sizeof *v, cmp_double);
+    double q1 = v[(n - 1) / 4], q3 = v[(3 * (n - 1)) / 4], fence = q3 + 1.5 * (q3 - q1), mx = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] <= fence && v[i] > mx) mx = v[i];
+    free(v);
+    return mx;
+}
+
+static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *info) {
+    size_t rows = 0, nclipped = 0;
+    const double warn = info->warn_sqnr_db;
+    for (size_t i = 0; i < s->nrecords; i++) rows += s->records[i].has_error;
     if (!rows) {
         fputs("<p>No tensor has an error figure.</p>\n", f);
         return;
     }
+    double mx = sqnr_axis_max(s);
     if (!isnan(warn) && warn > mx) mx = warn;
     mx = 10 * ceil(mx / 10);
     if (mx <= 0) mx = 10;
@@ -160,6 +186,8 @@ static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *i
         if (!r->has_error) continue;
         double v = r->err.sqnr_db, y = TOP + (double)row * ROW_H;
         double len = isnan(v) ? 0 : v >= mx ? PLOT_W : v <= 0 ? 0 : PLOT_W * v / mx;
+        int clip = isfinite(v) && v > mx;
+        nclipped += clip;
         char db[32];
         npuc__fmt_db(v, db, sizeof db);
         fprintf(f, "<g class=\"row\"><title>");
@@ -167,9 +195,14 @@ static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *i
         fprintf(f, ": %s dB</title><text class=\"lbl\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", db, LABEL_W - 6,
                 y + 11);
         esc_short(f, r->name, 38);
-        fprintf(f, "</text><rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\">%s</text></g>\n",
-                LABEL_W, y + 2, len, ROW_H - 4, bar_color(isnan(v) ? -INFINITY : v, warn), LABEL_W + len + 4, y + 11,
+        fprintf(f, "</text><rect%s x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>",
+                clip ? " class=\"clipped\"" : "", LABEL_W, y + 2, len, ROW_H - 4,
+                bar_color(isnan(v) ? -INFINITY : v, warn));
+        /* A clipped bar ends in a white break mark; its label keeps the value. */
+        if (clip)
+            fprintf(f, "<path d=\"M%.1f %.1f l6 -%d M%.1f %.1f l6 -%d\" stroke=\"#fff\" stroke-width=\"2\"/>",
+                    LABEL_W + len - 14, y + ROW_H - 2, ROW_H - 4, LABEL_W + len - 9, y + ROW_H - 2, ROW_H - 4);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s%s</text></g>\n", LABEL_W + len + 4, y + 11, clip ? "&gt; axis: " : "",
                 db);
         row++;
     }
@@ -179,6 +212,10 @@ static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *i
                 x, TOP - 4, x, H - 6);
     }
     fputs("</svg>\n", f);
+    if (nclipped)
+        fprintf(f, "<p class=\"sub\" id=\"sqnr-clipped\">The axis ends at %g dB: %zu bar%s beyond it (outliers above "
+                   "Q3 + 1.5 IQR) %s drawn clipped, with %s value.</p>\n",
+                mx, nclipped, nclipped == 1 ? "" : "s", nclipped == 1 ? "is" : "are", nclipped == 1 ? "its" : "their");
 }
 
 static void chart_bytes(FILE *f, const npuc_summary *s) {

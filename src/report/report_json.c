@@ -17,6 +17,29 @@ static json_t *jnum(double v) {
     return json_real(v);
 }
 
+/* The extras that are flags or counts, written as JSON booleans and
+ * integers (records keep every extra as a double; docs/report.md lists
+ * them).  Any other extra is a number; a value that is not a whole number
+ * (or not 0/1 for a flag) stays a number, so nothing is lost. */
+static const char *const EXTRA_BOOL[] = {"symmetric", "guess", "bias_created", NULL};
+static const char *const EXTRA_INT[] = {"axis", "bits", "bytes_meta", "bytes_sparse", "channels", "channels_removed",
+                                        "flops_after", "flops_before", "group_size", "groups", "inputs_removed",
+                                        "m", "n", "pruned", "rank", "step", "zeros", NULL};
+
+static int listed(const char *const *keys, const char *k) {
+    for (; *keys; keys++)
+        if (strcmp(*keys, k) == 0) return 1;
+    return 0;
+}
+
+static json_t *jextra(const npuc_record_extra *x) {
+    double v = x->value;
+    if (listed(EXTRA_BOOL, x->key) && (v == 0 || v == 1)) return json_boolean(v == 1);
+    if (listed(EXTRA_INT, x->key) && isfinite(v) && v == floor(v) && fabs(v) < 9007199254740992.0)
+        return json_integer((json_int_t)v);
+    return jnum(v);
+}
+
 /* A JSON string from possibly invalid UTF-8 (bad bytes become U+FFFD). */
 static json_t *jstr(const char *s) {
     if (!s) return json_null();
@@ -97,7 +120,7 @@ static json_t *report_json_doc(const npuc_summary *s, const npuc_report_info *in
         const npuc_tensor_record *r = &s->records[i];
         json_t *t = json_object(), *shape = json_array(), *extra = json_object();
         for (int k = 0; k < r->rank; k++) json_array_append_new(shape, json_integer(r->shape[k]));
-        for (size_t e = 0; e < r->nextra; e++) json_object_set_new(extra, r->extra[e].key, jnum(r->extra[e].value));
+        for (size_t e = 0; e < r->nextra; e++) json_object_set_new(extra, r->extra[e].key, jextra(&r->extra[e]));
         json_object_set_new(t, "name", jstr(r->name));
         json_object_set_new(t, "dtype", json_string(npuc_dtype_name(r->dtype)));
         json_object_set_new(t, "shape", shape);

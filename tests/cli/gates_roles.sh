@@ -143,7 +143,7 @@ echo "gates ok"
 # --- optional overrides
 printf 'steps:\n  - quantize:\n      bits: 4\n      overrides:\n        - {match: %s, bits: 8, optional: true}\n' "'^nothing\$'" > "$T/opt.yaml"
 expect_rc 0 "$NPUC_BIN" run "$T/opt.yaml" "$cnn" -o "$T/o.safetensors"
-must_match "$T/out" "optional override '\^nothing\\$' \(.*opt.yaml:5:[0-9]+\) matches no tensor: not applied"
+must_match "$T/err" "^npuc: warning: .*optional override '\^nothing\\$' \(.*opt.yaml:5:[0-9]+\) matches no tensor: not applied"
 sed 's/, optional: true//' "$T/opt.yaml" > "$T/req.yaml"
 expect_rc 2 "$NPUC_BIN" run "$T/req.yaml" "$cnn" -o "$T/p.safetensors"
 must_match "$T/err" "override '\^nothing\\$' matches no tensor"

@@ -21,7 +21,7 @@ for c in info validate convert; do
 done
 
 expect_rc 0 "$NPUC_BIN" --version
-must_match "$T/out" '^npuc [0-9]+\.[0-9]+\.[0-9]+$'
+must_match "$T/out" '^npuc [0-9]+\.[0-9]+\.[0-9]+ \(git [^,]+, [A-Za-z+]+ build\)$'   # issue 19: --version gives the build details below
 expect_rc 0 "$NPUC_BIN" help info
 must_match "$T/out" '^Usage: npuc info '
 

@@ -165,6 +165,8 @@ static npuc_status validate(npuc_ctx *ctx, const npuc_pass_optset *s) {
         size_t ngran = 0;
         for (size_t i = 0; i < s->nlog; i++) ngran += s->pass->options[s->log[i]].group == GRAN;
         if (ngran > 1) return npuc__pass_fail(ctx, s, NULL, "choose one of --per-channel, --per-tensor, --group-size");
+        if (npuc__pass_get(s, "symmetric") && npuc__pass_get(s, "asymmetric"))
+            return npuc__pass_fail(ctx, s, NULL, "choose one of --symmetric, --asymmetric");
         return NPUC_OK;
     }
     const recipe_opt *pc = npuc__pass_get(s, "per_channel"), *pt = npuc__pass_get(s, "per_tensor"),
@@ -286,7 +288,7 @@ const npuc_pass npuc__pass_quantize = {
     .verb = "quantizing",
     .output_help = "the artifact (default: IN's name with .q<bits>); the format\n"
                    "follows OUT's extension, else IN's format",
-    .json_help = "print an npuc.quantize/1 JSON document instead of the table",
+    .json_help = "print an npuc.report/1 JSON document instead of the table",
     NPUC__PASS_TABLES,
     .flags = NPUC_PASS_WARNINGS, /* the layout guard's warnings (pass_guard.c) */
     .tag = tag,
