@@ -106,11 +106,15 @@ static void buf_put(st_state *s, void *p) {
     buf_free(p);
 }
 
-/* Reads n bytes at off; 0, or -1 with errno (0 for a file that ended early). */
-static int read_at(int fd, void *dst, uint64_t n, uint64_t off) {
+/* Reads n bytes at off; 0, or -1 with errno (0 for a file that ended early).
+ * Large payloads go in NPUC_PROGRESS_STEP pieces, each reported to ctx's
+ * progress function (npuc_ctx_set_progress). */
+static int read_at(npuc_ctx *ctx, int fd, void *dst, uint64_t n, uint64_t off) {
     char *d = dst;
+    const uint64_t total = n;
+    const uint64_t step = ctx && ctx->progress && n >= NPUC_PROGRESS_MIN ? NPUC_PROGRESS_STEP : (1u << 30);
     while (n > 0) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        size_t chunk = n > step ? (size_t)step : (size_t)n;
         ssize_t r = pread(fd, d, chunk, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
@@ -120,6 +124,7 @@ static int read_at(int fd, void *dst, uint64_t n, uint64_t off) {
         d += r;
         off += (uint64_t)r;
         n -= (uint64_t)r;
+        npuc__progress(ctx, NPUC_PROGRESS_READ, total - n, total);
     }
     return 0;
 }
@@ -129,7 +134,7 @@ static npuc_status st_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     const npuc_tensor_info *t = &m->t[i];
     void *p = buf_get(s, t->nbytes);
     if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
-    if (read_at(s->fd, p, t->nbytes, s->data_start + m->offset[i]) != 0) {
+    if (read_at(ctx, s->fd, p, t->nbytes, s->data_start + m->offset[i]) != 0) {
         int e = errno;
         buf_put(s, p);
         if (e == 0) {
@@ -427,14 +432,14 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     /* The header: its length word, then as much of the file as the length
      * claims (parse_header checks it against the limit and the size). */
     unsigned char len8[8];
-    if (read_at(s->fd, len8, 8, 0) != 0) goto short_read;
+    if (read_at(NULL, s->fd, len8, 8, 0) != 0) goto short_read;
     uint64_t hlen = 0, limit = o->max_header_bytes ? o->max_header_bytes : 100000000u;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
     uint64_t want = 8 + (hlen <= limit && hlen <= fsize - 8 ? hlen : 0);
     if (!(head = malloc((size_t)want + 1))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
     memcpy(head, len8, 8);
     head[want] = 0;
-    if (want > 8 && read_at(s->fd, head + 8, want - 8, 8) != 0) goto short_read;
+    if (want > 8 && read_at(NULL, s->fd, head + 8, want - 8, 8) != 0) goto short_read;
     if ((st = parse_header(ctx, path, m, head, fsize, o->max_header_bytes, &s->data_start)) != NPUC_OK ||
         (st = npuc__model_finish(ctx, m, 0)) != NPUC_OK)
         goto fail;

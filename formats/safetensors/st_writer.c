@@ -62,13 +62,17 @@ static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, 
     return npuc__st_write_all(w->ctx, w->path, fd, p, n, what);
 }
 
-/* write_all() with zero blocks (aligned to the file offset) turned into holes. */
+/* write_all() with zero blocks (aligned to the file offset) turned into
+ * holes; a large payload is reported to the context's progress function
+ * every NPUC_PROGRESS_STEP bytes or so. */
 static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uint64_t n, const char *what) {
+    const uint64_t total = n;
+    const uint64_t cap = w->ctx && w->ctx->progress && n >= NPUC_PROGRESS_MIN ? NPUC_PROGRESS_STEP : ((uint64_t)1 << 30);
     while (n) {
         uint64_t to_edge = HOLE_BLOCK - s->pos % HOLE_BLOCK, run = 0;
         /* The longest prefix of whole zero blocks (from a block boundary). */
         if (to_edge == HOLE_BLOCK)
-            while (n - run >= HOLE_BLOCK && all_zero(c + run, (size_t)HOLE_BLOCK)) run += HOLE_BLOCK;
+            while (n - run >= HOLE_BLOCK && all_zero(c + run, (size_t)HOLE_BLOCK) && run < cap) run += HOLE_BLOCK;
         if (run) {
             if (lseek(s->fd, (off_t)run, SEEK_CUR) < 0)
                 return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: seek: %s", w->path, what, strerror(errno));
@@ -76,7 +80,7 @@ static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uin
         } else {
             /* Data up to the next block boundary, then whole blocks until a zero one. */
             run = n < to_edge ? n : to_edge;
-            while (n - run >= HOLE_BLOCK && !all_zero(c + run, (size_t)HOLE_BLOCK) && run < ((uint64_t)1 << 30))
+            while (n - run >= HOLE_BLOCK && !all_zero(c + run, (size_t)HOLE_BLOCK) && run < cap)
                 run += HOLE_BLOCK;
             if (run == to_edge && n - run > 0 && n - run < HOLE_BLOCK) run = n; /* a short tail */
             npuc_status st = write_all(w, s->fd, c, run, what);
@@ -86,6 +90,7 @@ static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uin
         c += run;
         n -= run;
         s->pos += run;
+        npuc__progress(w->ctx, NPUC_PROGRESS_WRITE, total - n, total);
     }
     return NPUC_OK;
 }

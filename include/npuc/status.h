@@ -117,6 +117,21 @@ NPUC_API void npuc_ctx_set_max_memory(npuc_ctx *ctx, uint64_t bytes);
 /* The budget in force: the value set, or NPUC_DECODE_BUDGET_DEFAULT. */
 NPUC_API uint64_t npuc_ctx_max_memory(const npuc_ctx *ctx);
 
+/* Progress inside one large tensor.  fn(user, phase, done, total) reports
+ * the bytes of one payload moved so far: phase NPUC_PROGRESS_READ while a
+ * safetensors input tensor is read, NPUC_PROGRESS_WRITE while a safetensors
+ * output tensor is written, each payload of at least NPUC_PROGRESS_MIN bytes
+ * reported every NPUC_PROGRESS_STEP bytes and at its end (smaller ones not
+ * at all; HDF5 reads and writes are one library call and report nothing).
+ * It is called on the thread doing that read or write with ctx, so a
+ * context shared by several threads gets concurrent calls.  fn must not
+ * call back into npuc with ctx.  NULL (the default) turns it off. */
+#define NPUC_PROGRESS_MIN (64ull << 20)
+#define NPUC_PROGRESS_STEP (16ull << 20)
+typedef enum npuc_progress_phase { NPUC_PROGRESS_READ = 0, NPUC_PROGRESS_WRITE = 1 } npuc_progress_phase;
+typedef void (*npuc_progress_fn)(void *user, npuc_progress_phase phase, uint64_t done, uint64_t total);
+NPUC_API void npuc_ctx_set_progress(npuc_ctx *ctx, npuc_progress_fn fn, void *user);
+
 /* The compressor's version string, e.g. "0.1.0" (static; build.h has the
  * rest of what the build is). */
 NPUC_API const char *npuc_version(void);

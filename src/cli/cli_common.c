@@ -699,6 +699,7 @@ void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, co
     }
     /* A large tensor takes seconds: the bar says how fast and how long. */
     p->bar = big && cli_progress_enabled(a);
+    p->n = npuc_model_count(m);
     if (p->bar) p->progress = 0;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -706,8 +707,26 @@ void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, co
     if (p->namew > 48) p->namew = 48;
 }
 
+/* Inside a tensor: reading it is the first half of its bytes, writing its
+ * result the second (a tensor read from HDF5 reports only its writing). */
+static void printer_progress(void *user, npuc_progress_phase ph, uint64_t done, uint64_t total) {
+    cli_printer *p = user;
+    if (ph == NPUC_PROGRESS_READ) p->cur_in = total;
+    const double in = (double)(p->cur_in ? p->cur_in : total), f = total ? (double)done / (double)total : 1;
+    const uint64_t cur = (uint64_t)((ph == NPUC_PROGRESS_READ ? 0.5 * f : 0.5 + 0.5 * f) * in);
+    cli_bar b = {1, p->t0, p->total, p->n};
+    cli_bar_update(&b, p->ndone, p->done + cur, ph == NPUC_PROGRESS_READ ? "(reading)" : "(writing)");
+}
+
+void cli_printer_watch(cli_printer *p, npuc_ctx *ctx) {
+    if (p->bar) npuc_ctx_set_progress(ctx, printer_progress, p);
+}
+
 void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r) {
     cli_printer *p = user;
+    p->ndone = i + 1;
+    p->n = n;
+    p->cur_in = 0;
     if (p->bar) cli_progress_erase();
     if (p->text) {
         char line[1024];

@@ -254,6 +254,8 @@ typedef struct cli_printer {
     int bar;                  /* the byte bar (a tensor >= CLI_BAR_MIN_TENSOR, progress on) */
     double t0;                /* the bar's start (cli_progress.h) */
     uint64_t total, done;     /* the model's tensor bytes, those done */
+    size_t n, ndone;          /* tensors, those done */
+    uint64_t cur_in;          /* the tensor being read: its bytes (0: none seen) */
     const char *verb;         /* "quantizing", for the progress line */
     /* Appends to a tensor's line (before its newline), or NULL. */
     void (*extra)(const npuc_tensor_record *r);
@@ -261,6 +263,10 @@ typedef struct cli_printer {
 
 /* Sets p up for m's tensors (name column width) and the command's flags. */
 void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, const char *verb);
+/* Moves p's byte bar inside a large tensor too: sets ctx's progress
+ * function (npuc_ctx_set_progress) when p draws the bar.  p must outlive
+ * the runs made with ctx. */
+void cli_printer_watch(cli_printer *p, npuc_ctx *ctx);
 /* The passes' on_tensor callback; user is a cli_printer. */
 void cli_printer_on_tensor(void *user, size_t i, size_t n, const npuc_tensor_record *r);
 

@@ -21,6 +21,7 @@
 
 #include "cli_outputs.h"
 #include "cli_pass.h"
+#include "cli_progress.h"
 
 #define MAX_PASSES 16
 
@@ -231,6 +232,7 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     }
     if (r->dry_run) r->out = NULL;
     cli_printer_init(&r->printer, &r->a, r->m, r->pass->verb);
+    cli_printer_watch(&r->printer, r->ctx);
     if (h) r->printer.extra = h->line_extra;
     if (r->dry_run) {
         r->printer.text = 0;
@@ -239,6 +241,8 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     r->io.on_tensor = cli_printer_on_tensor;
     r->io.user = &r->printer;
     st = npuc_pass_run(r->ctx, r->opts, r->m, r->out, &r->io, &r->sum);
+    npuc_ctx_set_progress(r->ctx, NULL, NULL); /* the report's reads draw no bar */
+    if (r->printer.bar) cli_progress_erase();
     cli_warn_ctx(&r->a, r->ctx); /* the library's notes (a pairs file's skipped entries, a writer's) */
     npuc_status gate = NPUC_OK;
     if (st == NPUC_ERR_GATE) { /* nothing was published, but the results are reported */

@@ -37,7 +37,15 @@ struct npuc_ctx {
      * first NPUC_CTX_WARN_MAX are kept, nwarn counts them all. */
     char warn[NPUC_CTX_WARN_MAX][NPUC_MSG_MAX];
     size_t nwarn;
+    npuc_progress_fn progress; /* npuc_ctx_set_progress */
+    void *progress_user;
 };
+
+/* Calls ctx's progress function, if any, for a payload of total bytes
+ * (none below NPUC_PROGRESS_MIN). */
+static inline void npuc__progress(npuc_ctx *ctx, npuc_progress_phase ph, uint64_t done, uint64_t total) {
+    if (ctx && ctx->progress && total >= NPUC_PROGRESS_MIN) ctx->progress(ctx->progress_user, ph, done, total);
+}
 
 /* Records a one-line warning on ctx (NULL: ignored) for the caller to show
  * (npuc_ctx_warning); a writer's note such as a tensor kept unquantized. */

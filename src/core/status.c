@@ -83,6 +83,10 @@ void npuc_ctx_clear(npuc_ctx *ctx) {
 }
 
 void npuc_ctx_set_threads(npuc_ctx *ctx, int n) { ctx->nthreads = n < 0 ? 0 : n; }
+void npuc_ctx_set_progress(npuc_ctx *ctx, npuc_progress_fn fn, void *user) {
+    ctx->progress = fn;
+    ctx->progress_user = user;
+}
 int npuc_ctx_threads(const npuc_ctx *ctx) { return ctx->nthreads; }
 
 size_t npuc_ctx_warning_count(const npuc_ctx *ctx) { return ctx ? ctx->nwarn : 0; }

@@ -264,6 +264,23 @@ EOF
     must_match "$T/bars" '^\[[=> ]{24}\] 1/3  [0-9.]+ (B|KiB|MiB|GiB)/s  ETA [0-9:-]+  a\.weight'
     must_match "$T/bars" '^\[[=> ]{24}\] 2/3  [0-9.]+ (B|KiB|MiB|GiB)/s  ETA [0-9:-]+  big\.weight'
     must_match "$T/out" '^total: 3 tensors'
+    # Inside the 64 MiB tensor the bar moves too (issue 19: "a 1 GiB tensor
+    # shows nothing for seconds"): it is read in 16 MiB steps, and the bar's
+    # fill grows while 1 of 3 tensors is done.
+    fills_grow() { # BARS PHASE
+        "$PY" - "$1" "$2" <<'EOF'
+import re, sys
+pat = r"^\[(=*)>? *\] 1/3  .*\(%s\)$" % sys.argv[2]
+fills = [len(m.group(1)) for m in re.finditer(pat, open(sys.argv[1]).read(), re.M)]
+assert len(fills) >= 3 and fills == sorted(fills) and fills[-1] > fills[0], fills
+EOF
+    }
+    fills_grow "$T/bars" reading || fail "no progress while reading the large tensor"
+    # prune keeps F32: writing the 64 MiB result moves the bar as well.
+    expect_rc 0 "$NPUC_BIN" prune --sparsity 0.5 --progress "$T/big.safetensors" -o "$T/big.p.safetensors"
+    tr '\r' '\n' < "$T/err" > "$T/bars"
+    fills_grow "$T/bars" writing || fail "no progress while writing the large tensor"
+    rm -f "$T/big.p.safetensors"
     expect_rc 0 "$NPUC_BIN" quantize --progress -q -f "$T/big.safetensors" -o "$T/big.q8.safetensors"
     must_be_empty "$T/err"
     rm -f "$T/big.safetensors" "$T/big.q8.safetensors"
