@@ -132,7 +132,9 @@ NPUC_API npuc_status npuc_calib_hessian(npuc_ctx *ctx, npuc_calib *c, const char
                                         double *n, int *found);
 
 /* The importance of each of W's K input columns, the mean of x^2: W.input_sq
- * as stored, else diag(H) / n from W.hessian or W.input.  *found as above. */
+ * as stored, else diag(H) / n from W.hessian or W.input.  *found and the
+ * errors as npuc_calib_hessian (NPUC_ERR_FORMAT naming the file and tensor
+ * for a shape other than K, NaN, Inf or a negative value). */
 NPUC_API npuc_status npuc_calib_importance(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K,
                                            double *imp, int *found);
 
@@ -220,7 +222,14 @@ NPUC_API npuc_status npuc_act_calib_result(const npuc_act_calib *c, uint64_t ch,
  * npuc_aimet_export: AIMET encodings JSON (docs/aimet.md), version "0.6.1"
  * or "1.0.0": activation_encodings from calib_path (may be NULL) and
  * param_encodings for every "quant" entry of the npuc artifact at
- * artifact_path (may be NULL). */
+ * artifact_path (may be NULL).
+ *
+ * Errors: NPUC_ERR_ARG for a NULL argument or a bad version,
+ * NPUC_ERR_NOT_FOUND / NPUC_ERR_FORMAT for a calibration document or
+ * artifact that cannot be read or is malformed (naming the file),
+ * NPUC_ERR_UNSUPPORTED for what the target cannot hold (a TensorRT cache:
+ * per-channel, asymmetric or non-8-bit scales), NPUC_ERR_EXISTS when out
+ * exists and overwrite is 0, NPUC_ERR_IO writing; nothing is written then. */
 NPUC_API npuc_status npuc_trt_cache_export(npuc_ctx *ctx, const char *calib_path, const char *version,
                                            const char *out, int overwrite);
 NPUC_API npuc_status npuc_aimet_export(npuc_ctx *ctx, const char *calib_path, const char *artifact_path,

@@ -130,6 +130,7 @@ NPUC_API uint64_t npuc_ctx_max_memory(const npuc_ctx *ctx);
 #define NPUC_PROGRESS_STEP (16ull << 20)
 typedef enum npuc_progress_phase { NPUC_PROGRESS_READ = 0, NPUC_PROGRESS_WRITE = 1 } npuc_progress_phase;
 typedef void (*npuc_progress_fn)(void *user, npuc_progress_phase phase, uint64_t done, uint64_t total);
+/* Sets (fn, user) as ctx's progress function, as above; fn NULL turns it off. */
 NPUC_API void npuc_ctx_set_progress(npuc_ctx *ctx, npuc_progress_fn fn, void *user);
 
 /* The compressor's version string, e.g. "0.1.0" (static; build.h has the

@@ -18,8 +18,10 @@ static int has_extension(const char *path) {
 
 int cli_check_output_name(const cli_command *cmd, const char *path) {
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* before the name: -o DIR is the mistake */
-        return cli_usage_error(cmd, "%s: is a directory (the output must be a file name)", path);
+    /* -o DIR: the writer decides, before the name's extension matters (a
+     * file format says "is a directory", a checkpoint output may write
+     * into an empty folder or replace a checkpoint with -f). */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return CLI_EXIT_OK;
     if (npuc_format_from_path(path) != NPUC_FORMAT_AUTO || !has_extension(path)) return CLI_EXIT_OK;
     /* Ask the library: opening a writer for the name without a format
      * fails with the registry's message (it creates nothing). */

@@ -159,6 +159,11 @@ static int run(int argc, char **argv) {
     if (ofmt == NPUC_FORMAT_AUTO && (co.shard_set || (stat(in, &isb) == 0 && S_ISDIR(isb.st_mode)) ||
                                      (il > 11 && strcmp(in + il - 11, ".index.json") == 0)))
         ofmt = npuc_format_find("checkpoint");
+    struct stat osb;
+    if (ofmt == NPUC_FORMAT_AUTO && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode)) {
+        rc = cli_usage_error(a.cmd, "%s: is a directory (the output must be a file name)", out);
+        goto done;
+    }
     if (ofmt == NPUC_FORMAT_AUTO) {
         rc = cli_usage_error(a.cmd, "%s: cannot tell the output format from the name "
                                     "(use .safetensors, .h5, .hdf5, .keras or .gguf)", out);

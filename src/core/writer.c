@@ -40,6 +40,12 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     npuc_write_opts o = opts ? *opts : npuc_write_opts_defaults();
     if (!path || !*path) return npuc_fail(ctx, NPUC_ERR_ARG, "no output file given");
     npuc_format f = o.format != NPUC_FORMAT_AUTO ? o.format : npuc_format_from_path(path);
+    /* An existing directory first: no name or -f makes it a file output;
+     * only a row that writes directories (a checkpoint) may take it. */
+    struct stat sd;
+    if (!be && stat(path, &sd) == 0 && S_ISDIR(sd.st_mode) &&
+        (f == NPUC_FORMAT_AUTO || !npuc__format_by_id(f) || !npuc__format_by_id(f)->writes_dir))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory (the output must be a file name)", path);
     if (f == NPUC_FORMAT_AUTO) {
         char hint[256];
         ext_hint(hint, sizeof hint);
