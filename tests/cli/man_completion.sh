@@ -104,7 +104,7 @@ EOF
 must_be_empty "$T/err"
 cat > "$T/want" <<'EOF'
 quantize 
---group-size 
+--grid --group-size 
 entropy minmax mse percentile= 
 html 
 m.h5 m.safetensors 
