@@ -108,15 +108,30 @@ static uint32_t get_u32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* roundf(v) (half away from zero) for a finite |v| < 2^23, inline so the
+ * loop vectorizes: v - trunc(v) is exact there. */
+static inline int round_away(float v) {
+    const int r = (int)v;
+    const float f = v - (float)r;
+    return r + (f >= 0.5f) - (f <= -0.5f);
+}
+
 static int q8_0(const float *x, unsigned char *b) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float amax = 0.0f; /* the values are finite (the writer checks): max, not fmaxf */
+    for (int j = 0; j < 32; j++) {
+        const float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+    }
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     if (half(d, b) != 0) return -1;
+    if (isinf(id)) { /* a subnormal d: x * id leaves round_away's range; as ggml computes it */
+        for (int j = 0; j < 32; j++) b[2 + j] = (unsigned char)(int8_t)(int)roundf(x[j] * id);
+        return 0;
+    }
     for (int j = 0; j < 32; j++) {
         const float x0 = x[j] * id;
-        b[2 + j] = (unsigned char)(int8_t)(int)roundf(x0);
+        b[2 + j] = (unsigned char)(int8_t)round_away(x0);
     }
     return 0;
 }

@@ -344,6 +344,15 @@ fail:
 
 /* Checks a chunk bound for a block type: every value finite. */
 static int first_nonfinite(const float *x, size_t n, size_t *at) {
+    /* A branch-free pass over the exponent bits first (it vectorizes); the
+     * element is looked for only when there is one. */
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    if (!bad) return 0;
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) {
             *at = i;
