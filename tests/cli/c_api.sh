@@ -58,7 +58,10 @@ case "$flags" in *"$NPUC_SRC"*|*"$NPUC_BUILD"*) fail "pkg-config points into the
 libdir=$(pkg-config --variable=libdir npuc)
 "$CC" -std=c11 -Wall -Wextra -Werror $SAN "$NPUC_SRC/samples/c-api/quantize_one.c" $flags -Wl,-rpath,"$libdir" \
     -o "$T/quantize_one" 2> "$T/cc.err" || { cat "$T/cc.err" >&2; fail "the sample does not build"; }
-ldd "$T/quantize_one" | grep -q "$libdir/libnpuc.so" || fail "the sample is not linked to the installed libnpuc"
+# ldd into a file, then grep: `ldd | grep -q` under pipefail fails when grep
+# exits at its match while ldd still writes (SIGPIPE), as seen under ASan.
+ldd "$T/quantize_one" >"$T/ldd.out" || fail "ldd failed on the sample"
+grep -q "$libdir/libnpuc.so" "$T/ldd.out" || fail "the sample is not linked to the installed libnpuc: $(cat "$T/ldd.out")"
 expect_rc 0 "$T/quantize_one" "$SAMPLES/cnn_bn.safetensors" features.3.weight "$T/one.safetensors"
 must_match "$T/out" '^features\.3\.weight: 16 scales, sqnr [0-9.]+ dB'
 must_match "$T/out" '^wrote .*one\.safetensors: '
