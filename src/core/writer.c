@@ -42,8 +42,9 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     npuc_format f = o.format != NPUC_FORMAT_AUTO ? o.format : npuc_format_from_path(path);
     /* An existing directory first: no name or -f makes it a file output;
      * only a row that writes directories (a checkpoint) may take it. */
-    struct stat sd;
-    if (!be && stat(path, &sd) == 0 && S_ISDIR(sd.st_mode) &&
+    struct stat sb;
+    const int exists = !be && stat(path, &sb) == 0;
+    if (exists && S_ISDIR(sb.st_mode) &&
         (f == NPUC_FORMAT_AUTO || !npuc__format_by_id(f) || !npuc__format_by_id(f)->writes_dir))
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory (the output must be a file name)", path);
     if (f == NPUC_FORMAT_AUTO) {
@@ -57,14 +58,8 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     if (!row->writer) return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: npuc cannot write %s files", path, row->name);
     npuc_status st = npuc__write_opts_check(ctx, row, &o);
     if (st != NPUC_OK) return st;
-    struct stat sb;
-    if (!be && stat(path, &sb) == 0) {
-        /* A directory is refused first: -f would not help there. */
-        if (S_ISDIR(sb.st_mode) && !row->writes_dir)
-            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory (the output must be a file name)", path);
-        if (!o.overwrite)
-            return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
-    }
+    if (exists && !o.overwrite)
+        return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
     npuc_writer *w = calloc(1, sizeof *w);
     if (!w) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     w->ctx = ctx;
