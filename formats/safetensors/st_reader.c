@@ -56,6 +56,7 @@ typedef struct st_state {
     uint64_t data_start; /* 8 + N */
     pthread_mutex_t lock; /* guards spare: loads may come from several threads */
     void *spare;          /* a released payload buffer kept for the next load */
+    int sparse;           /* the file has holes (fewer blocks than bytes): read_at skips them */
 } st_state;
 
 typedef struct st_entry {
@@ -108,14 +109,40 @@ static void buf_put(st_state *s, void *p) {
 
 /* Reads n bytes at off; 0, or -1 with errno (0 for a file that ended early).
  * Large payloads go in NPUC_PROGRESS_STEP pieces, each reported to ctx's
- * progress function (npuc_ctx_set_progress). */
-static int read_at(npuc_ctx *ctx, int fd, void *dst, uint64_t n, uint64_t off) {
+ * progress function (npuc_ctx_set_progress).  With sparse set, holes of the
+ * file (SEEK_DATA/SEEK_HOLE) are zero-filled instead of read: reading a hole
+ * makes the kernel copy zeros page by page, which for a zero-padded 4 GiB
+ * tensor cost seconds of system time; the bytes are the same. */
+static int read_at(npuc_ctx *ctx, int fd, int sparse, void *dst, uint64_t n, uint64_t off) {
     char *d = dst;
     const uint64_t total = n;
     const uint64_t step = ctx && ctx->progress && n >= NPUC_PROGRESS_MIN ? NPUC_PROGRESS_STEP : (1u << 30);
     while (n > 0) {
-        size_t chunk = n > step ? (size_t)step : (size_t)n;
-        ssize_t r = pread(fd, d, chunk, (off_t)off);
+        uint64_t lim = n > step ? step : n;
+        if (sparse && lim >= ((uint64_t)1 << 20)) {
+            off_t data = lseek(fd, (off_t)off, SEEK_DATA);
+            uint64_t hole = 0;
+            if (data < 0 && errno == ENXIO) { /* a hole up to the end of the file, or off is past it */
+                struct stat sb;
+                if (fstat(fd, &sb) != 0) return -1;
+                if ((uint64_t)sb.st_size < off + n) { errno = 0; return -1; } /* the file shrank */
+                hole = lim;
+            } else if (data > (off_t)off) {
+                hole = (uint64_t)data - off < lim ? (uint64_t)data - off : lim;
+            } else if (data == (off_t)off) { /* data: read up to the next hole */
+                off_t h = lseek(fd, (off_t)off, SEEK_HOLE);
+                if (h > (off_t)off && (uint64_t)h - off < lim) lim = (uint64_t)h - off;
+            } /* lseek failed otherwise (no SEEK_DATA support): plain reads */
+            if (hole) {
+                memset(d, 0, (size_t)hole);
+                d += hole;
+                off += hole;
+                n -= hole;
+                npuc__progress(ctx, NPUC_PROGRESS_READ, total - n, total);
+                continue;
+            }
+        }
+        ssize_t r = pread(fd, d, (size_t)lim, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             if (r == 0) errno = 0;
@@ -134,7 +161,7 @@ static npuc_status st_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     const npuc_tensor_info *t = &m->t[i];
     void *p = buf_get(s, t->nbytes);
     if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
-    if (read_at(ctx, s->fd, p, t->nbytes, s->data_start + m->offset[i]) != 0) {
+    if (read_at(ctx, s->fd, s->sparse, p, t->nbytes, s->data_start + m->offset[i]) != 0) {
         int e = errno;
         buf_put(s, p);
         if (e == 0) {
@@ -425,6 +452,7 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     if (fstat(s->fd, &sb) != 0) { st = npuc_fail(ctx, NPUC_ERR_IO, "%s: %s", path, strerror(errno)); goto fail; }
     uint64_t fsize = (uint64_t)sb.st_size;
     m->file_size = fsize;
+    s->sparse = sb.st_blocks >= 0 && (uint64_t)sb.st_blocks < fsize / 512; /* holes: see read_at */
     if (fsize < 8) { /* say what is wrong first */
         st = parse_header(ctx, path, m, NULL, fsize, 0, &s->data_start);
         goto fail;
@@ -432,14 +460,14 @@ npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
     /* The header: its length word, then as much of the file as the length
      * claims (parse_header checks it against the limit and the size). */
     unsigned char len8[8];
-    if (read_at(NULL, s->fd, len8, 8, 0) != 0) goto short_read;
+    if (read_at(NULL, s->fd, 0, len8, 8, 0) != 0) goto short_read;
     uint64_t hlen = 0, limit = o->max_header_bytes ? o->max_header_bytes : 100000000u;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
     uint64_t want = 8 + (hlen <= limit && hlen <= fsize - 8 ? hlen : 0);
     if (!(head = malloc((size_t)want + 1))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto fail; }
     memcpy(head, len8, 8);
     head[want] = 0;
-    if (want > 8 && read_at(NULL, s->fd, head + 8, want - 8, 8) != 0) goto short_read;
+    if (want > 8 && read_at(NULL, s->fd, 0, head + 8, want - 8, 8) != 0) goto short_read;
     if ((st = parse_header(ctx, path, m, head, fsize, o->max_header_bytes, &s->data_start)) != NPUC_OK ||
         (st = npuc__model_finish(ctx, m, 0)) != NPUC_OK)
         goto fail;

@@ -17,7 +17,7 @@ SAMPLES="$NPUC_SRC/samples"
 SHARED="${NPUC_SHARED_DATA:-}"
 MODELS="silero_vad_v5 ppocrv4_rec ppocr_mobile_v2_cls nsfwjs_mobilenet_v2"
 
-T="$(mktemp -d "${TMPDIR:-/tmp}/npuc-cli.XXXXXX")"
+T="$(mktemp -d "${TMPDIR:-/tmp}/npuc-cli.$(basename "$0" .sh).XXXXXX")" # the test's name: a leftover folder says whose it is
 
 # Input guard (issue 15: inputs are never modified).  NPUC_BIN becomes the
 # wrapper tests/cli/lib/npuc_wrap.c, which runs the real binary
@@ -52,6 +52,15 @@ cli_test_exit() {
         rc=1
     fi
     rm -rf "$T"
+    # NPUC_TEST_TIMES=FILE: the test's CPU seconds (its shell and every
+    # child it waited for: npuc, python, valgrind), for finding where a
+    # suite's time goes on a machine too loaded for wall times.
+    if [ -n "${NPUC_TEST_TIMES:-}" ]; then
+        times >"$NPUC_TEST_TIMES.$$" # not in a pipe: a subshell's times are its own
+        awk -v t="$(basename "$0" .sh)" -v w="$SECONDS" '{ for (i = 1; i <= NF; i++) { split($i, a, "m"); s += a[1] * 60 + a[2] } }
+            END { printf "%s %.1f %d\n", t, s, w }' "$NPUC_TEST_TIMES.$$" >>"$NPUC_TEST_TIMES"
+        rm -f "$NPUC_TEST_TIMES.$$"
+    fi
     exit "$rc"
 }
 trap cli_test_exit EXIT
