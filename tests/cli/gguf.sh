@@ -102,13 +102,13 @@ import numpy as np
 sys.path.insert(0, sys.argv[2])
 import gguf_check as g
 rng = np.random.default_rng(18)
-a = (rng.standard_normal((257, 1024)) * 0.02).astype(np.float32)
+a = (rng.standard_normal((129, 1024)) * 0.02).astype(np.float32)  # 17 tiles of 256 blocks, the last short
 a[3, :] = 0.0
 a[4, :64] = -0.0
 a[5, :32] = np.floor(np.linspace(-126, 126, 32)) + 0.5
 a[5, 0] = 127.0
 a[6, 100] = 3.0e4
-h = (rng.standard_normal((130, 1024)) * 0.5).astype(np.float16)
+h = (rng.standard_normal((128, 1024)) * 0.5).astype(np.float16)  # 16 tiles: just parallel
 g.st_write(sys.argv[1], [("a.weight", "F32", a), ("h.weight", "F16", h)])
 EOF
 ptypes="q8_0 q4_0 q4_1 q5_0 q5_1"
