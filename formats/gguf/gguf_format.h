@@ -49,14 +49,16 @@ typedef struct npuc__ggml_type {
 /* The traits of ggml type id, or NULL for an id ggml does not define. */
 const npuc__ggml_type *npuc__ggml_type_by_id(uint32_t id);
 
-/* Block codecs (gguf_quant.c).  quantize: k floats (k a multiple of 32, all
- * finite) into k/32 blocks of type id, on nth threads (0: OpenMP's default;
- * the bytes do not depend on it); returns 0, or -1 when a block's fp16
- * scale or minimum would overflow fp16 (what ggml would store as inf), with
- * *bad_block set to the first such block's index.  dequantize: k floats from k/32
- * blocks, exactly as ggml's dequantize_row_*.  Both handle the five block
- * types and nothing else. */
-int npuc__gguf_quantize(int id, const float *x, void *blocks, uint64_t k, int nth, uint64_t *bad_block);
+/* Block codecs (gguf_quant.c).  quantize: k elements of dtype sdt at src
+ * (k a multiple of 32; converted to float32 as npuc_convert does) into
+ * k/32 blocks of type id, on nth threads (0: OpenMP's default; the bytes do
+ * not depend on it); returns 0, or -1 when a block holds a NaN or infinite
+ * value or its fp16 scale or minimum would overflow fp16 (what ggml would
+ * store as inf), with *bad_block set to the first such block's index.
+ * dequantize: k floats from k/32 blocks, exactly as ggml's
+ * dequantize_row_*.  Both handle the five block types and nothing else. */
+int npuc__gguf_quantize(int id, const void *src, npuc_dtype sdt, void *blocks, uint64_t k, int nth,
+                        uint64_t *bad_block);
 void npuc__gguf_dequantize(int id, const void *blocks, float *y, uint64_t k);
 
 /* Bytes of a tensor of type t with ne[0] = row elements and numel elements;

@@ -36,8 +36,15 @@
 
 #include "gguf_format.h"
 
-/* Elements converted and quantized at a time: a multiple of the block. */
+/* Elements converted (plain types) or quantized (block types) at a time:
+ * multiples of the block.  A block type's chunk is one parallel region of
+ * the quantizer; it is large (64 MiB of float32, a 4096x4096 matrix at
+ * once) because between regions, while this thread reads the next tensor
+ * or writes this one, the other OpenMP threads spin and then sleep, and
+ * with 1 MiB chunks that idling cost 40% of the CPU time (perf). */
 #define GGW_CHUNK (32u * 32768u)
+#define GGW_QCHUNK (32u * 524288u)
+#define GGW_OUT_BYTES (GGW_QCHUNK / 32u * 34u) /* >= GGW_CHUNK * 8 and any block chunk */
 
 typedef struct ggw_tensor {
     int type;
@@ -48,7 +55,6 @@ typedef struct ggw_tensor {
 typedef struct ggw_state {
     FILE *f;
     ggw_tensor *t;
-    float *f32;         /* GGW_CHUNK floats */
     unsigned char *out; /* one converted chunk */
 } ggw_state;
 
@@ -304,7 +310,6 @@ static void state_free(ggw_state *s) {
     if (!s) return;
     if (s->f) fclose(s->f);
     free(s->t);
-    free(s->f32);
     free(s->out);
     free(s);
 }
@@ -321,9 +326,8 @@ static npuc_status ggw_begin(npuc_writer *w) {
     npuc_status st = NPUC_OK;
     if (!s) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     s->t = calloc(w->n ? w->n : 1, sizeof *s->t);
-    s->f32 = malloc(GGW_CHUNK * sizeof *s->f32);
-    s->out = malloc(GGW_CHUNK * 8);
-    if (!s->t || !s->f32 || !s->out) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+    s->out = malloc(GGW_OUT_BYTES);
+    if (!s->t || !s->out) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
     if ((st = build_header(w, s, &b)) != NPUC_OK) goto fail;
     s->f = fopen(w->tmp, "wbe");
     if (!s->f) {
@@ -342,22 +346,22 @@ fail:
     return st;
 }
 
-/* Checks a chunk bound for a block type: every value finite. */
-static int first_nonfinite(const float *x, size_t n, size_t *at) {
-    /* A branch-free pass over the exponent bits first (it vectorizes); the
-     * element is looked for only when there is one. */
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+/* The first NaN or infinite element of k values of dtype dt at p, found
+ * only after the quantizer refused a block (the error path): a chunk's
+ * first non-finite element is reported before any block whose scale
+ * overflows fp16, wherever the two lie in the chunk. */
+static int first_nonfinite(const void *p, npuc_dtype dt, size_t k, size_t *at) {
+    float x[1024];
+    const size_t ss = npuc_dtype_size(dt);
+    for (size_t i = 0; i < k; i += 1024) {
+        const size_t n = k - i < 1024 ? k - i : 1024;
+        npuc_convert(x, NPUC_DTYPE_F32, (const unsigned char *)p + i * ss, dt, n);
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(x[j])) {
+                *at = i + j;
+                return isnan(x[j]) ? 1 : 2;
+            }
     }
-    if (!bad) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) {
-            *at = i;
-            return 1;
-        }
     return 0;
 }
 
@@ -374,7 +378,8 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
     uint64_t row = t->rank ? (uint64_t)t->shape[t->rank - 1] : 1;
     npuc_status st = NPUC_OK;
     for (uint64_t done = 0; done < t->numel && st == NPUC_OK;) {
-        size_t k = t->numel - done < GGW_CHUNK ? (size_t)(t->numel - done) : GGW_CHUNK;
+        const size_t chunk = gt->blck == 1 ? GGW_CHUNK : GGW_QCHUNK;
+        size_t k = t->numel - done < chunk ? (size_t)(t->numel - done) : chunk;
         const unsigned char *p = src + done * ss;
         if (gt->blck == 1) {
             npuc_dtype dd = gt->dtype;
@@ -385,18 +390,14 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
                 st = out(w, s->f, s->out, k * npuc_dtype_size(dd), what);
             }
         } else {
-            const float *x = (const float *)(const void *)p;
             size_t at;
             uint64_t bad;
-            if (t->dtype != NPUC_DTYPE_F32) {
-                npuc_convert(s->f32, NPUC_DTYPE_F32, p, t->dtype, k);
-                x = s->f32;
-            }
-            if (first_nonfinite(x, k, &at))
-                return npuc_fail(w->ctx, NPUC_ERR_VALUE, "%s: tensor '%s': element %llu is %s; %s cannot hold it",
-                                 w->path, t->name, (unsigned long long)(done + at),
-                                 isnan(x[at]) ? "NaN" : "infinite", gt->name);
-            if (npuc__gguf_quantize(g->type, x, s->out, k, npuc_ctx_threads(w->ctx), &bad) != 0) {
+            if (npuc__gguf_quantize(g->type, p, t->dtype, s->out, k, npuc_ctx_threads(w->ctx), &bad) != 0) {
+                const int nf = first_nonfinite(p, t->dtype, k, &at);
+                if (nf)
+                    return npuc_fail(w->ctx, NPUC_ERR_VALUE, "%s: tensor '%s': element %llu is %s; %s cannot hold it",
+                                     w->path, t->name, (unsigned long long)(done + at),
+                                     nf == 1 ? "NaN" : "infinite", gt->name);
                 uint64_t e = done + bad * 32;
                 return npuc_fail(w->ctx, NPUC_ERR_VALUE,
                                  "%s: tensor '%s': row %llu, elements %llu..%llu: the %s block scale or "

@@ -92,6 +92,36 @@ must_match "$T/err" "nan.gguf: tensor 'n.weight': element 36 is NaN"
 ls -a "$T" | grep -q 'npuc-.*tmp' && fail "a temporary file was left behind"
 [ ! -e "$T/q.gguf" ] && [ ! -e "$T/nan.gguf" ] || fail "a refused output was published"
 
+# Tensors large enough for the quantizer's parallel tiles: the bytes are the
+# same on 1 and 2 threads and with the scalar reference kernels forced
+# (NPUC_FORCE_REF=1) as with the AVX-512 ones, and equal the NumPy
+# reference; an F16 source is converted inside the tiles.
+"$PY" - "$T/par.safetensors" "$TESTLIB" <<'EOF'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+import gguf_check as g
+rng = np.random.default_rng(18)
+a = (rng.standard_normal((129, 1024)) * 0.02).astype(np.float32)  # 17 tiles of 256 blocks, the last short
+a[3, :] = 0.0
+a[4, :64] = -0.0
+a[5, :32] = np.floor(np.linspace(-126, 126, 32)) + 0.5
+a[5, 0] = 127.0
+a[6, 100] = 3.0e4
+h = (rng.standard_normal((128, 1024)) * 0.5).astype(np.float16)  # 16 tiles: just parallel
+g.st_write(sys.argv[1], [("a.weight", "F32", a), ("h.weight", "F16", h)])
+EOF
+ptypes="q8_0 q4_0 q4_1 q5_0 q5_1"
+[ "${NPUC_TEST_QUICK:-0}" = 1 ] && ptypes="q8_0 q5_1"
+for ty in $ptypes; do
+    OMP_NUM_THREADS=2 expect_rc 0 "$NPUC_BIN" convert "$T/par.safetensors" -o "$T/par2_$ty.gguf" --gguf-type "$ty"
+    OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/par.safetensors" -o "$T/par1_$ty.gguf" --gguf-type "$ty"
+    NPUC_FORCE_REF=1 expect_rc 0 "$NPUC_BIN" convert "$T/par.safetensors" -o "$T/parr_$ty.gguf" --gguf-type "$ty"
+    cmp "$T/par2_$ty.gguf" "$T/par1_$ty.gguf" || fail "$ty: 1 and 2 threads differ"
+    cmp "$T/par2_$ty.gguf" "$T/parr_$ty.gguf" || fail "$ty: NPUC_FORCE_REF=1 differs"
+    G check "$T/par.safetensors" "$T/par2_$ty.gguf" "$ty"
+done
+
 # Hostile files: one line naming the file, exit 2, never a crash.
 G hostile "$T/bad"
 expect_rc 0 "$NPUC_BIN" info "$T/bad/ok.gguf"

@@ -372,7 +372,7 @@ static void test_quantize_by_hand(void **state) {
     x[2] = -2.5f;
     x[3] = 0.49f;
     x[4] = -126.5f;
-    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q8_0, x, blk, 32, 1, &bad), 0);
+    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q8_0, x, NPUC_DTYPE_F32, blk, 32, 1, &bad), 0);
     assert_int_equal(blk[0], 0x00);
     assert_int_equal(blk[1], 0x3c);
     assert_int_equal((int8_t)blk[2], 127);
@@ -389,14 +389,14 @@ static void test_quantize_by_hand(void **state) {
     x[1] = 0.5f;
     x[17] = -0.5f;
     x[2] = -7.6f;
-    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q4_0, x, blk, 32, 1, &bad), 0);
+    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q4_0, x, NPUC_DTYPE_F32, blk, 32, 1, &bad), 0);
     assert_int_equal(blk[0] | blk[1] << 8, 0x3c00);
     assert_int_equal(blk[2], 0 | 15 << 4);
     assert_int_equal(blk[3], 9 | 8 << 4);
     assert_int_equal(blk[4], 0 | 8 << 4);
     /* An all-zero block: d = 0/-8 = -0.0 (fp16 0x8000), q = trunc(8.5) = 8. */
     memset(x, 0, sizeof x);
-    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q4_0, x, blk, 32, 1, &bad), 0);
+    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q4_0, x, NPUC_DTYPE_F32, blk, 32, 1, &bad), 0);
     assert_int_equal(blk[0] | blk[1] << 8, 0x8000);
     assert_int_equal(blk[2], 0x88);
     /* A scale beyond fp16 is refused with the block's index. */
@@ -404,7 +404,7 @@ static void test_quantize_by_hand(void **state) {
     for (int j = 0; j < 64; j++) y[j] = 1.0f;
     y[40] = 1e7f;
     unsigned char two[68];
-    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q8_0, y, two, 64, 1, &bad), -1);
+    assert_int_equal(npuc__gguf_quantize(NPUC__GGML_Q8_0, y, NPUC_DTYPE_F32, two, 64, 1, &bad), -1);
     assert_int_equal(bad, 1);
 }
 
