@@ -75,14 +75,14 @@ static int write_shard(const char *path, const char *hdr, size_t payload) {
 /* Writes part (or removes the file when the part is empty). */
 static int put(const char *dir, const char *name, const uint8_t *p, size_t n) {
     char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) return -1;
     if (!n) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
     return write_file(path, p, n);
 }
 
 static const char *const NAMES[] = {"model.safetensors.index.json", "a.safetensors", "b.safetensors",
                                     "config.json"};
-static char g_dir[4096 + 64];
+static char g_dir[4096];
 
 /* The folder goes before fuzz_util.c's scratch directory (atexit runs this
  * first), which removes only plain files. */
@@ -99,7 +99,7 @@ static int setup(void) {
     if (g_dir[0]) return 0;
     const char *outside = npuc_fuzz_path("outside.safetensors");
     if (!outside || write_shard(outside, SHARD_B_HDR, 8) != 0) return -1;
-    snprintf(g_dir, sizeof g_dir, "%s", npuc_fuzz_path("ckpt"));
+    if ((size_t)snprintf(g_dir, sizeof g_dir, "%s", npuc_fuzz_path("ckpt")) >= sizeof g_dir) return -1;
     char sub[4096 + 64];
     snprintf(sub, sizeof sub, "%s/dir.safetensors", g_dir);
     if ((mkdir(g_dir, 0700) != 0 && errno != EEXIST) || (mkdir(sub, 0700) != 0 && errno != EEXIST)) {
