@@ -7,8 +7,8 @@
  *   columns are permuted by decreasing H_jj; H_jj += damp * mean(diag H);
  *   U = the upper Cholesky factor of H^-1, which is the reversal of the
  *   inverse of the upper Cholesky factor of H reversed (inverse_factor:
- *   one dpotrf and one triangular inverse instead of the reference's
- *   three factorisations; the same U up to rounding);
+ *   one Cholesky factorisation and one triangular inverse instead of the
+ *   reference's three factorisations; the same U up to rounding);
  *   in blocks of B = 128 columns, column by column: q = Q(w_j), the error
  *   e = (w_j - q) / U_jj is fed back into the block's later columns
  *   (w_k -= e U_jk), and at the end of the block the rest of the row takes
@@ -28,9 +28,8 @@
  * Rows are independent given U: they are processed in tiles of TILE rows
  * whose boundaries depend only on the tensor, each tile by one thread with
  * single-threaded BLAS (npuc__blas_enter), so codes are the same for any -j.
- * The triangular inverse is split the same way (fixed column blocks, one
- * single-threaded dtrsm each); only the Cholesky factorisation itself runs
- * on one thread.
+ * The Cholesky factorisation and the triangular inverse are split the same
+ * way (fixed column blocks, one single-threaded BLAS call each).
  */
 #include <float.h>
 #include <math.h>
@@ -51,7 +50,7 @@
 
 #define BLOCK 128u
 #define TILE 128u  /* rows per tile: each tile streams U once per block */
-#define INV_BLOCK 256u /* columns per dtrsm of the triangular inverse */
+#define INV_BLOCK 256u /* columns per BLAS call of the factorisation and the inverse */
 
 /* What every tile shares. */
 typedef struct gjob {
@@ -111,12 +110,14 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
         const uint64_t i2 = i1 + BLOCK < K ? i1 + BLOCK : K, nb = i2 - i1;
         for (uint64_t r = 0; r < R; r++)
             for (uint64_t k = 0; k < nb; k++) W1[r * BLOCK + k] = W[r * K + i1 + k];
-        for (uint64_t i = 0; i < nb; i++) {
-            const uint64_t col = i1 + i, j = J->perm[col];
-            const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
-            const double d = u[i];
-            for (uint64_t r = 0; r < R; r++) {
-                const uint64_t c = c0 + r;
+        /* Rows are independent within a block too: row by row, so the row's
+         * working copy stays in L1 and codes are written in order. */
+        for (uint64_t r = 0; r < R; r++) {
+            const uint64_t c = c0 + r;
+            double *w1 = W1 + r * BLOCK;
+            for (uint64_t i = 0; i < nb; i++) {
+                const uint64_t col = i1 + i, j = J->perm[col];
+                const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
                 if (!J->static_groups && col % G == 0) {
                     const uint64_t n = K - col < G ? K - col : G;
                     for (uint64_t k = 0; k < n; k++) gv[k] = W[r * K + col + k];
@@ -125,13 +126,12 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
                 const uint64_t idx = c * gpc + j / G, o = at(J->qs, c, j);
                 npuc_qsums acc = {0};
                 float dq;
-                double *w1 = W1 + r * BLOCK;
                 const double x = w1[i];
                 J->codes[o] = npuc_qk_elem((float)x, J->scales[idx], J->inv[idx], J->zp[idx], J->qmin, J->qmax, &dq,
                                            &acc);
                 J->deq[o] = dq;
                 clipped += acc.clipped;
-                const double e = (x - (double)dq) / d;
+                const double e = (x - (double)dq) / u[i];
                 axpy_neg(w1 + i + 1, u + i + 1, e, nb - i - 1);
                 E[r * BLOCK + i] = (float)e;
             }
@@ -141,6 +141,37 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
                         (int)BLOCK, J->Uf + i1 * K + i2, (int)K, 1.0f, W + i2, (int)K);
     }
     return clipped;
+}
+
+/* The upper Cholesky factor R of the column-major K x K matrix A (A = R^T R,
+ * written over A's upper triangle; the lower one is left as garbage):
+ * right-looking in blocks of INV_BLOCK, the panel solve and the trailing
+ * update split into fixed column blocks, one single-threaded BLAS call each
+ * on the context's threads (the same bytes for any -j).  Returns 0 or the
+ * LAPACK info (the failing column, from 1). */
+static int cholesky_upper(npuc_ctx *ctx, double *A, uint64_t K) {
+    const int nt = npuc__threads(ctx), lda = (int)K;
+    for (uint64_t k0 = 0; k0 < K; k0 += INV_BLOCK) {
+        const uint64_t k1 = k0 + INV_BLOCK < K ? k0 + INV_BLOCK : K, nb = k1 - k0;
+        const lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)nb, A + k0 * K + k0, lda);
+        if (info != 0) return (int)(k0 + (uint64_t)info);
+        const int64_t nblk = (int64_t)((K - k1 + INV_BLOCK - 1) / INV_BLOCK);
+        /* R12 = R11^-T A12 */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblk; b++) {
+            const uint64_t j0 = k1 + (uint64_t)b * INV_BLOCK, j1 = j0 + INV_BLOCK < K ? j0 + INV_BLOCK : K;
+            cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasTrans, CblasNonUnit, (int)nb, (int)(j1 - j0), 1.0,
+                        A + k0 * K + k0, lda, A + j0 * K + k0, lda);
+        }
+        /* A22 -= R12^T R12, block column [j0, j1) down to its diagonal */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int64_t b = nblk - 1; b >= 0; b--) {
+            const uint64_t j0 = k1 + (uint64_t)b * INV_BLOCK, j1 = j0 + INV_BLOCK < K ? j0 + INV_BLOCK : K;
+            cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)(j1 - k1), (int)(j1 - j0), (int)nb, -1.0,
+                        A + k1 * K + k0, lda, A + j0 * K + k0, lda, 1.0, A + j0 * K + k1, lda);
+        }
+    }
+    return 0;
 }
 
 /* U: the upper Cholesky factor of H^-1, row-major, written over H (K x K,
@@ -159,8 +190,8 @@ static int inverse_factor(npuc_ctx *ctx, double *H, double *Y, uint64_t K) {
         H[i] = H[KK - 1 - i];
         H[KK - 1 - i] = t;
     }
-    const lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)K, H, (lapack_int)K);
-    if (info != 0) return (int)info;
+    const int info = cholesky_upper(ctx, H, K);
+    if (info != 0) return info;
     const int64_t nblk = (int64_t)((K + INV_BLOCK - 1) / INV_BLOCK);
 #pragma omp parallel for num_threads(npuc__threads(ctx)) schedule(dynamic, 1)
     for (int64_t bi = nblk - 1; bi >= 0; bi--) { /* the largest solves first */
@@ -210,10 +241,9 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
     unsigned char *dead = calloc((size_t)K, 1);
     double *diag = malloc(sizeof(double) * (size_t)K);
     double *U = malloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
-    float *Uf = malloc(sizeof(float) * (size_t)(K * K));
     float *inv = malloc(sizeof(float) * (size_t)qs.nscales);
     float *deq = deq_out ? deq_out : malloc(sizeof(float) * (size_t)t->numel);
-    if (!perm || !dead || !diag || !U || !Uf || !inv || !deq) {
+    if (!perm || !dead || !diag || !U || !inv || !deq) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
         goto done;
     }
@@ -279,6 +309,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         goto done;
     }
     J.U = H;
+    float *Uf = (float *)U; /* R^-1 is no longer needed: its memory holds U in float */
     for (uint64_t i = 0; i < K * K; i++) Uf[i] = (float)H[i];
     J.Uf = Uf;
     const uint64_t tiles = (C + TILE - 1) / TILE;
@@ -324,7 +355,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         npuc_error_from_sums(err, t->numel, w2, e2, wd, d2, mx, noise, clipped);
     }
 done:
-    free(perm), free(dead), free(diag), free(inv), free(U), free(Uf);
+    free(perm), free(dead), free(diag), free(inv), free(U);
     if (deq != deq_out) free(deq);
     return st;
 }
