@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--calib-seqs", type=int, default=256)
     ap.add_argument("--eval-windows", type=int, default=1024)
     ap.add_argument("--extra", default="", help="extra npuc quantize flags for every run (e.g. '--grid full')")
+    ap.add_argument("--gptq-extra", default="", help="extra flags for the GPTQ runs only (e.g. '--act-order')")
+    ap.add_argument("--tag", default="", help="suffix of the output files (results<TAG>.json)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     W = a.workdir
@@ -83,10 +85,10 @@ def main():
     res = {"float": base, "eval_bytes": n_eval * T, "calib_rows": int(len(starts) * T), "runs": {}}
     for bits, group in SETTINGS:
         for meth, flags in METHODS.items():
-            out = os.path.join(W, "q_%d_%d_%s.safetensors" % (bits, group, meth))
+            out = os.path.join(W, "q_%d_%d_%s%s.safetensors" % (bits, group, meth, a.tag))
             cmd = [a.npuc, "quantize", "-q", "-f", "--quantize-all", "--include", INCLUDE, "-b", str(bits), "-g",
                    str(group), "-j", str(a.threads), "--fake-quant"] + [f.format(calib=calib) for f in flags] + \
-                a.extra.split() + [os.path.join(W, "model.safetensors"), "-o", out]
+                a.extra.split() + (a.gptq_extra.split() if meth == "gptq" else []) + [os.path.join(W, "model.safetensors"), "-o", out]
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             secs = time.perf_counter() - t0
@@ -103,7 +105,7 @@ def main():
         res["runs"]["int%d g%d" % (bits, group)] = {"ratio": r, "target": tgt, "met": r <= tgt}
         print("| int%d g%d | +%.4f | +%.4f | +%.4f | %.2f | <= %.1f %s |" % (
             bits, group, inc["rtn"], inc["imse"], inc["gptq"], r, tgt, "met" if r <= tgt else "MISSED"))
-    with open(os.path.join(W, "results.json"), "w") as f:
+    with open(os.path.join(W, "results%s.json" % a.tag), "w") as f:
         json.dump(res, f, indent=1)
 
 
