@@ -11,11 +11,15 @@ algorithm (Frantar et al. 2022: blocks of 128, lazy batch updates, the
 Cholesky factor of H^-1) in torch float32 on the same data, as IST-DASLab's
 fasterquant does on a CPU, with torch on T threads.  Prints one JSON line
 with both times and the output error proxy tr((W-Q) H (W-Q)^T) / tr(W H W^T)
-of each.  Not run in CI (torch, and minutes at K = 4096 on a loaded machine).
+of each, the CPU time (user + system) of each beside its wall time, and the
+1-minute load average before the runs (the machine is shared: compare wall
+times only at a low load).  Not run in CI (torch, and minutes at K = 4096 on
+a loaded machine).
 """
 import argparse
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -87,11 +91,15 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         write_st(d + "/m.safetensors", [("fc.weight", W)])
         write_st(d + "/c.safetensors", [("fc.weight.hessian", H), ("fc.weight.hessian_count", np.array([1], np.int64))])
+        load = os.getloadavg()[0]
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run([a.npuc, "quantize", "-q", "--quantize-all", "--method", "gptq", "--calib", d + "/c.safetensors",
                         "-b", str(a.bits), "-g", str(a.group), "-j", str(a.threads), d + "/m.safetensors",
                         "-o", d + "/q.safetensors", "--fake-quant"], check=True, stdout=subprocess.DEVNULL)
         t_npuc = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_npuc = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
         with open(d + "/q.safetensors", "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
             hdr = json.loads(f.read(n))
@@ -101,11 +109,13 @@ def main():
     torch.set_num_threads(a.threads)
     Wt, Ht = torch.from_numpy(W), torch.from_numpy(H)
     out = {"size": K, "bits": a.bits, "group": a.group, "threads": a.threads, "torch": torch.__version__,
-           "npuc_s": round(t_npuc, 3), "npuc_err": proxy(Wt, Qn, Ht)}
+           "load1": round(load, 2), "npuc_s": round(t_npuc, 3), "npuc_cpu_s": round(cpu_npuc, 3),
+           "npuc_err": proxy(Wt, Qn, Ht)}
     if not a.skip_torch:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         Qt = torch_gptq(Wt, Ht.float(), a.bits, a.group)
         out["torch_s"] = round(time.perf_counter() - t0, 3)
+        out["torch_cpu_s"] = round(time.process_time() - c0, 3)
         out["torch_err"] = proxy(Wt, Qt, Ht)
     print(json.dumps(out))
 

@@ -5,13 +5,17 @@
  *   H = 2 S / n (S = sum x x^T); a dead column (H_jj = 0: an input that is
  *   always 0) gets H_jj = 1 and its weights set to 0; with act-order the
  *   columns are permuted by decreasing H_jj; H_jj += damp * mean(diag H);
- *   U = the upper Cholesky factor of H^-1 (Cholesky of H, its inverse, the
- *   Cholesky of that, through LAPACK);
+ *   U = the upper Cholesky factor of H^-1, which is the reversal of the
+ *   inverse of the upper Cholesky factor of H reversed (inverse_factor:
+ *   one Cholesky factorisation and one triangular inverse instead of the
+ *   reference's three factorisations; the same U up to rounding);
  *   in blocks of B = 128 columns, column by column: q = Q(w_j), the error
  *   e = (w_j - q) / U_jj is fed back into the block's later columns
  *   (w_k -= e U_jk), and at the end of the block the rest of the row takes
  *   the whole block's errors at once (W[:, i2:] -= E U[i1:i2, i2:], the
- *   lazy batch update, one GEMM).
+ *   lazy batch update, one sgemm per tile and block: the rows wait between
+ *   blocks in float32, as the reference's torch code keeps them; the
+ *   column-by-column work inside a block is in double).
  *
  * Scales: per channel from the row before any update; per group, when the
  * group's first column is reached, from the row as it stands at the start
@@ -24,6 +28,8 @@
  * Rows are independent given U: they are processed in tiles of TILE rows
  * whose boundaries depend only on the tensor, each tile by one thread with
  * single-threaded BLAS (npuc__blas_enter), so codes are the same for any -j.
+ * The Cholesky factorisation and the triangular inverse are split the same
+ * way (fixed column blocks, one single-threaded BLAS call each).
  */
 #include <float.h>
 #include <math.h>
@@ -43,7 +49,8 @@
 #include "passes/quantize/quant_gptq.h"
 
 #define BLOCK 128u
-#define TILE 64u
+#define TILE 128u  /* rows per tile: each tile streams U once per block */
+#define INV_BLOCK 256u /* columns per BLAS call of the factorisation and the inverse */
 
 /* What every tile shares. */
 typedef struct gjob {
@@ -52,6 +59,7 @@ typedef struct gjob {
     const npuc_quant_params *p;
     uint64_t K, G; /* G: group length in columns (K per channel) */
     const double *U;          /* K x K upper factor, permuted order */
+    const float *Uf;          /* U in float32, for the lazy batch update */
     const uint64_t *perm;     /* permuted column -> stored column (identity without act-order) */
     const unsigned char *dead;/* by stored column */
     int32_t qmin, qmax;
@@ -62,9 +70,17 @@ typedef struct gjob {
     float *deq;               /* numel, stored order (always allocated) */
 } gjob;
 
-/* Element (c, j) of the tensor in sequence order j = o * inner + k. */
+/* Element (c, j) of the tensor in sequence order j = o * inner + k (a
+ * channel's values are contiguous when outer is 1: no divisions then). */
 static inline uint64_t at(const npuc_quant_shape *qs, uint64_t c, uint64_t j) {
+    if (qs->outer == 1) return c * qs->inner + j;
     return ((j / qs->inner) * qs->channels + c) * qs->inner + j % qs->inner;
+}
+
+/* y[0..n) -= a x[0..n): the rank-1 error feedback inside a block. */
+static inline void axpy_neg(double *restrict y, const double *restrict x, double a, uint64_t n) {
+#pragma omp simd
+    for (uint64_t k = 0; k < n; k++) y[k] -= a * x[k];
 }
 
 /* Scale of channel c's values v[0..n) (floats of the current weights). */
@@ -80,64 +96,114 @@ static void group_params(const gjob *J, const double *v, uint64_t n, uint64_t id
     npuc__scale_round(J->p->scale_dtype, &J->scales[idx], &J->inv[idx]); /* --scale-dtype */
 }
 
-/* GPTQ of rows [c0, c0 + R); W (R x K), W1 and E (R x BLOCK) and gv (G)
- * are scratch. */
-static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, double *W, double *W1, double *E, double *gv) {
+/* GPTQ of rows [c0, c0 + R); W (R x K floats), W1 (R x BLOCK doubles),
+ * E (R x BLOCK floats) and gv (G doubles) are scratch. */
+static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W1, float *E, double *gv) {
     uint64_t clipped = 0;
     const uint64_t K = J->K, G = J->G, gpc = J->qs->groups_per_channel;
     for (uint64_t r = 0; r < R; r++)
         for (uint64_t i = 0; i < K; i++) {
             const uint64_t j = J->perm[i];
-            W[r * K + i] = J->dead[j] ? 0.0 : (double)J->w[at(J->qs, c0 + r, j)];
+            W[r * K + i] = J->dead[j] ? 0.0f : J->w[at(J->qs, c0 + r, j)];
         }
     for (uint64_t i1 = 0; i1 < K; i1 += BLOCK) {
         const uint64_t i2 = i1 + BLOCK < K ? i1 + BLOCK : K, nb = i2 - i1;
-        for (uint64_t r = 0; r < R; r++) memcpy(W1 + r * BLOCK, W + r * K + i1, nb * sizeof(double));
-        for (uint64_t i = 0; i < nb; i++) {
-            const uint64_t col = i1 + i, j = J->perm[col];
-            const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
-            const double d = u[i];
-            for (uint64_t r = 0; r < R; r++) {
-                const uint64_t c = c0 + r;
+        for (uint64_t r = 0; r < R; r++)
+            for (uint64_t k = 0; k < nb; k++) W1[r * BLOCK + k] = W[r * K + i1 + k];
+        /* Rows are independent within a block too: row by row, so the row's
+         * working copy stays in L1 and codes are written in order. */
+        for (uint64_t r = 0; r < R; r++) {
+            const uint64_t c = c0 + r;
+            double *w1 = W1 + r * BLOCK;
+            for (uint64_t i = 0; i < nb; i++) {
+                const uint64_t col = i1 + i, j = J->perm[col];
+                const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
                 if (!J->static_groups && col % G == 0) {
                     const uint64_t n = K - col < G ? K - col : G;
                     for (uint64_t k = 0; k < n; k++) gv[k] = W[r * K + col + k];
                     group_params(J, gv, n, c * gpc + col / G);
                 }
-                const uint64_t idx = c * gpc + j / G;
+                const uint64_t idx = c * gpc + j / G, o = at(J->qs, c, j);
                 npuc_qsums acc = {0};
                 float dq;
-                const double x = W1[r * BLOCK + i];
-                J->codes[at(J->qs, c, j)] =
-                    npuc_qk_elem((float)x, J->scales[idx], J->inv[idx], J->zp[idx], J->qmin, J->qmax, &dq, &acc);
-                J->deq[at(J->qs, c, j)] = dq;
+                const double x = w1[i];
+                J->codes[o] = npuc_qk_elem((float)x, J->scales[idx], J->inv[idx], J->zp[idx], J->qmin, J->qmax, &dq,
+                                           &acc);
+                J->deq[o] = dq;
                 clipped += acc.clipped;
-                const double e = (x - (double)dq) / d;
-                double *w1 = W1 + r * BLOCK;
-                for (uint64_t k = i + 1; k < nb; k++) w1[k] -= e * u[k];
-                E[r * BLOCK + i] = e;
+                const double e = (x - (double)dq) / u[i];
+                axpy_neg(w1 + i + 1, u + i + 1, e, nb - i - 1);
+                E[r * BLOCK + i] = (float)e;
             }
         }
         if (i2 < K)
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)(K - i2), (int)nb, -1.0, E,
-                        (int)BLOCK, J->U + i1 * K + i2, (int)K, 1.0, W + i2, (int)K);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)(K - i2), (int)nb, -1.0f, E,
+                        (int)BLOCK, J->Uf + i1 * K + i2, (int)K, 1.0f, W + i2, (int)K);
     }
     return clipped;
 }
 
-/* U: the upper Cholesky factor of the inverse of H (K x K, row-major,
- * overwritten).  Returns 0, or the LAPACK info of the failing step. */
-static int inverse_factor(double *H, uint64_t K) {
-    const lapack_int k = (lapack_int)K;
-    lapack_int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', k, H, k);
-    if (info == 0) info = LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'L', k, H, k);
-    if (info != 0) return (int)info;
-    for (uint64_t a = 0; a < K; a++)
-        for (uint64_t b = a + 1; b < K; b++) H[a * K + b] = H[b * K + a];
-    info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', k, H, k);
-    if (info != 0) return (int)info;
-    for (uint64_t a = 0; a < K; a++)
-        for (uint64_t b = 0; b < a; b++) H[a * K + b] = 0;
+/* The upper Cholesky factor R of the column-major K x K matrix A (A = R^T R,
+ * written over A's upper triangle; the lower one is left as garbage):
+ * right-looking in blocks of INV_BLOCK, the panel solve and the trailing
+ * update split into fixed column blocks, one single-threaded BLAS call each
+ * on the context's threads (the same bytes for any -j).  Returns 0 or the
+ * LAPACK info (the failing column, from 1). */
+static int cholesky_upper(npuc_ctx *ctx, double *A, uint64_t K) {
+    const int nt = npuc__threads(ctx), lda = (int)K;
+    for (uint64_t k0 = 0; k0 < K; k0 += INV_BLOCK) {
+        const uint64_t k1 = k0 + INV_BLOCK < K ? k0 + INV_BLOCK : K, nb = k1 - k0;
+        const lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)nb, A + k0 * K + k0, lda);
+        if (info != 0) return (int)(k0 + (uint64_t)info);
+        const int64_t nblk = (int64_t)((K - k1 + INV_BLOCK - 1) / INV_BLOCK);
+        /* R12 = R11^-T A12 */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblk; b++) {
+            const uint64_t j0 = k1 + (uint64_t)b * INV_BLOCK, j1 = j0 + INV_BLOCK < K ? j0 + INV_BLOCK : K;
+            cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasTrans, CblasNonUnit, (int)nb, (int)(j1 - j0), 1.0,
+                        A + k0 * K + k0, lda, A + j0 * K + k0, lda);
+        }
+        /* A22 -= R12^T R12, block column [j0, j1) down to its diagonal */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int64_t b = nblk - 1; b >= 0; b--) {
+            const uint64_t j0 = k1 + (uint64_t)b * INV_BLOCK, j1 = j0 + INV_BLOCK < K ? j0 + INV_BLOCK : K;
+            cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)(j1 - k1), (int)(j1 - j0), (int)nb, -1.0,
+                        A + k1 * K + k0, lda, A + j0 * K + k0, lda, 1.0, A + j0 * K + k1, lda);
+        }
+    }
+    return 0;
+}
+
+/* U: the upper Cholesky factor of H^-1, row-major, written over H (K x K,
+ * symmetric); Y is K x K scratch.  With P the reversal of the columns:
+ * P H P = R^T R (R upper) gives H^-1 = P R^-1 R^-T P = U^T U with
+ * U = P R^-T P upper, i.e. U(a, b) = R^-1(K-1-b, K-1-a).  P H P is H's
+ * values in reverse order, and the column-major bytes of Y = R^-1 read
+ * backwards are U row-major: no transposes.  The inverse is solved in
+ * fixed column blocks (R[0:c1, 0:c1] Y[0:c1, c0:c1] = I) on the context's
+ * threads, one single-threaded dtrsm each: the same bytes for any -j.
+ * Returns 0, or the LAPACK info of the factorisation. */
+static int inverse_factor(npuc_ctx *ctx, double *H, double *Y, uint64_t K) {
+    const uint64_t KK = K * K;
+    for (uint64_t i = 0; i < KK / 2; i++) {
+        const double t = H[i];
+        H[i] = H[KK - 1 - i];
+        H[KK - 1 - i] = t;
+    }
+    const int info = cholesky_upper(ctx, H, K);
+    if (info != 0) return info;
+    const int64_t nblk = (int64_t)((K + INV_BLOCK - 1) / INV_BLOCK);
+#pragma omp parallel for num_threads(npuc__threads(ctx)) schedule(dynamic, 1)
+    for (int64_t bi = nblk - 1; bi >= 0; bi--) { /* the largest solves first */
+        const uint64_t c0 = (uint64_t)bi * INV_BLOCK, c1 = c0 + INV_BLOCK < K ? c0 + INV_BLOCK : K;
+        for (uint64_t j = c0; j < c1; j++) {
+            memset(Y + j * K, 0, sizeof(double) * (size_t)K);
+            Y[j * K + j] = 1;
+        }
+        cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasNoTrans, CblasNonUnit, (int)c1, (int)(c1 - c0), 1.0,
+                    H, (int)K, Y + c0 * K, (int)K);
+    }
+    for (uint64_t i = 0; i < KK; i++) H[i] = Y[KK - 1 - i];
     return 0;
 }
 
@@ -173,10 +239,11 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
 
     uint64_t *perm = malloc(sizeof(uint64_t) * (size_t)K);
     unsigned char *dead = calloc((size_t)K, 1);
-    double *diag = malloc(sizeof(double) * (size_t)K), *U = NULL;
+    double *diag = malloc(sizeof(double) * (size_t)K);
+    double *U = malloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
     float *inv = malloc(sizeof(float) * (size_t)qs.nscales);
     float *deq = deq_out ? deq_out : malloc(sizeof(float) * (size_t)t->numel);
-    if (!perm || !dead || !diag || !inv || !deq) {
+    if (!perm || !dead || !diag || !U || !inv || !deq) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
         goto done;
     }
@@ -224,11 +291,6 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         qsort(dc, (size_t)K, sizeof *dc, by_diag);
         for (uint64_t j = 0; j < K; j++) perm[j] = dc[j].j;
         free(dc);
-        U = malloc(sizeof(double) * (size_t)(K * K));
-        if (!U) {
-            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
-            goto done;
-        }
         for (uint64_t a = 0; a < K; a++)
             for (uint64_t b = 0; b < K; b++) U[a * K + b] = H[perm[a] * K + perm[b]];
         memcpy(H, U, sizeof(double) * (size_t)(K * K));
@@ -238,7 +300,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
     mean /= (double)K;
     for (uint64_t j = 0; j < K; j++) H[j * K + j] += o->damp * mean;
     const int blas = npuc__blas_enter();
-    int info = inverse_factor(H, K);
+    int info = inverse_factor(ctx, H, U, K);
     if (info != 0) {
         npuc__blas_leave(blas);
         st = npuc_fail(ctx, NPUC_ERR_VALUE,
@@ -247,13 +309,16 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         goto done;
     }
     J.U = H;
+    float *Uf = (float *)U; /* R^-1 is no longer needed: its memory holds U in float */
+    for (uint64_t i = 0; i < K * K; i++) Uf[i] = (float)H[i];
+    J.Uf = Uf;
     const uint64_t tiles = (C + TILE - 1) / TILE;
     int failed = 0;
     uint64_t clipped = 0; /* an integer sum: the same in any order */
 #pragma omp parallel num_threads(npuc__threads(ctx)) reduction(+ : clipped)
     {
-        double *W = malloc(sizeof(double) * (size_t)(TILE * K));
-        double *W1 = malloc(sizeof(double) * TILE * BLOCK), *E = malloc(sizeof(double) * TILE * BLOCK);
+        float *W = malloc(sizeof(float) * (size_t)(TILE * K)), *E = malloc(sizeof(float) * TILE * BLOCK);
+        double *W1 = malloc(sizeof(double) * TILE * BLOCK);
         double *gv = malloc(sizeof(double) * (size_t)G);
         const int ok = W && W1 && E && gv;
         if (!ok) {

@@ -59,15 +59,15 @@ def inputs(rng, n, k):
 
 def cmd_make(d):
     rng = np.random.default_rng(17)
-    w1 = rng.standard_normal((64, 256)).astype(np.float32)
+    w1 = rng.standard_normal((160, 640)).astype(np.float32)  # K > 2 x 256, rows > 128: blocked factor, two tiles
     w2 = (rng.standard_normal((48, 96)) * 0.1).astype(np.float32)
     emb = rng.standard_normal((32, 16)).astype(np.float32)
-    x1, x2 = inputs(rng, 512, 256), inputs(rng, 300, 96)
+    x1, x2 = inputs(rng, 1024, 640), inputs(rng, 300, 96)
     write_st(d + "/model.safetensors", [("emb.weight", emb), ("fc1.weight", w1), ("fc2.weight", w2)])
     write_st(d + "/calib.safetensors", [("fc1.weight.input", x1), ("fc2.weight.input", x2.reshape(3, 100, 96))])
     h1, h2 = x1.astype(np.float64), x2.astype(np.float64)
     write_st(d + "/calib_h.safetensors", [("fc1.weight.hessian", h1.T @ h1),
-                                          ("fc1.weight.hessian_count", np.array([512], dtype=np.int64)),
+                                          ("fc1.weight.hessian_count", np.array([1024], dtype=np.int64)),
                                           ("fc2.weight.hessian", h2.T @ h2),
                                           ("fc2.weight.hessian_count", np.array(300, dtype=np.int64))])
 
