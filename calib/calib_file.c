@@ -114,7 +114,7 @@ static void add_blocks(const double *X, uint64_t rows, uint64_t K, double *H, do
     }
 }
 
-static int threads_of(npuc_ctx *ctx) {
+int npuc__calib_threads(npuc_ctx *ctx) {
     int n = npuc_ctx_threads(ctx);
 #if defined(_OPENMP)
     if (n <= 0) n = omp_get_max_threads();
@@ -181,7 +181,7 @@ static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, const char *
     int found;
     if (npuc_mul_overflow(K, (uint64_t)BLOCK * sizeof(double), &ts) || (size_t)ts != ts)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': too large", npuc_model_path(c->m), weight);
-    hsum h = {H, malloc((size_t)ts), K, threads_of(ctx)};
+    hsum h = {H, malloc((size_t)ts), K, npuc__calib_threads(ctx)};
     if (!h.XT) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': out of memory", npuc_model_path(c->m), weight);
     memset(H, 0, sizeof(double) * (size_t)(K * K));
     npuc_status st = npuc__calib_input_rows(ctx, c, weight, K, hsum_rows, &h, n, &found);

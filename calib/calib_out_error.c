@@ -89,16 +89,6 @@ static void oe_hessian(oe_state *s, const double *H) {
     }
 }
 
-static int threads_of(npuc_ctx *ctx) {
-    int n = npuc_ctx_threads(ctx);
-#if defined(_OPENMP)
-    if (n <= 0) n = omp_get_max_threads();
-#else
-    n = 1;
-#endif
-    return n < 1 ? 1 : n;
-}
-
 /* Gathers w and w - wq into [C, K] in the reduction order; -1 when a value
  * is not finite. */
 static int gather(const float *w, const float *wq, uint64_t outer, uint64_t C, uint64_t inner, double *W,
@@ -132,7 +122,7 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
         *why = "empty";
         return NPUC_OK;
     }
-    oe_state s = {.C = C, .K = K, .ntiles = (C + TILE - 1) / TILE, .nth = threads_of(ctx)};
+    oe_state s = {.C = C, .K = K, .ntiles = (C + TILE - 1) / TILE, .nth = npuc__calib_threads(ctx)};
     s.per_thread = (size_t)TILE * (K > SUB_ROWS ? K : SUB_ROWS);
     if (npuc_mul_overflow(C, K, &mk) || npuc_mul_overflow(mk, sizeof(double), &mk) || (size_t)mk != mk ||
         npuc_mul_overflow(s.per_thread, (uint64_t)s.nth * sizeof(double), &per) || (size_t)per != per ||

@@ -18,6 +18,9 @@
 
 #include "npuc_internal.h"
 
+/* The context's thread count, all cores for 0 (calib_file.c). */
+int npuc__calib_threads(npuc_ctx *ctx);
+
 /* Receives rows x K values of W.input converted to F64 (row-major), in row
  * order; a status other than NPUC_OK stops the reading. */
 typedef npuc_status (*npuc__calib_rows_fn)(void *u, const double *X, uint64_t rows);

@@ -156,6 +156,20 @@ static double sqnr_axis_max(const npuc_summary *s) {
     return mx;
 }
 
+/* Opens a bar chart's <svg> (id, aria label) of W x H with a linear axis
+ * from 0 to mx in five steps and its title. */
+static void svg_axis(FILE *f, const char *id, const char *aria, const char *title, double mx, int W, int H) {
+    fprintf(f, "<svg id=\"%s\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
+               "aria-label=\"%s\">\n", id, W, H, W, H, aria);
+    for (int t = 0; t <= 5; t++) {
+        double v = mx * t / 5, x = LABEL_W + PLOT_W * v / mx;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e3e7ee\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+                x, TOP - 4, x, H - 6, x, TOP - 8, v);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"13\" style=\"font-weight:600\">%s</text>\n", LABEL_W, title);
+}
+
 static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *info) {
     size_t rows = 0, nclipped = 0;
     const double warn = info->warn_sqnr_db;
@@ -173,15 +187,7 @@ static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *i
             "<div class=\"legend\"><i style=\"background:#d9534f\"></i>below %g dB"
             "<i style=\"background:#f0ad4e\"></i>within 6 dB of it<i style=\"background:#4caf50\"></i>above</div>\n",
             isnan(warn) ? 0.0 : warn);
-    fprintf(f, "<svg id=\"chart-sqnr\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
-               "aria-label=\"SQNR per layer in dB\">\n", W, H, W, H);
-    for (int t = 0; t <= 5; t++) {
-        double v = mx * t / 5, x = LABEL_W + PLOT_W * v / mx;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e3e7ee\"/>"
-                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
-                x, TOP - 4, x, H - 6, x, TOP - 8, v);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"13\" style=\"font-weight:600\">SQNR (dB), higher is better</text>\n", LABEL_W);
+    svg_axis(f, "chart-sqnr", "SQNR per layer in dB", "SQNR (dB), higher is better", mx, W, H);
     size_t row = 0;
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[i];
@@ -300,15 +306,7 @@ static void chart_error(FILE *f, const npuc_summary *s) {
     const int W = LABEL_W + PLOT_W + VALUE_W, H = TOP + (int)rows * ROW_H + 8;
     fputs("<div class=\"legend\"><i style=\"background:#b8c2cc\"></i>weight error ||W-W'||/||W||"
           "<i style=\"background:#3b7dd8\"></i>output error ||(W-W')X||/||WX||</div>\n", f);
-    fprintf(f, "<svg id=\"chart-error\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
-               "aria-label=\"weight and output error per layer\">\n", W, H, W, H);
-    for (int t = 0; t <= 5; t++) {
-        double v = top * t / 5, x = LABEL_W + PLOT_W * v / top;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e3e7ee\"/>"
-                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
-                x, TOP - 4, x, H - 6, x, TOP - 8, v);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"13\" style=\"font-weight:600\">relative error, lower is better</text>\n", LABEL_W);
+    svg_axis(f, "chart-error", "weight and output error per layer", "relative error, lower is better", top, W, H);
     size_t row = 0;
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[i];
