@@ -124,9 +124,10 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
     }
     oe_state s = {.C = C, .K = K, .ntiles = (C + TILE - 1) / TILE, .nth = npuc__calib_threads(ctx)};
     s.per_thread = (size_t)TILE * (K > SUB_ROWS ? K : SUB_ROWS);
-    if (npuc_mul_overflow(C, K, &mk) || npuc_mul_overflow(mk, sizeof(double), &mk) || (size_t)mk != mk ||
+    if (K > INT32_MAX || C > INT32_MAX || npuc_mul_overflow(C, K, &mk) ||
+        npuc_mul_overflow(mk, sizeof(double), &mk) || (size_t)mk != mk ||
         npuc_mul_overflow(s.per_thread, (uint64_t)s.nth * sizeof(double), &per) || (size_t)per != per ||
-        npuc_mul_overflow(K, K * sizeof(double), &hb) || K > INT32_MAX || C > INT32_MAX)
+        npuc_mul_overflow(K * K, sizeof(double), &hb))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': too large for the output error", t->name);
     double *W = malloc((size_t)mk), *D = malloc((size_t)mk), *H = NULL, n = 0;
     s.scratch = malloc((size_t)per);
