@@ -20,6 +20,7 @@
 #endif
 
 #include "npuc_internal.h"
+#include "calib_out_error.h"
 
 #define BLOCK 64u
 /* Default chunk: as many rows as fit 16 MiB of F64, at least one block. */
@@ -113,7 +114,7 @@ static void add_blocks(const double *X, uint64_t rows, uint64_t K, double *H, do
     }
 }
 
-static int threads_of(npuc_ctx *ctx) {
+int npuc__calib_threads(npuc_ctx *ctx) {
     int n = npuc_ctx_threads(ctx);
 #if defined(_OPENMP)
     if (n <= 0) n = omp_get_max_threads();
@@ -123,7 +124,13 @@ static int threads_of(npuc_ctx *ctx) {
     return n < 1 ? 1 : n;
 }
 
-static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, size_t idx, uint64_t K, double *H, double *n) {
+npuc_status npuc__calib_input_rows(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K,
+                                   npuc__calib_rows_fn fn, void *u, double *n, int *found) {
+    int64_t i = find(c, weight, ".input");
+    *found = 0;
+    if (i < 0) return NPUC_OK;
+    *found = 1;
+    const size_t idx = (size_t)i;
     const npuc_tensor_info *t = npuc_model_tensor(c->m, idx);
     if (t->rank < 2 || (uint64_t)t->shape[t->rank - 1] != K) {
         char why[160];
@@ -133,38 +140,56 @@ static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, size_t idx, 
     }
     const uint64_t N = K ? t->numel / K : 0;
     if (N == 0) return bad(ctx, c, t, "has no rows");
-    uint64_t chunk = c->chunk_rows;
+    uint64_t chunk = c->chunk_rows, xs;
     if (!chunk) {
         chunk = CHUNK_BYTES / (K * sizeof(double)) / BLOCK * BLOCK;
         if (chunk < BLOCK) chunk = BLOCK;
     }
-    uint64_t xs, ts;
-    if (npuc_mul_overflow(chunk, K, &xs) || npuc_mul_overflow(xs, sizeof(double), &xs) ||
-        npuc_mul_overflow(K, (uint64_t)BLOCK * sizeof(double), &ts) || (size_t)xs != xs || (size_t)ts != ts)
+    if (npuc_mul_overflow(chunk, K, &xs) || npuc_mul_overflow(xs, sizeof(double), &xs) || (size_t)xs != xs)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': too large", npuc_model_path(c->m), t->name);
     const void *data;
     npuc_status st = npuc_model_data(ctx, c->m, idx, &data);
     if (st != NPUC_OK) return st;
-    double *X = malloc((size_t)xs), *XT = malloc((size_t)ts);
-    if (!X || !XT) {
-        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(c->m), t->name);
-        goto done;
-    }
-    memset(H, 0, sizeof(double) * (size_t)(K * K));
-    const int nth = threads_of(ctx);
-    for (uint64_t r0 = 0; r0 < N; r0 += chunk) {
+    double *X = malloc((size_t)xs);
+    if (!X) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(c->m), t->name);
+    for (uint64_t r0 = 0; r0 < N && st == NPUC_OK; r0 += chunk) {
         const uint64_t rows = N - r0 < chunk ? N - r0 : chunk;
-        if ((st = to_f64(ctx, c, t, data, r0 * K, rows * K, X)) != NPUC_OK) goto done;
-        add_blocks(X, rows, K, H, XT, nth);
+        if ((st = to_f64(ctx, c, t, data, r0 * K, rows * K, X)) == NPUC_OK) st = fn(u, X, rows);
     }
-    for (uint64_t a = 0; a < K; a++)
-        for (uint64_t b = a + 1; b < K; b++) H[a * K + b] = H[b * K + a];
-    *n = (double)N;
-done:
     npuc_model_release(c->m, idx);
     free(X);
-    free(XT);
+    *n = (double)N;
     return st;
+}
+
+/* The Hessian sum over W.input, chunk by chunk (npuc__calib_input_rows). */
+typedef struct hsum {
+    double *H, *XT;
+    uint64_t K;
+    int nth;
+} hsum;
+
+static npuc_status hsum_rows(void *u, const double *X, uint64_t rows) {
+    hsum *h = u;
+    add_blocks(X, rows, h->K, h->H, h->XT, h->nth);
+    return NPUC_OK;
+}
+
+static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K, double *H,
+                                      double *n) {
+    uint64_t ts;
+    int found;
+    if (npuc_mul_overflow(K, (uint64_t)BLOCK * sizeof(double), &ts) || (size_t)ts != ts)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': too large", npuc_model_path(c->m), weight);
+    hsum h = {H, malloc((size_t)ts), K, npuc__calib_threads(ctx)};
+    if (!h.XT) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': out of memory", npuc_model_path(c->m), weight);
+    memset(H, 0, sizeof(double) * (size_t)(K * K));
+    npuc_status st = npuc__calib_input_rows(ctx, c, weight, K, hsum_rows, &h, n, &found);
+    free(h.XT);
+    if (st != NPUC_OK) return st;
+    for (uint64_t a = 0; a < K; a++)
+        for (uint64_t b = a + 1; b < K; b++) H[a * K + b] = H[b * K + a];
+    return NPUC_OK;
 }
 
 static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, const char *weight, uint64_t K,
@@ -217,7 +242,7 @@ npuc_status npuc_calib_hessian(npuc_ctx *ctx, npuc_calib *c, const char *weight,
     }
     if ((i = find(c, weight, ".input")) >= 0) {
         *found = 1;
-        return hessian_from_input(ctx, c, (size_t)i, K, H, n);
+        return hessian_from_input(ctx, c, weight, K, H, n);
     }
     return NPUC_OK;
 }

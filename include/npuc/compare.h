@@ -25,7 +25,8 @@
  *   only in the other     CREATED (a bias made by folding), listed after the
  *                         tensor it follows in that file
  *
- * Records come in the original's file order.  Non-finite values are left out
+ * With o->calib, records also carry the output error over that file's
+ * calibration rows (record.h).  Records come in the original's file order.  Non-finite values are left out
  * of the error sums and reported as summary warnings; an encoding this npuc
  * cannot decode is listed without an error figure and with a warning.
  *
@@ -52,6 +53,10 @@ extern "C" {
 
 typedef struct npuc_compare_opts {
     int histograms;   /* fill each measured record's hist (default 1) */
+    const char *calib; /* a calibration file (docs/calibration.md), or NULL (default): each
+                          tensor compared raw or as a product of factors for which it holds
+                          W.input or W.hessian also gets its relative output error
+                          ||(W - W')X|| / ||WX|| (record.h out_rel_error); others get none */
 } npuc_compare_opts;
 
 NPUC_API npuc_compare_opts npuc_compare_opts_defaults(void);

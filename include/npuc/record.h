@@ -101,6 +101,15 @@ typedef struct npuc_tensor_record {
                                     namesake), "function: conv+bn" (a folded layer against
                                     conv-then-BatchNorm of the original), "product of factors";
                                     "" when not set (a pass's own records) */
+    /* The output error over calibration data (--calib, docs/calibration.md#output-error):
+     * with D = W - W' viewed as [channels, K] in the weight's reduction order and X the
+     * calibration rows [N, K], out_e2 = ||D X^T||^2 and out_y2 = ||W X^T||^2 (summed in F64;
+     * from the stored Hessian H = X^T X as tr(D H D^T) when only W.hessian is given), and
+     * out_rel_error = sqrt(out_e2 / out_y2).  has_out_error is 0 (and the figures 0) for a
+     * tensor without calibration data: reports show it as absent, never as 0. */
+    int has_out_error;
+    double out_rel_error;
+    double out_e2, out_y2;
 } npuc_tensor_record;
 
 typedef struct npuc_summary {
@@ -112,6 +121,10 @@ typedef struct npuc_summary {
     uint64_t params_before, params_after;
     size_t count[NPUC_ACTION_COUNT];
     double weighted_sqnr_db;     /* 10 log10(sum w^2 / sum e^2) over records with errors */
+    double out_rel_error;        /* sqrt(sum out_e2 / sum out_y2) over records with an output
+                                    error; NaN when none has one */
+    double max_out_rel_error;    /* the largest out_rel_error; NaN when none */
+    size_t n_out_error;          /* records with an output error */
     /* Warnings for the reviewer (one line each, owned). */
     char **warnings;
     size_t nwarnings;

@@ -80,10 +80,12 @@ NPUC_API npuc_report_info npuc_report_info_defaults(void);
 
 /* The line a pass prints for record i of n while it works, without a
  * newline, into buf (n bytes); namew is the column width for names:
- *   "[ 3/21] features.3.weight  [16,8,3,3]  f32 -> int4/ch  4.50 KiB -> 640 B  sqnr=20.0 dB" */
+ *   "[ 3/21] features.3.weight  [16,8,3,3]  f32 -> int4/ch  4.50 KiB -> 640 B  sqnr=20.0 dB"
+ * followed by " out=0.0123" when the record has an output error (record.h). */
 NPUC_API void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew, char *buf,
                       size_t bufsize);
-/* The one-line totals ("total: 21 tensors, 4 quantized ..."), no newline. */
+/* The one-line totals ("total: 21 tensors, 4 quantized ..."), no newline;
+ * "; output error=E (max M, N tensors)" at the end when records have one. */
 NPUC_API void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize);
 
 /* Writes the whole report.  Fails with NPUC_ERR_IO when the stream does, or

@@ -95,9 +95,11 @@ typedef struct npuc_policy {
     double min_sqnr;       /* gate in dB on the weighted SQNR of the transformed
                               tensors; NaN: off */
     double min_layer_sqnr; /* gate in dB on every transformed tensor's SQNR; NaN: off */
+    double max_output_error; /* gate on every tensor's relative output error over its
+                                calibration data (record.h out_rel_error); NaN: off */
 } npuc_policy;
 
-/* strict 0, accept_guesses 0, both gates NaN. */
+/* strict 0, accept_guesses 0, all gates NaN. */
 NPUC_API npuc_policy npuc_policy_defaults(void);
 /* Sets the policy of the runs made with ctx (copied); a new context has the
  * defaults. */

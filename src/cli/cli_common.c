@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How many common options cli_parse may add (help ... min-layer-sqnr, 17
+/* How many common options cli_parse may add (help ... max-output-error, 18
  * today); the option tables are sized with it. */
 #define CLI_COMMON_MAX 24
 
@@ -33,10 +33,18 @@
 enum {
     ID_PROGRESS = 0x7ff, ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
     ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
-    ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809, ID_CKPT_FORMAT = 0x80a
+    ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809, ID_CKPT_FORMAT = 0x80a, ID_MAX_OUT_ERROR = 0x80b
 };
 
 /* ------------------------------------------------------------ messages */
+
+int cli_parse_out_error(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v) || v < 0) return -1;
+    *out = v;
+    return 0;
+}
 
 static void vmsg(const char *prefix, const char *fmt, va_list ap) {
     fflush(stdout); /* keep stdout and stderr in order on a shared terminal */
@@ -192,6 +200,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         add_opt(&t, "accept-guesses", 0, 0, ID_ACCEPT_GUESSES);
         add_opt(&t, "min-sqnr", 0, 1, ID_MIN_SQNR);
         add_opt(&t, "min-layer-sqnr", 0, 1, ID_MIN_LAYER_SQNR);
+        add_opt(&t, "max-output-error", 0, 1, ID_MAX_OUT_ERROR);
     }
     for (size_t i = 0; i < nextra; i++)
         add_opt(&t, extra[i].name, extra[i].short_name, extra[i].has_arg,
@@ -272,6 +281,11 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             else a->policy.min_layer_sqnr = v;
             break;
         }
+        case ID_MAX_OUT_ERROR:
+            if (cli_parse_out_error(optarg, &a->policy.max_output_error) != 0)
+                rc = cli_usage_error(cmd, "--max-output-error: expected a relative error >= 0 (0.05 for 5%%), got '%s'",
+                                     optarg);
+            break;
         case ':':
             rc = cli_usage_error(cmd, "option '%s' needs a value",
                                  opt_text(lo, optopt, typed, tb, sizeof tb));

@@ -106,6 +106,7 @@ enum {
     CLI_OPT_REPORT = 1u << 5, /* --report FILE */
     CLI_OPT_DEFLATE = 1u << 6, /* --deflate N: HDF5 deflate level 0..9 */
     CLI_OPT_POLICY = 1u << 7,  /* --strict --accept-guesses --min-sqnr DB --min-layer-sqnr DB
+                                  --max-output-error F
                                   (npuc_policy; cli_parse starts from its defaults) */
     CLI_OPT_MAX_MEMORY = 1u << 8, /* --max-memory SIZE: the decoding budget (npuc_ctx_set_max_memory,
                                     set by cli_ctx_new) */
@@ -196,6 +197,8 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w);
  * checkpoint format's bound) into bytes; 0 or -1. */
 int cli_parse_max_shard(const char *s, uint64_t *out);
 
+/* Parses a --max-output-error value, a finite relative error >= 0; 0, or -1. */
+int cli_parse_out_error(const char *s, double *out);
 /* Parses a decimal integer in [lo, hi]; returns 0, or -1 if it is not one. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Parses a size: digits with an optional K/M/G/T suffix (powers of 1024; "Ki", "MB" and

@@ -96,6 +96,9 @@ static void pass_help(const cli_command *c, FILE *f) {
                          "SQNR of the transformed tensors is below DB");
             print_option(f, 0, "min-layer-sqnr", "DB", "quality gate: exit 3 without publishing OUT when a\n"
                          "transformed tensor's SQNR is below DB");
+            print_option(f, 0, "max-output-error", "F", "quality gate: exit 3 without publishing OUT when a tensor's\n"
+                         "relative output error ||(W-W')X||/||WX|| over its --calib data\n"
+                         "is above F (tensors without calibration data are not judged)");
             print_option(f, 'q', "quiet", NULL, "no notes, warnings or progress on stderr");
             print_option(f, 0, "progress", NULL, "progress on stderr even when it is not a terminal (a bar\n"
                          "with bytes/s and the time left when a tensor is 64 MiB or more)");

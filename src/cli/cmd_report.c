@@ -25,7 +25,9 @@ enum {
     OPT_BASELINE,
     OPT_MAX_REGRESS,
     OPT_NO_TIMESTAMP,
-    OPT_NO_HIST
+    OPT_NO_HIST,
+    OPT_CALIB,
+    OPT_MAX_OUT_ERROR
 };
 
 static const cli_option OPTIONS[] = {
@@ -37,6 +39,8 @@ static const cli_option OPTIONS[] = {
     {"max-regress", 0, 1, OPT_MAX_REGRESS},
     {"no-timestamp", 0, 0, OPT_NO_TIMESTAMP},
     {"no-histograms", 0, 0, OPT_NO_HIST},
+    {"calib", 0, 1, OPT_CALIB},
+    {"max-output-error", 0, 1, OPT_MAX_OUT_ERROR},
     {NULL, 0, 0, 0},
 };
 
@@ -50,6 +54,8 @@ typedef struct rargs {
     double max_regress;
     int no_timestamp;
     int no_hist;
+    const char *calib;
+    double max_out_error; /* NaN: no gate */
 } rargs;
 
 static int parse_double(const char *s, double *out) {
@@ -91,6 +97,12 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         break;
     case OPT_NO_TIMESTAMP: r->no_timestamp = 1; break;
     case OPT_NO_HIST: r->no_hist = 1; break;
+    case OPT_CALIB: r->calib = arg; break;
+    case OPT_MAX_OUT_ERROR:
+        if (cli_parse_out_error(arg, &r->max_out_error) != 0)
+            return cli_usage_error(&cli_cmd_report, "--max-output-error '%s': a relative error >= 0 (0.05 for 5%%)",
+                                   arg);
+        break;
     }
     return CLI_CONTINUE;
 }
@@ -125,6 +137,7 @@ static int run(int argc, char **argv) {
     r.worst = 10;
     r.warn_sqnr = 20.0;
     r.max_regress = 5.0;
+    r.max_out_error = NAN;
     npuc_ctx *ctx = NULL;
     npuc_model *mo = NULL, *mc = NULL;
     npuc_summary sum;
@@ -141,6 +154,10 @@ static int run(int argc, char **argv) {
     npuc_report_format fmt = r.format_set ? r.format :
                              a.json       ? NPUC_REPORT_JSON :
                              a.output     ? npuc_report_format_from_path(a.output) : NPUC_REPORT_TEXT;
+    if (!isnan(r.max_out_error) && !r.calib) {
+        rc = cli_usage_error(&cli_cmd_report, "--max-output-error needs calibration data: add --calib FILE");
+        goto done;
+    }
     if (a.output && !a.force && access(a.output, F_OK) == 0) {
         cli_error("%s: exists (use -f to overwrite)", a.output);
         rc = CLI_EXIT_USAGE;
@@ -151,6 +168,7 @@ static int run(int argc, char **argv) {
     if ((rc = cli_open_model(ctx, &a, a.pos[1], &mc)) != CLI_EXIT_OK) goto done;
     npuc_compare_opts co = npuc_compare_opts_defaults();
     co.histograms = !r.no_hist;
+    co.calib = r.calib;
     npuc_status st = npuc_compare_models(ctx, mo, mc, &co, &sum);
     if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
 
@@ -163,6 +181,11 @@ static int run(int argc, char **argv) {
                           "warn_sqnr_db", isnan(r.warn_sqnr) ? json_null() : json_real(r.warn_sqnr), "baseline",
                           r.baseline ? cli_json_str(r.baseline) : json_null(), "max_regress_pct", r.max_regress,
                           "layout", layouts, "histograms", !r.no_hist, "artifact", artifact_params(mc));
+    if (p && r.calib) {
+        json_t *rep = json_object_get(p, "report");
+        json_object_set_new(rep, "calib", cli_json_str(r.calib));
+        json_object_set_new(rep, "max_output_error", isnan(r.max_out_error) ? json_null() : json_real(r.max_out_error));
+    }
     pj = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(p);
     if (!pj) { cli_error("out of memory"); rc = CLI_EXIT_FAIL; goto done; }
@@ -185,6 +208,32 @@ static int run(int argc, char **argv) {
                      "beyond %g%%", r.baseline, base.matched, base.only_baseline, base.only_current, base.n,
                  base.n == 1 ? "" : "s", r.max_regress);
         regressed = base.n > 0;
+    }
+    /* --max-output-error, as the pass commands' gate (tensors without
+     * calibration data are not judged); the report is written all the same. */
+    const npuc_tensor_record *worst_out = NULL;
+    size_t nover = 0;
+    if (!isnan(r.max_out_error)) {
+        for (size_t i = 0; i < sum.nrecords; i++) {
+            const npuc_tensor_record *t = &sum.records[i];
+            if (!t->has_out_error) continue;
+            if (!(t->out_rel_error <= r.max_out_error)) nover++;
+            if (!worst_out || !(t->out_rel_error <= worst_out->out_rel_error)) worst_out = t;
+        }
+        if (!sum.n_out_error &&
+            npuc_summary_warn(&sum, "--max-output-error %g checked nothing: no tensor has calibration data in %s",
+                              r.max_out_error, r.calib) != NPUC_OK) {
+            cli_error("out of memory");
+            rc = CLI_EXIT_FAIL;
+            goto done;
+        }
+        if (nover && npuc_summary_warn(&sum, "quality gate failed: tensor '%s' output error %.4g > --max-output-error %g "
+                                             "(%zu tensor%s above)", worst_out->name, worst_out->out_rel_error,
+                                       r.max_out_error, nover, nover == 1 ? "" : "s") != NPUC_OK) {
+            cli_error("out of memory");
+            rc = CLI_EXIT_FAIL;
+            goto done;
+        }
     }
 
     npuc_report_info info = npuc_report_info_defaults();
@@ -213,6 +262,12 @@ static int run(int argc, char **argv) {
     if (regressed) {
         cli_error("%zu regression%s against %s beyond %g%%", base.n, base.n == 1 ? "" : "s", r.baseline,
                   r.max_regress);
+        rc = CLI_EXIT_GATE;
+        goto done;
+    }
+    if (nover) {
+        cli_error("%s: quality gate failed: tensor '%s' output error %.4g > --max-output-error %g (%zu tensor%s above)",
+                  a.pos[1], worst_out->name, worst_out->out_rel_error, r.max_out_error, nover, nover == 1 ? "" : "s");
         rc = CLI_EXIT_GATE;
         goto done;
     }
@@ -266,6 +321,13 @@ const cli_command cli_cmd_report = {
     "                         tensors whose MSE or size grew by more than PCT\n"
     "      --max-regress PCT  allowed growth in percent (default 5)\n"
     "\n"
+    "Output error (docs/calibration.md#output-error):\n"
+    "      --calib FILE       calibration data (<weight>.input or <weight>.hessian): each\n"
+    "                         tensor it names also gets its relative output error\n"
+    "                         ||(W-W')X||/||WX|| beside the weight error\n"
+    "      --max-output-error F  exit 3 when a tensor's output error is above F (the\n"
+    "                         report is written all the same)\n"
+    "\n"
     "  -j, --jobs N           worker threads (default: all cores)\n"
     "      --layout REGEX=NAME  override the layout of matching tensors in both files\n"
     "      --max-memory SIZE  decoding budget (default 256M; docs/artifact.md)\n"
@@ -273,7 +335,8 @@ const cli_command cli_cmd_report = {
     "  -h, --help             this help\n"
     "\n"
     "Exit codes: 0 ok, 1 failure, 2 usage or bad input, 3 a regression against the\n"
-    "baseline (the report is written all the same).  docs/report.md describes the\n"
+    "baseline or an output error above --max-output-error (the report is written all\n"
+    "the same).  docs/report.md describes the\n"
     "documents and the JSON schema.\n",
     "ORIGINAL COMPRESSED",
     run,

@@ -363,6 +363,7 @@ const cli_command cli_cmd_run = {
     "run a recipe (a YAML chain of passes) on one model",
     "Usage: npuc run RECIPE IN -o OUT [--report FILE] [--no-stream] [-j N] [-f] [--json] [-q]\n"
     "                [--strict] [--accept-guesses] [--min-sqnr DB] [--min-layer-sqnr DB]\n"
+    "                [--max-output-error F]\n"
     "\n"
     "Runs the steps of RECIPE (docs/recipes.md) in order on IN and writes one artifact\n"
     "to OUT.  The artifact records the recipe (npuc.recipe), its SHA-256\n"
@@ -390,6 +391,8 @@ const cli_command cli_cmd_run = {
     "                         weighted SQNR is below DB (the report is still written)\n"
     "      --min-layer-sqnr DB  quality gate: likewise when a tensor's SQNR in any step is\n"
     "                         below DB\n"
+    "      --max-output-error F  quality gate: likewise when a tensor's relative output\n"
+    "                         error over its calibration data (a step's calib) is above F\n"
     "  -q, --quiet            no summary line, warnings or progress on stderr\n"
     "      --progress         progress on stderr even when it is not a terminal\n"
     "  -h, --help             this help\n"

@@ -51,7 +51,7 @@ int npuc_status_is_input_error(npuc_status st) {
 }
 
 npuc_policy npuc_policy_defaults(void) {
-    npuc_policy p = {0, 0, NAN, NAN};
+    npuc_policy p = {0, 0, NAN, NAN, NAN};
     return p;
 }
 

@@ -122,8 +122,10 @@ npuc_status npuc_summary_warn(npuc_summary *s, const char *fmt, ...) {
 }
 
 void npuc_summary_finish(npuc_summary *s) {
-    double sw2 = 0, se2 = 0;
+    double sw2 = 0, se2 = 0, oe2 = 0, oy2 = 0;
     int any = 0;
+    s->n_out_error = 0;
+    s->max_out_rel_error = NAN;
     s->bytes_before = s->bytes_after = s->params_before = s->params_after = 0;
     memset(s->count, 0, sizeof s->count);
     for (size_t i = 0; i < s->nrecords; i++) {
@@ -138,8 +140,15 @@ void npuc_summary_finish(npuc_summary *s) {
             sw2 += r->err.sum_w2;
             se2 += r->err.sum_e2;
         }
+        if (r->has_out_error) {
+            oe2 += r->out_e2;
+            oy2 += r->out_y2;
+            if (!s->n_out_error++ || r->out_rel_error > s->max_out_rel_error) s->max_out_rel_error = r->out_rel_error;
+        }
     }
     s->weighted_sqnr_db = !any ? NAN : se2 == 0 ? INFINITY : sw2 == 0 ? -INFINITY : 10.0 * log10(sw2 / se2);
+    /* Pooled like the weighted SQNR: the output energy of every measured layer counts. */
+    s->out_rel_error = !s->n_out_error ? NAN : oe2 == 0 ? 0.0 : oy2 == 0 ? INFINITY : sqrt(oe2 / oy2);
 }
 
 void npuc_summary_free(npuc_summary *s) {

@@ -20,7 +20,7 @@ static void fmt_db(double v, char *buf, size_t n) {
 
 int npuc__gate_any(const npuc_ctx *ctx) {
     const npuc_policy *p = npuc_ctx_policy(ctx);
-    return !isnan(p->min_sqnr) || !isnan(p->min_layer_sqnr);
+    return !isnan(p->min_sqnr) || !isnan(p->min_layer_sqnr) || !isnan(p->max_output_error);
 }
 
 static int in_scope(const npuc_tensor_record *r, const npuc__gate_scope *sc) {
@@ -61,6 +61,36 @@ static npuc_status gate_fail(npuc_ctx *ctx, npuc_summary *sum, const npuc__gate_
     return npuc_fail(ctx, NPUC_ERR_GATE, "%s: quality gate failed: %s%s%s", sc->input, sc->label, what, out);
 }
 
+/* --max-output-error: every tensor in scope with an output error (a
+ * calibration file had its inputs) must stay at or below the limit; tensors
+ * without calibration data are not judged (item 6 of the calibration
+ * design: a missing entry never fails a run unless --strict, which the
+ * passes check before writing).  With nothing measured in the whole run the
+ * gate checks nothing, and a warning says so. */
+static npuc_status output_gate(npuc_ctx *ctx, npuc_summary *sum, const npuc__gate_scope *sc, double limit) {
+    const npuc_tensor_record *worst = NULL;
+    size_t nover = 0, nmeasured = 0;
+    for (size_t i = 0; i < sum->nrecords; i++) {
+        const npuc_tensor_record *r = &sum->records[i];
+        if (!r->has_out_error || (sc->step && (size_t)npuc_record_get(r, "step", 0) != sc->step)) continue;
+        nmeasured++;
+        if (!(r->out_rel_error <= limit)) nover++;
+        if (!worst || !(r->out_rel_error <= worst->out_rel_error)) worst = r;
+    }
+    if (!nmeasured) {
+        if (sc->step) return NPUC_OK;
+        return npuc_summary_warn(sum, "%s--max-output-error %g checked nothing: no tensor has calibration data "
+                                      "(add --calib FILE naming the layers)", sc->label, limit) == NPUC_OK
+                   ? NPUC_OK
+                   : npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    if (!nover) return NPUC_OK;
+    char what[512];
+    snprintf(what, sizeof what, "tensor '%.200s' output error %.4g > --max-output-error %g (%zu tensor%s above)",
+             worst->name, worst->out_rel_error, limit, nover, nover == 1 ? "" : "s");
+    return gate_fail(ctx, sum, sc, what);
+}
+
 npuc_status npuc__gate_check(npuc_ctx *ctx, npuc_summary *sum, const npuc__gate_scope *sc) {
     const npuc_policy *p = npuc_ctx_policy(ctx);
     char a[32], b[32], what[512];
@@ -94,5 +124,6 @@ npuc_status npuc__gate_check(npuc_ctx *ctx, npuc_summary *sum, const npuc__gate_
                  f.worst->name, a, p->min_layer_sqnr, f.nbelow, f.nbelow == 1 ? "" : "s");
         return gate_fail(ctx, sum, sc, what);
     }
+    if (!isnan(p->max_output_error)) return output_gate(ctx, sum, sc, p->max_output_error);
     return NPUC_OK;
 }

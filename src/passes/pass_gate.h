@@ -3,11 +3,14 @@
  * driver (npuc__drive_end) and a recipe run check before they publish an
  * output.
  *
- * The policy on the context (npuc_ctx_policy) carries two gates, NaN when
+ * The policy on the context (npuc_ctx_policy) carries three gates, NaN when
  * off:
  *   min_sqnr        the weighted SQNR of the transformed tensors (records with
  *                   an error, 10 log10(sum w^2 / sum e^2)) must reach it;
- *   min_layer_sqnr  every transformed tensor's SQNR must reach it.
+ *   min_layer_sqnr  every transformed tensor's SQNR must reach it;
+ *   max_output_error  every tensor's relative output error over its
+ *                   calibration data (record.h) must not exceed it; tensors
+ *                   without calibration data are not judged.
  * A failed gate is NPUC_ERR_GATE: the caller discards the output but keeps
  * the summary, so the report is still written (CLI exit 3).
  *
@@ -39,7 +42,7 @@ typedef struct npuc__gate_scope {
 /* Checks sum's records in scope against the gates of ctx's policy.  A
  * failed gate adds a summary warning naming the figure (and for the layer
  * gate the worst tensor) and returns NPUC_ERR_GATE with the same one-line
- * message in ctx; the weighted gate is checked first.  Without gates and
+ * message in ctx; the weighted gate is checked first, the output gate last.  Without gates and
  * with sc->warn, adds the low-quality warning when it applies.  NaN SQNRs
  * (nothing to measure) pass; NPUC_ERR_NOMEM when a warning cannot be
  * added. */

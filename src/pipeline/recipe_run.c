@@ -420,7 +420,10 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
          * commit), so a step given a gate of -inf neither fails nor adds
          * the low-quality warning a gate makes moot. */
         npuc_policy pol = *npuc_ctx_policy(ctx);
-        if (npuc__gate_any(ctx)) pol.min_sqnr = pol.min_layer_sqnr = -INFINITY;
+        if (npuc__gate_any(ctx)) {
+            pol.min_sqnr = pol.min_layer_sqnr = -INFINITY;
+            pol.max_output_error = INFINITY;
+        }
         npuc_ctx_set_policy(J->c, &pol);
         const recipe_step *s = &r->steps[k + j];
         if (o->on_step) o->on_step(o->user, k + j, r->nsteps, s->kind);

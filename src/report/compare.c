@@ -26,6 +26,7 @@
 #include "codecs/decode_entry.h"
 #include "passes/pass_util.h"
 #include "report/compare_fn.h"
+#include "calib_out_error.h"
 
 npuc_compare_opts npuc_compare_opts_defaults(void) {
     npuc_compare_opts o;
@@ -92,7 +93,23 @@ typedef struct cmp_state {
     npuc__cmp_folds folds;    /* the recorded folds usable as functions */
     int64_t *fac;             /* per original tensor: the rank of its entry-less factors, or 0 */
     unsigned char *used_b;    /* per tensor of the other file: one of those factors */
+    npuc_calib *cal;          /* o->calib opened, or NULL */
 } cmp_state;
+
+/* The output error of record r (original values fa, compressed fb) over the
+ * calibration file's rows for it, when it has some; a tensor without data
+ * simply has none (biases, norms), any other reason is a note. */
+static npuc_status out_error(cmp_state *c, npuc_tensor_record *r, const npuc_tensor_info *t, const float *fa,
+                             const float *fb) {
+    if (!c->cal) return NPUC_OK;
+    const char *why = NULL;
+    npuc_status st = npuc__out_error_measure(c->ctx, c->cal, t, fa, fb, r, &why);
+    if (st == NPUC_OK && why && strcmp(why, "no calibration data") != 0) {
+        const size_t l = strlen(r->note);
+        snprintf(r->note + l, sizeof r->note - l, "%s%s: no output error", l ? "; " : "", why);
+    }
+    return st;
+}
 
 /* The action, scheme and extras a record shows for an encoded tensor of
  * view v: its encoding's row says (codec.h). */
@@ -241,6 +258,7 @@ static npuc_status compare_pair(cmp_state *c, size_t ri, size_t i, size_t j) {
     }
     if (c->o->histograms && npuc_record_measure_hist(r, fa, fb, n) != NPUC_OK)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if ((st = out_error(c, r, &ta->info, fa, fb)) != NPUC_OK) return st;
     if (tb->codec == &npuc__codec_lowrank) snprintf(r->compared, sizeof r->compared, "%s", NPUC__CMP_FACTORS);
     if (tb->encoding) return NPUC_OK;
 
@@ -314,6 +332,7 @@ npuc_status npuc_compare_models(npuc_ctx *ctx, npuc_model *orig, npuc_model *com
     unsigned char *in_orig = NULL;
     npuc_status st;
     if (npuc_summary_init(out, "compare", 0) != NPUC_OK) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (c.o->calib && (st = npuc_calib_open(ctx, c.o->calib, &c.cal)) != NPUC_OK) goto fail;
     if ((st = npuc__lview_open(ctx, orig, &c.a)) != NPUC_OK) goto fail;
     if ((st = npuc__lview_open(ctx, compressed, &c.b)) != NPUC_OK) goto fail;
     in_orig = calloc(c.b.n ? c.b.n : 1, 1);
@@ -356,6 +375,7 @@ npuc_status npuc_compare_models(npuc_ctx *ctx, npuc_model *orig, npuc_model *com
                     st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
                     goto fail;
                 }
+                if ((st = out_error(&c, r, &ta->info, fa, fb)) != NPUC_OK) goto fail;
             } else if (fk >= 0 && part == NPUC__FOLD_STAT) {
                 snprintf(r->note, sizeof r->note, "folded into '%.100s'", c.folds.f[fk].conv);
                 snprintf(r->compared, sizeof r->compared, "%s", NPUC__CMP_CONV_BN);
@@ -383,5 +403,6 @@ done:
     npuc__scratch_free(&c.sb);
     npuc__scratch_free(&c.sfa);
     npuc__scratch_free(&c.sfb);
+    npuc_calib_close(c.cal);
     return st;
 }

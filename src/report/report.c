@@ -111,6 +111,11 @@ void npuc_report_line(const npuc_tensor_record *r, size_t i, size_t n, int namew
         npuc__fmt_db(r->err.sqnr_db, db, sizeof db);
         k += (size_t)snprintf(buf + k, bufsize - k, "  sqnr=%s dB", db);
     }
+    /* The output error over calibration data (--calib): only when measured. */
+    if (r->has_out_error && k < bufsize) {
+        npuc__fmt_g(r->out_rel_error, db, sizeof db);
+        k += (size_t)snprintf(buf + k, bufsize - k, " out=%s", db);
+    }
     /* npuc report's records say what was compared, with the relative error
      * (an exact fold reads 1e-7 there, not a dB figure to puzzle over). */
     if (r->compared[0] && k < bufsize) {
@@ -138,7 +143,13 @@ void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize) {
                               s->params_before ? 8.0 * (double)s->bytes_after / (double)s->params_before : 0.0);
     if (!isnan(s->weighted_sqnr_db) && k < bufsize) {
         npuc__fmt_db(s->weighted_sqnr_db, db, sizeof db);
-        snprintf(buf + k, bufsize - k, "; weighted sqnr=%s dB", db);
+        k += (size_t)snprintf(buf + k, bufsize - k, "; weighted sqnr=%s dB", db);
+    }
+    if (s->n_out_error && k < bufsize) {
+        char mx[32];
+        npuc__fmt_g(s->out_rel_error, db, sizeof db);
+        npuc__fmt_g(s->max_out_rel_error, mx, sizeof mx);
+        snprintf(buf + k, bufsize - k, "; output error=%s (max %s, %zu tensors)", db, mx, s->n_out_error);
     }
 }
 

@@ -47,7 +47,7 @@ npuc_status npuc__report_csv(npuc_ctx *ctx, FILE *f, const npuc_summary *s, cons
             keys[nk++] = k;
         }
     fputs("name,dtype,shape,action,scheme,bytes_before,bytes_after,params_before,params_after,"
-          "mse,rmse,max_abs,sqnr_db,cosine,rel_fro,noise_pred,clipped", f);
+          "mse,rmse,max_abs,sqnr_db,cosine,rel_fro,noise_pred,clipped,output_rel_error", f);
     for (size_t j = 0; j < nk; j++) fprintf(f, ",%s", keys[j]);
     fputs(",compared,note\n", f);
     for (size_t i = 0; i < s->nrecords; i++) {
@@ -68,6 +68,8 @@ npuc_status npuc__report_csv(npuc_ctx *ctx, FILE *f, const npuc_summary *s, cons
         }
         fputc(',', f);
         if (r->has_error) fprintf(f, "%llu", (unsigned long long)r->err.clipped);
+        fputc(',', f); /* empty without calibration data, never 0 */
+        if (r->has_out_error) csv_num(f, r->out_rel_error);
         for (size_t j = 0; j < nk; j++) {
             fputc(',', f);
             for (size_t e = 0; e < r->nextra; e++)

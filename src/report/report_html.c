@@ -7,7 +7,9 @@
  *   warnings    every warning of the document
  *   worst       the worst-K tensors by SQNR
  *   charts      SQNR per layer (file order; red below the warning level,
- *               amber within 6 dB of it) and bytes before/after per layer,
+ *               amber within 6 dB of it), with --calib the weight error
+ *               beside the output error per layer (chart-error), and bytes
+ *               before/after per layer,
  *               horizontal bars with one row per tensor, so long models
  *               grow downwards and every name stays readable
  *   histograms  for the worst K layers that carry histogram data: the
@@ -154,6 +156,20 @@ static double sqnr_axis_max(const npuc_summary *s) {
     return mx;
 }
 
+/* Opens a bar chart's <svg> (id, aria label) of W x H with a linear axis
+ * from 0 to mx in five steps and its title. */
+static void svg_axis(FILE *f, const char *id, const char *aria, const char *title, double mx, int W, int H) {
+    fprintf(f, "<svg id=\"%s\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
+               "aria-label=\"%s\">\n", id, W, H, W, H, aria);
+    for (int t = 0; t <= 5; t++) {
+        double v = mx * t / 5, x = LABEL_W + PLOT_W * v / mx;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e3e7ee\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+                x, TOP - 4, x, H - 6, x, TOP - 8, v);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"13\" style=\"font-weight:600\">%s</text>\n", LABEL_W, title);
+}
+
 static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *info) {
     size_t rows = 0, nclipped = 0;
     const double warn = info->warn_sqnr_db;
@@ -171,15 +187,7 @@ static void chart_sqnr(FILE *f, const npuc_summary *s, const npuc_report_info *i
             "<div class=\"legend\"><i style=\"background:#d9534f\"></i>below %g dB"
             "<i style=\"background:#f0ad4e\"></i>within 6 dB of it<i style=\"background:#4caf50\"></i>above</div>\n",
             isnan(warn) ? 0.0 : warn);
-    fprintf(f, "<svg id=\"chart-sqnr\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
-               "aria-label=\"SQNR per layer in dB\">\n", W, H, W, H);
-    for (int t = 0; t <= 5; t++) {
-        double v = mx * t / 5, x = LABEL_W + PLOT_W * v / mx;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e3e7ee\"/>"
-                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
-                x, TOP - 4, x, H - 6, x, TOP - 8, v);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"13\" style=\"font-weight:600\">SQNR (dB), higher is better</text>\n", LABEL_W);
+    svg_axis(f, "chart-sqnr", "SQNR per layer in dB", "SQNR (dB), higher is better", mx, W, H);
     size_t row = 0;
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[i];
@@ -279,6 +287,50 @@ static void chart_bytes(FILE *f, const npuc_summary *s) {
     }
 }
 
+/* Weight error and output error per layer (records with an output error,
+ * --calib): two bars per row on one linear axis of relative error, the
+ * weight's ||W - W'|| / ||W|| (grey) and the output's ||(W - W')X|| / ||WX||
+ * (blue), so a layer whose output suffers more than its weights shows at a
+ * glance.  Nothing is drawn without output errors. */
+static void chart_error(FILE *f, const npuc_summary *s) {
+    size_t rows = 0;
+    double mx = 0;
+    for (size_t i = 0; i < s->nrecords; i++) {
+        const npuc_tensor_record *r = &s->records[i];
+        if (!r->has_out_error) continue;
+        rows++;
+        if (isfinite(r->out_rel_error) && r->out_rel_error > mx) mx = r->out_rel_error;
+        if (r->has_error && isfinite(r->err.rel_fro) && r->err.rel_fro > mx) mx = r->err.rel_fro;
+    }
+    const double top = nice_max(mx);
+    const int W = LABEL_W + PLOT_W + VALUE_W, H = TOP + (int)rows * ROW_H + 8;
+    fputs("<div class=\"legend\"><i style=\"background:#b8c2cc\"></i>weight error ||W-W'||/||W||"
+          "<i style=\"background:#3b7dd8\"></i>output error ||(W-W')X||/||WX||</div>\n", f);
+    svg_axis(f, "chart-error", "weight and output error per layer", "relative error, lower is better", top, W, H);
+    size_t row = 0;
+    for (size_t i = 0; i < s->nrecords; i++) {
+        const npuc_tensor_record *r = &s->records[i];
+        if (!r->has_out_error) continue;
+        const double we = r->has_error ? r->err.rel_fro : NAN, oe = r->out_rel_error, y = TOP + (double)row * ROW_H;
+        const double l1 = isfinite(we) ? PLOT_W * fmin(we / top, 1) : 0, l2 = isfinite(oe) ? PLOT_W * fmin(oe / top, 1) : 0;
+        char b1[32], b2[32];
+        if (r->has_error) npuc__fmt_g(we, b1, sizeof b1);
+        else snprintf(b1, sizeof b1, "-");
+        npuc__fmt_g(oe, b2, sizeof b2);
+        fputs("<g class=\"row\"><title>", f);
+        esc(f, r->name);
+        fprintf(f, ": weight %s, output %s</title><text class=\"lbl\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", b1, b2,
+                LABEL_W - 6, y + 11);
+        esc_short(f, r->name, 38);
+        fprintf(f, "</text><rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"6\" fill=\"#b8c2cc\"/>"
+                   "<rect class=\"out\" x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"6\" fill=\"#3b7dd8\"/>"
+                   "<text x=\"%.1f\" y=\"%.1f\">%s / %s</text></g>\n",
+                LABEL_W, y + 1, l1, LABEL_W, y + 7, l2, LABEL_W + (l1 > l2 ? l1 : l2) + 4, y + 11, b1, b2);
+        row++;
+    }
+    fputs("</svg>\n", f);
+}
+
 /* One weight-vs-error histogram: bars for the original values per bin, a red
  * line for the RMS error of the values in each bin. */
 static void hist_svg(FILE *f, const npuc_tensor_record *r, size_t rank) {
@@ -356,7 +408,9 @@ static void tensor_table(FILE *f, const npuc_summary *s, const npuc_report_info 
           "<th>scheme</th><th class=\"n\" data-type=\"num\">bytes before</th><th class=\"n\" data-type=\"num\">bytes "
           "after</th><th class=\"n\" data-type=\"num\">ratio</th><th class=\"n\" data-type=\"num\">SQNR dB</th>"
           "<th class=\"n\" data-type=\"num\">MSE</th><th class=\"n\" data-type=\"num\">max |err|</th>"
-          "<th class=\"n\" data-type=\"num\">cosine</th><th>compared</th><th>note</th></tr></thead>\n<tbody>\n", f);
+          "<th class=\"n\" data-type=\"num\">cosine</th>", f);
+    if (s->n_out_error) fputs("<th class=\"n\" data-type=\"num\">output error</th>", f);
+    fputs("<th>compared</th><th>note</th></tr></thead>\n<tbody>\n", f);
     for (size_t k = 0; k < s->nrecords; k++) {
         size_t i = d->order[k];
         const npuc_tensor_record *r = &s->records[i];
@@ -392,6 +446,14 @@ static void tensor_table(FILE *f, const npuc_summary *s, const npuc_report_info 
         } else {
             fputs("<td class=\"n\" data-v=\"\"></td><td class=\"n\" data-v=\"\"></td><td class=\"n\" data-v=\"\"></td>"
                   "<td class=\"n\" data-v=\"\"></td>", f);
+        }
+        if (s->n_out_error) {
+            if (r->has_out_error) {
+                npuc__fmt_g(r->out_rel_error, t, sizeof t);
+                num_cell(f, r->out_rel_error, t);
+            } else {
+                fputs("<td class=\"n\" data-v=\"\">-</td>", f);
+            }
         }
         fputs("<td>", f);
         esc(f, r->compared[0] ? r->compared : "-");
@@ -474,6 +536,12 @@ npuc_status npuc__report_html(npuc_ctx *ctx, FILE *f, const npuc_summary *s, con
     if (isnan(s->weighted_sqnr_db)) snprintf(v, sizeof v, "-");
     else snprintf(v, sizeof v, "%s dB", w);
     card(f, v, "weighted SQNR", !isnan(warn) && s->weighted_sqnr_db < warn);
+    if (s->n_out_error) {
+        npuc__fmt_g(s->out_rel_error, v, sizeof v);
+        card(f, v, "output error (pooled)", 0);
+        npuc__fmt_g(s->max_out_rel_error, v, sizeof v);
+        card(f, v, "worst layer output error", 0);
+    }
     snprintf(v, sizeof v, "%zu", s->nrecords);
     card(f, v, "tensors", 0);
     for (int a = 0; a < NPUC_ACTION_COUNT; a++)
@@ -535,6 +603,10 @@ npuc_status npuc__report_html(npuc_ctx *ctx, FILE *f, const npuc_summary *s, con
 
     fputs("<h2 id=\"sqnr\">SQNR per layer</h2>\n", f);
     chart_sqnr(f, s, info);
+    if (s->n_out_error) {
+        fputs("<h2 id=\"output-error\">Weight and output error per layer</h2>\n", f);
+        chart_error(f, s);
+    }
     fputs("<h2 id=\"bytes\">Bytes per layer, before and after</h2>\n", f);
     chart_bytes(f, s);
 

@@ -131,6 +131,7 @@ static json_t *report_json_doc(const npuc_summary *s, const npuc_report_info *in
         json_object_set_new(t, "params_before", json_integer((json_int_t)r->params_before));
         json_object_set_new(t, "params_after", json_integer((json_int_t)r->params_after));
         json_object_set_new(t, "error", r->has_error ? error_json(&r->err) : json_null());
+        json_object_set_new(t, "output_rel_error", r->has_out_error ? jnum(r->out_rel_error) : json_null());
         json_object_set_new(t, "extra", extra);
         json_object_set_new(t, "compared", r->compared[0] ? json_string(r->compared) : json_null());
         json_object_set_new(t, "note", jstr(r->note));
@@ -149,6 +150,8 @@ static json_t *report_json_doc(const npuc_summary *s, const npuc_report_info *in
     json_object_set_new(tot, "params_after", json_integer((json_int_t)s->params_after));
     json_object_set_new(tot, "ratio", jnum(npuc__ratio(s->bytes_before, s->bytes_after)));
     json_object_set_new(tot, "weighted_sqnr_db", jnum(s->weighted_sqnr_db));
+    json_object_set_new(tot, "output_rel_error", s->n_out_error ? jnum(s->out_rel_error) : json_null());
+    json_object_set_new(tot, "max_output_rel_error", s->n_out_error ? jnum(s->max_out_rel_error) : json_null());
     json_object_set_new(doc, "totals", tot);
     json_t *warn = json_array();
     for (size_t i = 0; i < d->nwarnings; i++) json_array_append_new(warn, jstr(d->warnings[i]));

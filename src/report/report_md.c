@@ -61,6 +61,14 @@ static void md_db(FILE *f, const npuc_tensor_record *r) {
     fputs(buf, f);
 }
 
+/* The output error cell: "-" when the tensor had no calibration data. */
+static void md_out(FILE *f, const npuc_tensor_record *r) {
+    char buf[32];
+    if (!r->has_out_error) { fputs(" - |", f); return; }
+    npuc__fmt_g(r->out_rel_error, buf, sizeof buf);
+    fprintf(f, " %s |", buf);
+}
+
 static const char *scheme_of(const npuc_tensor_record *r) {
     return strcmp(r->scheme, "-") == 0 ? "-" : r->scheme;
 }
@@ -101,10 +109,13 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
     fputs("\n### Summary\n\n| tensors |", f);
     for (int a = 0; a < NPUC_ACTION_COUNT; a++)
         if (s->count[a]) fprintf(f, " %s |", npuc_action_name((npuc_action)a));
-    fputs(" bytes before | bytes after | ratio | weighted SQNR |\n|---:|", f);
+    const int oe = s->n_out_error > 0; /* output error columns only with --calib */
+    fputs(" bytes before | bytes after | ratio | weighted SQNR |", f);
+    if (oe) fputs(" output error | worst output error |", f);
+    fputs("\n|---:|", f);
     for (int a = 0; a < NPUC_ACTION_COUNT; a++)
         if (s->count[a]) fputs("---:|", f);
-    fputs("---:|---:|---:|---:|\n", f);
+    fputs(oe ? "---:|---:|---:|---:|---:|---:|\n" : "---:|---:|---:|---:|\n", f);
     fprintf(f, "| %zu |", s->nrecords);
     for (int a = 0; a < NPUC_ACTION_COUNT; a++)
         if (s->count[a]) fprintf(f, " %zu |", s->count[a]);
@@ -115,11 +126,18 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
     double ratio = npuc__ratio(s->bytes_before, s->bytes_after);
     if (isnan(ratio)) fputs(" | - | ", f);
     else fprintf(f, " | %.2fx | ", ratio);
-    if (isnan(s->weighted_sqnr_db)) fputs("- |\n", f);
+    if (isnan(s->weighted_sqnr_db)) fputs("- |", f);
     else {
         npuc__fmt_db(s->weighted_sqnr_db, buf, sizeof buf);
-        fprintf(f, "%s dB |\n", buf);
+        fprintf(f, "%s dB |", buf);
     }
+    if (oe) {
+        char mx[32];
+        npuc__fmt_g(s->out_rel_error, buf, sizeof buf);
+        npuc__fmt_g(s->max_out_rel_error, mx, sizeof mx);
+        fprintf(f, " %s | %s |", buf, mx);
+    }
+    fputc('\n', f);
 
     if (d->nwarnings) {
         fputs("\n**Warnings**\n\n", f);
@@ -134,8 +152,10 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
     if (k > d->nworst) k = d->nworst;
     if (k) {
         fprintf(f, "\n### Worst %zu tensor%s by SQNR\n\n", k, k == 1 ? "" : "s");
-        fputs("| # | tensor | shape | action | scheme | compared | SQNR (dB) | rel. error | max abs error | bytes |\n"
-              "|---:|---|---|---|---|---|---:|---:|---:|---|\n", f);
+        fputs(oe ? "| # | tensor | shape | action | scheme | compared | SQNR (dB) | rel. error | output error | max abs "
+                   "error | bytes |\n|---:|---|---|---|---|---|---:|---:|---:|---:|---|\n"
+                 : "| # | tensor | shape | action | scheme | compared | SQNR (dB) | rel. error | max abs error | bytes |\n"
+                   "|---:|---|---|---|---|---|---:|---:|---:|---|\n", f);
         for (size_t i = 0; i < k; i++) {
             const npuc_tensor_record *r = &s->records[d->worst[i]];
             char rel[32], mx[32], b1[32], b2[32];
@@ -152,13 +172,17 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
             md_text(f, compared_of(r));
             fputs(" | ", f);
             md_db(f, r);
-            fprintf(f, " | %s | %s | %s \xe2\x86\x92 %s |\n", rel, mx, b1, b2);
+            fprintf(f, " | %s |", rel);
+            if (oe) md_out(f, r);
+            fprintf(f, " %s | %s \xe2\x86\x92 %s |\n", mx, b1, b2);
         }
     }
 
     fprintf(f, "\n<details><summary>All %zu tensors</summary>\n\n", s->nrecords);
-    fputs("| # | tensor | shape | dtype | action | scheme | compared | SQNR (dB) | bytes before | bytes after | note |\n"
-          "|---:|---|---|---|---|---|---|---:|---:|---:|---|\n", f);
+    fputs(oe ? "| # | tensor | shape | dtype | action | scheme | compared | SQNR (dB) | output error | bytes before | "
+               "bytes after | note |\n|---:|---|---|---|---|---|---|---:|---:|---:|---:|---|\n"
+             : "| # | tensor | shape | dtype | action | scheme | compared | SQNR (dB) | bytes before | bytes after | note |\n"
+               "|---:|---|---|---|---|---|---|---:|---:|---:|---|\n", f);
     for (size_t i = 0; i < s->nrecords; i++) {
         const npuc_tensor_record *r = &s->records[d->order[i]];
         char dt[16];
@@ -171,7 +195,9 @@ npuc_status npuc__report_md(npuc_ctx *ctx, FILE *f, const npuc_summary *s, const
         md_text(f, compared_of(r));
         fputs(" | ", f);
         md_db(f, r);
-        fputs(" | ", f);
+        fputs(" |", f);
+        if (oe) md_out(f, r);
+        fputc(' ', f);
         md_size(f, r->bytes_before);
         fputs(" | ", f);
         md_size(f, r->bytes_after);

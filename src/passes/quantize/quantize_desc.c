@@ -77,7 +77,8 @@ static const npuc_pass_option OPTIONS[] = {
      .section = "Calibration",
      .help = "calibration data (safetensors or HDF5): <weight>.input, <weight>.hessian\n"
              "or <weight>.input_sq per layer (docs/calibration.md); with --range mse\n"
-             "the range search weighs each input column by its mean x^2"},
+             "the range search weighs each input column by its mean x^2; every layer\n"
+             "with .input or .hessian gets its output error ||(W-W')X||/||WX||"},
     {.name = "damp", .flag = "damp", .type = NPUC_OPT_NUM, .lo = 0, .hi = 1, .flags = NPUC_OPT_LO_OPEN, .dflt = "0.01",
      .metavar = "F", .section = "Calibration", .needs = "method=gptq",
      .help = "GPTQ dampening: F * mean(diag H) is added to diag H (default 0.01)",

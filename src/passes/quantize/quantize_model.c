@@ -40,6 +40,7 @@
 #include "passes/pass_util.h"
 #include "passes/quantize/quant_gptq.h"
 #include "passes/sparsify/sparsify_nm.h"
+#include "calib_out_error.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     npuc_quantize_opts o;
@@ -507,6 +508,43 @@ static npuc_status importance_of(npuc_ctx *ctx, npuc_calib *cal, const npuc_tens
     return NPUC_OK;
 }
 
+/* ------------------------------------------------ output error (--calib)
+ * Every quantized tensor with W.input or W.hessian in the calibration file
+ * gets its relative output error ||(W - W')X|| / ||WX|| (calib_out_error.h)
+ * beside the weight error; the others get a note and no figure, or, under
+ * --strict, fail the run before anything is written. */
+static void note_add(npuc_tensor_record *r, const char *what) {
+    if (strstr(r->note, what)) return;
+    const size_t l = strlen(r->note);
+    snprintf(r->note + l, sizeof r->note - l, "%s%s", l ? "; " : "", what);
+}
+
+static npuc_status out_error_plan(npuc_ctx *ctx, npuc_model *m, const npuc_calib *cal, const qplan *plan) {
+    if (!npuc_ctx_policy(ctx)->strict) return NPUC_OK;
+    for (size_t i = 0; i < npuc_model_count(m); i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        if (plan[i].quantize && npuc_calib_has(cal, t->name) != 1)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s: tensor '%s': no calibration data in '%s' for its output error "
+                             "(name it in the calibration file, or --exclude it, or drop --strict)",
+                             npuc_model_path(m), t->name, npuc_calib_path(cal));
+    }
+    return NPUC_OK;
+}
+
+static npuc_status out_error_of(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_tensor_info *t,
+                                const float *w, const float *deq, npuc_tensor_record *r) {
+    const char *why = NULL;
+    npuc_status st = npuc__out_error_measure(ctx, cal, t, w, deq, r, &why);
+    if (st != NPUC_OK) return npuc__prefix_path(ctx, st, npuc_model_path(m));
+    if (why && strcmp(why, "no calibration data") == 0) note_add(r, "no calibration data");
+    else if (why) {
+        char b[64];
+        snprintf(b, sizeof b, "%s: no output error", why);
+        note_add(r, b);
+    }
+    return NPUC_OK;
+}
+
 npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
                                     npuc_summary *sum) {
     const char *path = npuc_model_path(m);
@@ -546,6 +584,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     }
     if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
     if (o->method == NPUC_QMETHOD_GPTQ && (st = gptq_plan(ctx, m, o, cal, plan, sum->records)) != NPUC_OK) goto fail;
+    if (cal && (st = out_error_plan(ctx, m, cal, plan)) != NPUC_OK) goto fail;
     /* Never silent: per-channel and per-group scales, and N:M groups, follow
      * the layout; say so when it is not certain (pass_guard.c). */
     for (size_t i = 0; i < n; i++) {
@@ -609,12 +648,14 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         const float *x0 = x; /* --pattern: sparsify first */
         if (q->nm && (st = nm_stream(ctx, dr.w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
         if (q->nm && !o->fake_quant) {
+            if (cal) note_add(r, "N:M artifact: output error by 'npuc report --calib'");
             npuc__drive_done(&dr, i);
             continue;
         }
         uint8_t *codes = npuc__scratch(&s_codes, t->numel);
-        float *deq = o->fake_quant ? npuc__scratch(&s_deq, t->numel * sizeof(float)) : NULL;
-        if (!codes || (o->fake_quant && !deq)) {
+        /* The dequantized tensor: written with --fake-quant, measured with --calib. */
+        float *deq = o->fake_quant || cal ? npuc__scratch(&s_deq, t->numel * sizeof(float)) : NULL;
+        if (!codes || ((o->fake_quant || cal) && !deq)) {
             st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
             goto fail;
         }
@@ -627,6 +668,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             goto fail;
         }
         if (q->nm) npuc_error_measure(x0, deq, t->numel, &r->err); /* against the weights before N:M */
+        if (cal && (st = out_error_of(ctx, m, cal, t, x0, deq, r)) != NPUC_OK) goto fail;
         if (o->fake_quant) {
             const void *outp;
             if ((st = npuc__f32_as(ctx, t->dtype, deq, t->numel, &s_cast, &outp)) != NPUC_OK) goto fail;
