@@ -10,7 +10,8 @@
 # it, a step being at most max|w| / 127 for int8), and the bar's fill must
 # take several values while 1 of 3 tensors is done.  -q silences the bar.
 # The quick pass (sanitizers) reads a 64 MiB dataset that was never written
-# (HDF5 reads its fill value: a tiny file) through every path once.
+# (HDF5 reads its fill value: a tiny file) through every path once; the
+# release pass also writes it to a .keras archive and reads random values.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 have_h5py || skip "h5py is not available"
 
@@ -97,8 +98,11 @@ cmp "$T/empty.p.h5" "$T/empty.n.h5" || fail "the deflated output differs with --
 NPUC_H5_INPROCESS=1 run_with_bar "$T/empty.i.h5" quantize --fake-quant --deflate 1 "$T/empty.h5"
 fills_grow "$T/bars" reading || fail "no progress while reading in process"
 cmp "$T/empty.i.h5" "$T/empty.n.h5" || fail "the in-process output differs with --progress"
-rm -f "$T"/empty.*
 is_quick && { echo "h5_progress: ok (quick)"; exit 0; }
+# A .keras output goes through the same HDF5 writer (its model.weights.h5).
+run_with_bar "$T/empty.p.keras" quantize --fake-quant --deflate 1 "$T/empty.h5"
+fills_grow "$T/bars" writing || fail "no progress while writing a .keras archive"
+rm -f "$T"/empty.*
 
 # Random values (--deflate 0: the contiguous output written in pieces;
 # deflating 64 MiB of noise would cost seconds): contiguous input, then
