@@ -225,16 +225,23 @@ static bufmap *buf_add(buftab *t, uint64_t id, uint64_t cap, int fd) {
     return &t->v[t->n++];
 }
 
+/* Tells the parent how much of the tensor is in its buffer (a parent that
+ * is gone makes the next send or recv end this process). */
+static void send_progress(void *user, uint64_t done, uint64_t total) {
+    (void)total;
+    npuc__h5p_send(*(const int *)user, NPUC_H5P_PROGRESS, 0, &done, sizeof done, -1);
+}
+
 /* One tensor read into a shared buffer of the parent's. */
 static void serve_load(int sock, npuc_model *m, buftab *bt, uint64_t headroom,
                        const unsigned char *p, uint64_t len, int fd) {
     npuc_ctx c = {0};
-    uint64_t req[4];
+    uint64_t req[5];
     if (len != sizeof req) _exit(5); /* the parent never sends that */
     memcpy(req, p, sizeof req);
     npuc_status st;
     bufmap *b = buf_find(bt, req[2]);
-    if (req[0] >= m->n || req[1] != m->t[req[0]].nbytes || req[3] < req[1] || req[3] > SIZE_MAX ||
+    if (req[0] >= m->n || req[1] != m->t[req[0]].nbytes || req[3] < req[1] || req[3] > SIZE_MAX || req[4] > 1 ||
         (!b && fd < 0) || (b && (fd >= 0 || b->cap != req[3]))) {
         st = npuc_fail(&c, NPUC_ERR_INTERNAL, "%s: contained reader: bad tensor request", m->path);
         send_err(sock, &c, st);
@@ -251,7 +258,7 @@ static void serve_load(int sock, npuc_model *m, buftab *bt, uint64_t headroom,
     uint64_t extra = headroom;
     if (npuc_add_overflow(extra, 2 * nb, &extra)) extra = UINT64_MAX;
     set_limits(NPUC_H5_LOAD_CPU_S + (unsigned)(nb >> 24), extra);
-    st = npuc__h5_read(&c, m, i, b->p);
+    st = npuc__h5_read(&c, m, i, b->p, req[4] ? send_progress : NULL, &sock);
     if (st != NPUC_OK) send_err(sock, &c, st);
     else npuc__h5p_send(sock, NPUC_H5P_LOAD_OK, 0, NULL, 0, -1);
 }

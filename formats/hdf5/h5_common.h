@@ -43,7 +43,13 @@ npuc_status npuc__h5_open(npuc_ctx *ctx, const char *path, const npuc_open_opts 
 npuc_status npuc__h5_scan(npuc_ctx *ctx, const char *path, npuc_model **out);
 npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, const npuc_h5_as *as,
                                     npuc_model **out);
-npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf);
+/* Progress while a large dataset is read or written: done of total bytes. */
+typedef void (*npuc_h5_progress_fn)(void *user, uint64_t done, uint64_t total);
+/* read: as above; with fn non-NULL a tensor of at least NPUC_PROGRESS_MIN
+ * bytes is read in pieces (npuc__h5_xfer_slabs) and fn(user, ...) called
+ * after each. */
+npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf, npuc_h5_progress_fn fn,
+                          void *user);
 /* How the .keras reader (formats/keras/) has an HDF5 file it extracted
  * opened: the model is named shown (the archive, for every later message)
  * and carries the metadata meta_k[i] = meta_v[i] (config.json as
@@ -106,6 +112,19 @@ pid_t npuc__h5_fork(void);
  * ("inflate() failed"), or "unknown HDF5 error".  Call it right after the
  * failing HDF5 call: the next API call clears the stack. */
 void npuc__h5_errtext(char *buf, size_t n);
+
+/* ------------------------------------------------------------ pieces */
+
+/* Reads (write 0) or writes (write 1) all of dataset d, t's data, between
+ * buf and the file with memory type mtype, the caller holding the HDF5
+ * lock.  Without fn, or for a tensor under NPUC_PROGRESS_MIN bytes, one
+ * H5Dread/H5Dwrite; else pieces of about NPUC_PROGRESS_STEP bytes along the
+ * first dimension longer than 1, whole chunks of a chunked dataset, with
+ * fn(user, bytes done, t->nbytes) after each (h5_slabs.c).  The file's
+ * bytes and buf's are those of the single call.  0, or -1 with HDF5's
+ * message in err (errn bytes). */
+int npuc__h5_xfer_slabs(hid_t d, hid_t mtype, const npuc_tensor_info *t, void *buf, int write,
+                        npuc_h5_progress_fn fn, void *user, char *err, size_t errn);
 
 /* ------------------------------------------------------------ types */
 

@@ -55,7 +55,7 @@ int npuc__h5p_send(int sock, uint32_t type, int32_t status, const void *p, uint6
     return 0;
 }
 
-static int64_t now_ms(void) {
+int64_t npuc__h5p_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -67,7 +67,7 @@ static int read_full(int sock, void *buf, size_t n, int64_t deadline, int *fd) {
     unsigned char *p = buf;
     while (n) {
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - npuc__h5p_now_ms();
             if (left <= 0) { errno = ETIMEDOUT; return -1; }
             struct pollfd pf = {sock, POLLIN, 0};
             int r = poll(&pf, 1, left > 1000000000 ? 1000000000 : (int)left);
@@ -108,7 +108,7 @@ static int read_full(int sock, void *buf, size_t n, int64_t deadline, int *fd) {
 
 int npuc__h5p_recv(int sock, int timeout_ms, uint64_t cap, npuc_h5p_hdr *h, unsigned char **payload,
                    int *rxfd) {
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : npuc__h5p_now_ms() + timeout_ms;
     int fd = -1;
     *payload = NULL;
     if (rxfd) *rxfd = -1;

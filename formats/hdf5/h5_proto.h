@@ -22,10 +22,12 @@
 typedef enum npuc_h5p_type {
     NPUC_H5P_OPEN_OK = 1, /* child -> parent: the model description */
     NPUC_H5P_ERR = 2,     /* child -> parent: status + one-line message */
-    NPUC_H5P_LOAD = 3,    /* parent -> child: u64 index, nbytes, buffer id, buffer size;
-                             a new buffer's memfd travels with it */
+    NPUC_H5P_LOAD = 3,    /* parent -> child: u64 index, nbytes, buffer id, buffer size,
+                             progress (0/1); a new buffer's memfd travels with it */
     NPUC_H5P_LOAD_OK = 4, /* child -> parent: the buffer holds the tensor */
-    NPUC_H5P_DROP = 5     /* parent -> child: u64 buffer id, no longer used (no reply) */
+    NPUC_H5P_DROP = 5,    /* parent -> child: u64 buffer id, no longer used (no reply) */
+    NPUC_H5P_PROGRESS = 6 /* child -> parent, between LOAD and its reply when LOAD asked
+                             for it: u64 bytes of the tensor in the buffer so far */
 } npuc_h5p_type;
 
 typedef struct npuc_h5p_hdr {
@@ -34,6 +36,9 @@ typedef struct npuc_h5p_hdr {
     uint32_t zero;
     uint64_t len;
 } npuc_h5p_hdr;
+
+/* CLOCK_MONOTONIC in milliseconds (the clock recv's timeouts use). */
+int64_t npuc__h5p_now_ms(void);
 
 /* Sends one message; passfd >= 0 travels with it.  0, or -1 with errno
  * (EPIPE when the peer is gone: never SIGPIPE). */

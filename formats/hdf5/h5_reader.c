@@ -917,7 +917,8 @@ npuc_status npuc__h5_open_inprocess(npuc_ctx *ctx, const char *path, const npuc_
 
 /* ------------------------------------------------------------ backend */
 
-npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf) {
+npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf, npuc_h5_progress_fn fn,
+                          void *user) {
     h5r_state *s = m->be_state;
     const npuc_tensor_info *t = &m->t[i];
     char err[256];
@@ -938,8 +939,7 @@ npuc_status npuc__h5_read(npuc_ctx *ctx, npuc_model *m, size_t i, void *buf) {
                        t->name, err);
         goto done;
     }
-    if (t->numel > 0 && H5Dread(did, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-        npuc__h5_errtext(err, sizeof err);
+    if (t->numel > 0 && npuc__h5_xfer_slabs(did, mt, t, buf, 0, fn, user, err, sizeof err) != 0) {
         st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': cannot read data (HDF5: %s)", m->path,
                        t->name, err);
         goto done;
@@ -952,6 +952,11 @@ done:
     return st;
 }
 
+/* The in-process read reports to ctx's progress function directly. */
+static void ctx_progress(void *user, uint64_t done, uint64_t total) {
+    npuc__progress(user, NPUC_PROGRESS_READ, done, total);
+}
+
 static npuc_status h5_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
     const npuc_tensor_info *t = &m->t[i];
     if (t->nbytes > SIZE_MAX - 1)
@@ -959,7 +964,7 @@ static npuc_status h5_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     /* Never a NULL buffer, even for zero bytes: NULL means "not loaded". */
     unsigned char *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
     if (!buf) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
-    npuc_status st = npuc__h5_read(ctx, m, i, buf);
+    npuc_status st = npuc__h5_read(ctx, m, i, buf, ctx && ctx->progress ? ctx_progress : NULL, ctx);
     if (st != NPUC_OK) {
         free(buf);
         return st;

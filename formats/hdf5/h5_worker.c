@@ -15,7 +15,9 @@
  * reader keeps one spare buffer, a released buffer is kept as the spare for
  * the next read, so a model read tensor by tensor creates and maps a buffer
  * only when a larger tensor comes.  One request at a time per model (a
- * mutex), since the socket carries one conversation.
+ * mutex), since the socket carries one conversation.  When the caller's
+ * context watches progress, a LOAD of a large tensor asks the child to
+ * read in pieces and send a PROGRESS message after each (reply()).
  *
  * Everything the child sends is checked: the frame (h5_proto.c), the
  * description's counts, strings, dtypes, ranks and shapes, an error's status
@@ -374,6 +376,40 @@ static void shbuf_put(h5_worker *w, shbuf *b) {
     w->spare = *b;
 }
 
+/* Waits for the child's reply to a LOAD of t, passing the progress messages
+ * before it to ctx's progress function (want: LOAD asked for them).  The
+ * tensor's wall time counts from here for all of it: progress does not
+ * extend it.  A progress message must come only when asked, carry a count
+ * larger than the last and at most t's bytes, and come at most 8 times per
+ * NPUC_PROGRESS_STEP (the child sends one per piece of about a STEP), else
+ * the child is babbling.  0 with the reply in *h, *p; -1 with the child
+ * buried (w->why says how). */
+static int reply(npuc_ctx *ctx, h5_worker *w, const npuc_tensor_info *t, unsigned wall, int want,
+                 npuc_h5p_hdr *h, unsigned char **p) {
+    const int64_t deadline = npuc__h5p_now_ms() + (int64_t)wall * 1000;
+    const uint64_t most = 8 * (t->nbytes / NPUC_PROGRESS_STEP) + 8;
+    uint64_t last = 0, count = 0;
+    for (;;) {
+        const int64_t left = deadline - npuc__h5p_now_ms();
+        if (npuc__h5p_recv(w->sock, left <= 0 ? 0 : left > 2000000000 ? 2000000000 : (int)left, NPUC_MSG_MAX, h, p,
+                           NULL) != 0) {
+            bury(w, recv_death(), wall);
+            return -1;
+        }
+        if (h->type != NPUC_H5P_PROGRESS) return 0;
+        uint64_t done = 0;
+        if (h->len == sizeof done) memcpy(&done, *p, sizeof done);
+        free(*p);
+        *p = NULL;
+        if (!want || h->status != 0 || h->len != sizeof done || done <= last || done > t->nbytes || ++count > most) {
+            bury(w, DEATH_GARBAGE, wall);
+            return -1;
+        }
+        last = done;
+        npuc__progress(ctx, NPUC_PROGRESS_READ, done, t->nbytes);
+    }
+}
+
 static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
     h5_worker *w = m->be_state;
     const npuc_tensor_info *t = &m->t[i];
@@ -408,7 +444,9 @@ static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, i
                        t->name, len, strerror(errno));
         goto done;
     }
-    const uint64_t req[4] = {i, t->nbytes, b.id, b.cap};
+    /* Progress comes from the child between the request and its reply. */
+    const int want = ctx && ctx->progress && t->nbytes >= NPUC_PROGRESS_MIN;
+    const uint64_t req[5] = {i, t->nbytes, b.id, b.cap, (uint64_t)want};
     if (npuc__h5p_send(w->sock, NPUC_H5P_LOAD, 0, req, sizeof req, b.sent ? -1 : b.fd) != 0) {
         bury(w, errno == EPIPE || errno == ECONNRESET ? DEATH_EOF : DEATH_IO, wall);
         st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", m->path, t->name, w->why);
@@ -416,9 +454,7 @@ static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, i
     }
     b.sent = 1;
     npuc_h5p_hdr h;
-    if (npuc__h5p_recv(w->sock, (int)(wall > 2000000u ? 2000000000u : wall * 1000u), NPUC_MSG_MAX, &h, &p,
-                       NULL) != 0) {
-        bury(w, recv_death(), wall);
+    if (reply(ctx, w, t, wall, want, &h, &p) != 0) {
         st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", m->path, t->name, w->why);
         goto done;
     }

@@ -21,7 +21,9 @@
  * Datasets with elements and rank >= 1 are chunked (about 1 MiB, whole rows
  * where a row fits) with shuffle + deflate when the "deflate" option is
  * above 0; others are contiguous.  The "structure" option picks the tree.  Types are the reader's (h5_common.c); data is written with
- * the file type as the memory type, so bytes go through unchanged.
+ * the file type as the memory type, so bytes go through unchanged.  A
+ * tensor of NPUC_PROGRESS_MIN bytes or more, when the context watches
+ * progress, is written in pieces of whole chunks (h5_slabs.c): same bytes.
  *
  * Determinism: the same input gives the same bytes.  Object timestamps are
  * off, the file format is pinned to the 1.8 format (readable by HDF5 >= 1.8,
@@ -126,12 +128,18 @@ static int place(h5w_state *s, const char *path) {
 
 /* ------------------------------------------------------------ datasets */
 
-static npuc_status hfail(npuc_writer *w, h5w_state *s, const char *what, const char *name) {
-    npuc__h5_errtext(s->err, sizeof s->err);
+/* The failure of the HDF5 call whose message s->err already holds. */
+static npuc_status hfailed(npuc_writer *w, h5w_state *s, const char *what, const char *name) {
     if (name)
         return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: tensor '%s': %s (HDF5: %s)", w->path, name, what,
                          s->err);
     return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: %s (HDF5: %s)", w->path, what, s->err);
+}
+
+/* The failure of the HDF5 call just made. */
+static npuc_status hfail(npuc_writer *w, h5w_state *s, const char *what, const char *name) {
+    npuc__h5_errtext(s->err, sizeof s->err);
+    return hfailed(w, s, what, name);
 }
 
 static npuc_status nomem(npuc_writer *w) {
@@ -524,6 +532,12 @@ done:
     return st;
 }
 
+/* A large payload is written in pieces, each reported to the context's
+ * progress function (h5_slabs.c keeps the file's bytes as one write). */
+static void write_progress(void *user, uint64_t done, uint64_t total) {
+    npuc__progress(user, NPUC_PROGRESS_WRITE, done, total);
+}
+
 static npuc_status h5w_write(npuc_writer *w, size_t i, const void *data, uint64_t n) {
     h5w_state *s = w->be_state;
     const npuc_tensor_info *t = &w->t[i];
@@ -537,8 +551,9 @@ static npuc_status h5w_write(npuc_writer *w, size_t i, const void *data, uint64_
     hid_t d = H5Dopen2(s->file, s->dpath[i], H5P_DEFAULT);
     hid_t type = d < 0 ? H5I_INVALID_HID : H5Dget_type(d);
     if (d < 0 || type < 0) st = hfail(w, s, "cannot open its dataset", t->name);
-    else if (H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        st = hfail(w, s, "cannot write data", t->name);
+    else if (npuc__h5_xfer_slabs(d, type, t, (void *)data, 1, w->ctx && w->ctx->progress ? write_progress : NULL,
+                                 w->ctx, s->err, sizeof s->err) != 0)
+        st = hfailed(w, s, "cannot write data", t->name);
     if (type >= 0) H5Tclose(type);
     if (d >= 0 && H5Dclose(d) < 0 && st == NPUC_OK) st = hfail(w, s, "cannot write data", t->name);
     npuc__h5_quiet_end(&q);

@@ -120,11 +120,11 @@ NPUC_API void npuc_ctx_set_max_memory(npuc_ctx *ctx, uint64_t bytes);
 NPUC_API uint64_t npuc_ctx_max_memory(const npuc_ctx *ctx);
 
 /* Progress inside one large tensor.  fn(user, phase, done, total) reports
- * the bytes of one payload moved so far: phase NPUC_PROGRESS_READ while a
- * safetensors input tensor is read, NPUC_PROGRESS_WRITE while a safetensors
- * output tensor is written, each payload of at least NPUC_PROGRESS_MIN bytes
- * reported every NPUC_PROGRESS_STEP bytes and at its end (smaller ones not
- * at all; HDF5 reads and writes are one library call and report nothing).
+ * the bytes of one payload moved so far: phase NPUC_PROGRESS_READ while an
+ * input tensor is read, NPUC_PROGRESS_WRITE while an output tensor is
+ * written (safetensors, HDF5 and .keras), each payload of at least
+ * NPUC_PROGRESS_MIN bytes reported about every NPUC_PROGRESS_STEP bytes
+ * (HDF5: whole chunks) and at its end (smaller ones not at all).
  * It is called on the thread doing that read or write with ctx, so a
  * context shared by several threads gets concurrent calls.  fn must not
  * call back into npuc with ctx.  NULL (the default) turns it off. */

@@ -722,7 +722,7 @@ void cli_printer_init(cli_printer *p, const cli_args *a, const npuc_model *m, co
 }
 
 /* Inside a tensor: reading it is the first half of its bytes, writing its
- * result the second (a tensor read from HDF5 reports only its writing). */
+ * result the second. */
 static void printer_progress(void *user, npuc_progress_phase ph, uint64_t done, uint64_t total) {
     cli_printer *p = user;
     if (ph == NPUC_PROGRESS_READ) p->cur_in = total;

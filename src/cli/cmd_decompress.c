@@ -1,6 +1,8 @@
 /*
  * cmd_decompress.c - `npuc decompress`: an npuc artifact back to dense float
- * tensors with the original names, shapes, dtypes and layouts.
+ * tensors with the original names, shapes, dtypes and layouts; a GGUF file
+ * or a checkpoint, which its reader decodes on load (the registry row's
+ * decodes_on_load), written as read.
  */
 #include <stdio.h>
 #include <string.h>
@@ -36,14 +38,27 @@ done:
 
 const cli_command cli_cmd_decompress = {
     "decompress",
-    "turn an npuc artifact back into dense float tensors",
+    "turn an npuc artifact, GGUF file or compressed-tensors checkpoint into dense tensors",
     "Usage: npuc decompress ART -o OUT [options]\n"
     "\n"
-    "Rebuilds every tensor npuc encoded (quantized codes with their scales and zero\n"
-    "points, low-rank factors, N:M-sparse values, and combinations such as quantized\n"
-    "low-rank factors) as dense floats with the original name, shape, dtype and\n"
-    "layout; other tensors are copied unchanged. Quantized values equal what\n"
-    "--fake-quant writes.\n"
+    "ART is one of three kinds of input.\n"
+    "\n"
+    "An npuc artifact (what npuc wrote with its 'npuc' metadata entry: a\n"
+    "safetensors, HDF5, .keras or GGUF file, or a checkpoint directory): every\n"
+    "tensor npuc encoded (quantized codes with their scales and zero points,\n"
+    "low-rank factors, N:M-sparse values, and combinations such as quantized\n"
+    "low-rank factors) is rebuilt as dense floats with the original name, shape,\n"
+    "dtype and layout; other tensors are copied unchanged. Quantized values equal\n"
+    "what --fake-quant writes.\n"
+    "\n"
+    "A GGUF file without that entry: its Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 tensors are\n"
+    "written as F32, dequantized as ggml does; other tensors are copied as they are.\n"
+    "\n"
+    "A Hugging Face checkpoint directory, or its *.index.json, without that entry: a\n"
+    "compressed-tensors checkpoint is written with its weights decoded to F32 (the\n"
+    "values --fake-quant gives); any other checkpoint is copied as it is.\n"
+    "\n"
+    "Any other input without the 'npuc' metadata entry is an error (exit 2).\n"
     "\n"
     "  -o, --output OUT       the dense model (format from OUT's extension, else ART's)\n"
     "      --deflate N        HDF5 deflate level 0..9 (default 4)\n"

@@ -342,15 +342,21 @@ static int base_is(const char *s, size_t n, const char *b) {
     return n == strlen(b) && memcmp(s, b, n) == 0;
 }
 
+size_t npuc__keras3_var(const char *name, size_t n) {
+    size_t t = n;
+    while (t > 0 && isdigit((unsigned char)name[t - 1])) t--;
+    if (t == n || t < 7 || memcmp(name + t - 6, "/vars/", 6) != 0) return 0;
+    return t - 5;
+}
+
 /* Keras 3 .weights.h5: <...>/<layer>/vars/<i>, the layer named after its class
  * by default.  Returns 1 when the layer's class is recognised. */
 static int keras3_rule(const name_parts *p, const npuc_tensor_info *t, name_rule *r) {
-    if (!p->tokn || !stem_is(p, "vars") || p->stem == p->name) return 0;
-    for (size_t i = 0; i < p->tokn; i++)
-        if (!isdigit((unsigned char)p->tok[i])) return 0;
-    const int v = atoi(p->tok);
+    const size_t at = npuc__keras3_var(p->name, p->n);
+    if (!at) return 0;
+    const int v = atoi(p->name + at + 5);
     /* The layer: the component before "vars" ("cell" for an RNN's cell: the one before). */
-    const char *e = p->stem - 1, *s = e;
+    const char *e = p->name + at - 1, *s = e;
     while (s > p->name && s[-1] != '/') s--;
     if (e - s == 4 && memcmp(s, "cell", 4) == 0 && s > p->name) {
         e = s - 1;

@@ -59,6 +59,12 @@ int npuc__layout_src_init(npuc__layout_src *s, int keras, const char *format, co
 int npuc__layout_src_from_meta(npuc__layout_src *s, int keras, char *const *k, char *const *v, size_t n);
 void npuc__layout_src_free(npuc__layout_src *s);
 
+/* Keras 3 variable paths: when name[0..n) is "<layer path>/vars/<digits>"
+ * (the layer path non-empty) the offset of "vars", else 0.  Both the layout
+ * rules and the graph's BatchNorm defaults (npuc__graph_is_keras3_var) ask
+ * this one question. */
+size_t npuc__keras3_var(const char *name, size_t n);
+
 /* Decides tensor t's role and layout (t->name, rank, shape, group are read).
  * group: the Keras layer of the tensor, or NULL. */
 void npuc__layout_decide(const npuc__layout_src *s, const npuc_tensor_info *t, npuc__layout_decision *d);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "layout_rules.h"
 
 /* Length of s without a Keras ":0" suffix. */
 static size_t stem_len(const char *s) {
@@ -234,10 +235,4 @@ int npuc__graph_same_counter(const char *bn_leaf, const char *layer_leaf) {
     return 0;
 }
 
-int npuc__graph_is_keras3_var(const char *name) {
-    const char *v = strstr(name, "/vars/");
-    if (!v || !v[6]) return 0;
-    for (const char *d = v + 6; *d; d++)
-        if (*d < '0' || *d > '9') return 0;
-    return 1;
-}
+int npuc__graph_is_keras3_var(const char *name) { return npuc__keras3_var(name, strlen(name)) != 0; }

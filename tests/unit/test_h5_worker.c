@@ -13,6 +13,9 @@
  * - Threads opening and reading contained models at once (fork under the
  *   HDF5 lock) all read correctly.
  * - The protocol decoder refuses forged counts and strings.
+ * - A 64 MiB tensor read with a progress function set reports its bytes in
+ *   pieces (increasing, ending at its size), contained and in process, and
+ *   a child stopped or killed between two pieces is still detected.
  */
 #include "testutil.h"
 
@@ -335,6 +338,108 @@ static void test_decoder(void **state) {
     free(e.p);
 }
 
+/* ------------------------------------------------------------ progress */
+
+#define BIG_ROWS 4096u
+#define BIG_COLS 4096u /* float32: 64 MiB, NPUC_PROGRESS_MIN */
+
+/* A dataset of 64 MiB never written (HDF5 reads its fill value, zeros), so
+ * the file is tiny. */
+static const char *big_file(void) {
+    static char *path;
+    if (path) return path;
+    path = strdup(npuc_test_path("big.h5"));
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t d[2] = {BIG_ROWS, BIG_COLS};
+    hid_t s = H5Screate_simple(2, d, NULL);
+    hid_t ds = H5Dcreate2(f, "big", H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(f >= 0 && s >= 0 && ds >= 0);
+    H5Dclose(ds);
+    H5Sclose(s);
+    assert_true(H5Fclose(f) >= 0);
+    return path;
+}
+
+typedef struct seen {
+    uint64_t done[64];
+    size_t n;
+    int bad;         /* a call out of order, of the wrong phase or total */
+    pid_t stop, kill; /* SIGSTOP / SIGKILL this pid at the first call */
+} seen;
+
+static void on_progress(void *user, npuc_progress_phase ph, uint64_t done, uint64_t total) {
+    seen *s = user;
+    if (ph != NPUC_PROGRESS_READ || total != 4ull * BIG_ROWS * BIG_COLS || done > total ||
+        (s->n && done <= s->done[s->n - 1]) || s->n == 64)
+        s->bad = 1;
+    else
+        s->done[s->n++] = done;
+    if (s->stop > 0) kill(s->stop, SIGSTOP);
+    if (s->kill > 0) kill(s->kill, SIGKILL);
+    s->stop = s->kill = 0;
+}
+
+/* Reads "big" with progress watched; returns the status. */
+static npuc_status read_big(npuc_model *m, seen *s) {
+    size_t i;
+    const void *p;
+    assert_int_equal(npuc_model_find(m, "big", &i), 0);
+    npuc_ctx_set_progress(g_ctx, on_progress, s);
+    npuc_status st = npuc_model_data(g_ctx, m, i, &p);
+    npuc_ctx_set_progress(g_ctx, NULL, NULL);
+    if (st == NPUC_OK) {
+        const unsigned char *b = p;
+        for (size_t k = 0; k < 4ull * BIG_ROWS * BIG_COLS; k += 4093) assert_int_equal(b[k], 0);
+        npuc_model_release(m, i);
+    }
+    return st;
+}
+
+static void test_progress_pieces(void **state) {
+    (void)state;
+    for (int inproc = 0; inproc <= 1; inproc++) {
+        npuc_model *m = open_mode(big_file(), inproc);
+        seen s = {0};
+        assert_int_equal(read_big(m, &s), NPUC_OK);
+        /* 16 MiB pieces: 4 reports, the last at the tensor's size. */
+        assert_false(s.bad);
+        assert_int_equal(s.n, 4);
+        assert_int_equal(s.done[0], 16u << 20);
+        assert_int_equal(s.done[3], 4ull * BIG_ROWS * BIG_COLS);
+        /* Without a progress function: the same bytes, no calls. */
+        size_t i;
+        const void *p;
+        assert_int_equal(npuc_model_find(m, "big", &i), 0);
+        assert_int_equal(npuc_model_data(g_ctx, m, i, &p), NPUC_OK);
+        npuc_model_release(m, i);
+        npuc_model_close(m);
+    }
+}
+
+static void test_progress_child_dies(void **state) {
+    (void)state;
+    /* Stopped after its first piece: the tensor's wall time still ends it. */
+    npuc_model *m = open_mode(big_file(), 0);
+    pid_t pid = npuc__h5_worker_pid(m);
+    seen s = {.stop = pid};
+    setenv("NPUC_H5_TIMEOUT", "1", 1);
+    assert_int_equal(read_big(m, &s), NPUC_ERR_FORMAT);
+    unsetenv("NPUC_H5_TIMEOUT");
+    assert_non_null(strstr(npuc_ctx_errmsg(g_ctx), "did not finish within 1 s"));
+    assert_int_equal(s.n, 1);
+    assert_gone(pid);
+    npuc_model_close(m);
+    /* Killed after its first piece. */
+    m = open_mode(big_file(), 0);
+    pid = npuc__h5_worker_pid(m);
+    seen k = {.kill = pid};
+    assert_int_equal(read_big(m, &k), NPUC_ERR_FORMAT);
+    if (!strstr(npuc_ctx_errmsg(g_ctx), "signal 9 in the contained reader"))
+        fail_msg("%s", npuc_ctx_errmsg(g_ctx));
+    assert_gone(pid);
+    npuc_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_inprocess),
@@ -346,6 +451,8 @@ int main(void) {
         cmocka_unit_test(test_child_error_passes_through),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_decoder),
+        cmocka_unit_test(test_progress_pieces),
+        cmocka_unit_test(test_progress_child_dies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
