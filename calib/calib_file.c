@@ -167,10 +167,17 @@ typedef struct hsum {
     double *H, *XT;
     uint64_t K;
     int nth;
+    int zeroed; /* H is written only once the input was found and its K checked */
 } hsum;
+
+static void hsum_zero(hsum *h) {
+    if (!h->zeroed) memset(h->H, 0, sizeof(double) * (size_t)(h->K * h->K));
+    h->zeroed = 1;
+}
 
 static npuc_status hsum_rows(void *u, const double *X, uint64_t rows) {
     hsum *h = u;
+    hsum_zero(h);
     add_blocks(X, rows, h->K, h->H, h->XT, h->nth);
     return NPUC_OK;
 }
@@ -181,12 +188,13 @@ static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, const char *
     int found;
     if (npuc_mul_overflow(K, (uint64_t)BLOCK * sizeof(double), &ts) || (size_t)ts != ts)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': too large", npuc_model_path(c->m), weight);
-    hsum h = {H, malloc((size_t)ts), K, npuc__calib_threads(ctx)};
+    hsum h = {H, malloc((size_t)ts), K, npuc__calib_threads(ctx), 0};
     if (!h.XT) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: '%s': out of memory", npuc_model_path(c->m), weight);
-    memset(H, 0, sizeof(double) * (size_t)(K * K));
     npuc_status st = npuc__calib_input_rows(ctx, c, weight, K, hsum_rows, &h, n, &found);
     free(h.XT);
     if (st != NPUC_OK) return st;
+    if (!found) return NPUC_OK; /* the caller looks for a stored Hessian: H untouched */
+    hsum_zero(&h); /* an input of no rows: H = 0 */
     for (uint64_t a = 0; a < K; a++)
         for (uint64_t b = a + 1; b < K; b++) H[a * K + b] = H[b * K + a];
     return NPUC_OK;

@@ -50,12 +50,14 @@ GG_AVX512 static inline uint32_t nonfinite(__m512 a, __m512 c) {
     return (uint32_t)na | (uint32_t)nc << 16;
 }
 
-/* Index of the first of the 32 elements equal to v (one exists). */
+/* Index of the first of the 32 elements equal to v; 0 when none is (v is a
+ * NaN the reduction carried: such a block goes to the reference anyway, and
+ * ctz(0) would be undefined, an index past the block). */
 GG_AVX512 static inline int first_eq(__m512 a, __m512 c, float v) {
     const __m512 vv = _mm512_set1_ps(v);
     const uint32_t m = (uint32_t)_mm512_cmp_ps_mask(a, vv, _CMP_EQ_OQ) |
                        (uint32_t)_mm512_cmp_ps_mask(c, vv, _CMP_EQ_OQ) << 16;
-    return __builtin_ctz(m);
+    return m ? __builtin_ctz(m) : 0;
 }
 
 /* roundf of each lane, |v| < 2^23, as 32-bit integers. */
