@@ -21,6 +21,9 @@ safetensors shards, model.safetensors.index.json {"metadata": {"total_size"},
 import json, os, struct, sys
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import io_models  # noqa: E402  (the safetensors writer the tests share)
+
 DT = {"F32": np.float32, "F16": np.float16, "BF16": None, "I8": np.int8, "U8": np.uint8,
       "I32": np.int32, "I64": np.int64, "I16": np.int16}
 SIDES = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
@@ -40,23 +43,7 @@ def read_st(path):
 
 
 def save_st(path, tensors, meta=None):
-    hdr = {}
-    if meta:
-        hdr["__metadata__"] = meta
-    off, blobs = 0, []
-    for k, a in tensors.items():
-        b = a.tobytes()
-        dt = {np.float32: "F32", np.float16: "F16"}[a.dtype.type]
-        hdr[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    io_models.write(path, tensors.items(), meta, keep_dtype=True)
 
 
 def read_any(p):

@@ -13,11 +13,16 @@ import sys
 import numpy as np
 
 
-def write(path, tensors):
+def write(path, tensors, meta=None, keep_dtype=False):
+    """Writes (name, array) pairs as safetensors: F32 (any array is converted),
+    or with keep_dtype each array as its own F32 or F16; meta -> __metadata__."""
     hdr, off, blobs = {}, 0, []
+    if meta:
+        hdr["__metadata__"] = meta
     for name, a in tensors:
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        hdr[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        dt = {np.float32: "F32", np.float16: "F16"}[a.dtype.type] if keep_dtype else "F32"
+        b = np.ascontiguousarray(a, dtype="<f2" if dt == "F16" else "<f4").tobytes()
+        hdr[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         off += len(b)
         blobs.append(b)
     h = json.dumps(hdr).encode()
