@@ -168,6 +168,11 @@ typedef struct npuc_writer_backend {
  * or published.  track returns -1 (and the file is not covered) when the
  * fixed table is full.  Both are in tempfiles.c. */
 int npuc__tempfiles_track(const char *path);
+/* Removes the temporary files of path that killed runs left (the name
+ * pattern of npuc_atomic_file_open and a lock nobody holds), as opening a
+ * new one does; for callers that may not write path at all (batch
+ * --resume skipping a complete output a run was killed publishing). */
+npuc_status npuc__tempfiles_sweep(npuc_ctx *ctx, const char *path);
 void npuc__tempfiles_untrack(const char *path);
 
 /* npuc_writer_open with a backend of the caller's instead of the format's

@@ -151,6 +151,16 @@ static void remove_stale(const char *dir, const char *base) {
     closedir(d);
 }
 
+npuc_status npuc__tempfiles_sweep(npuc_ctx *ctx, const char *path) {
+    char *dir;
+    const char *base;
+    npuc_status st = split_path(ctx, path, &dir, &base);
+    if (st != NPUC_OK) return st;
+    remove_stale(dir, base);
+    free(dir);
+    return NPUC_OK;
+}
+
 static uint64_t random64(void) {
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {

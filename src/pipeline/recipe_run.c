@@ -662,6 +662,11 @@ npuc_status npuc_recipe_sweep(npuc_ctx *ctx, const char *out, const char *report
     /* Step files of runs that died (recipe_files.c). */
     int err = 0;
     cnt += npuc__step_files_sweep(out, &err);
+    /* The output's own temp file of a run killed between publishing it
+     * (link) and unlinking the temp: the output is complete, so --resume
+     * never opens a new temp, whose open would sweep it. */
+    npuc_status ts = npuc__tempfiles_sweep(ctx, out);
+    if (ts != NPUC_OK && st == NPUC_OK) st = ts;
     if (err && st == NPUC_OK) st = npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot remove a step file: %s", out, strerror(err));
     if (removed) *removed = cnt;
     return st;
