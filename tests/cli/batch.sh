@@ -202,6 +202,25 @@ done
 [ "$killed_mid" -ge 1 ] || fail "no kill landed mid-run"
 echo "kill test ok ($killed_mid of $(wc -w <<<"$points") kills landed mid-run)"
 
+# The kill above lands at a random moment; this is its narrowest window, made
+# by hand: a worker killed after publishing its output and before removing
+# its run's anchor (".<out>.npuc-<pid>-<random>.tmp", unlocked once the run
+# is dead).  --resume skips the complete output and must still remove that
+# file, and must keep a temp file whose lock a live run holds.
+one=$(cd "$T/kill" && find . -type f -name '*.safetensors' | sort | head -1)
+dead="$T/kill/$(dirname "$one")/.$(basename "$one").npuc-99999-0123456789abcdef.tmp"
+live="$T/kill/$(dirname "$one")/.$(basename "$one").npuc-99998-fedcba9876543210.tmp"
+: >"$dead"
+exec 8>"$live"
+flock -n 8 || fail "cannot lock $live"
+expect_rc 1 "$NPUC_BIN" batch -q "$recipe" --input "$T/zoo" --output "$T/kill" -j 2 --resume
+[ ! -e "$dead" ] || fail "--resume kept a dead run's anchor beside the complete $one"
+[ -e "$live" ] || fail "--resume removed a temp file a live run holds locked"
+exec 8>&-
+rm -f "$live"
+same_tree "$T/ref" "$T/kill"
+echo "a dead run's anchor beside a complete output: removed by --resume (a locked one kept)"
+
 # --- a list file instead of a folder
 (cd "$T/zoo" && find . -name '*.safetensors' -path './nlp/*' | sort) >"$T/list.txt"
 (cd "$T/zoo" && expect_rc 0 "$NPUC_BIN" batch -q "$recipe" --input "$T/list.txt" --output "$T/fromlist" -j 2)
