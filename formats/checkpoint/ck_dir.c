@@ -43,18 +43,6 @@ struct npuc__ck_tmpdir {
     size_t nfiles;
 };
 
-/* Unlinks the regular files directly in dir and removes it; 0 when gone. */
-static int remove_tree1(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-    }
-    return rmdir(dir);
-}
-
 /* 1 when -f may replace dir: only regular files, and empty or a checkpoint. */
 static int replaceable(const char *dir) {
     DIR *d = opendir(dir);
@@ -95,7 +83,7 @@ static void sweep(const char *dir, const char *base) {
         if (fd < 0) continue;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             char p[PATH_MAX];
-            if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) remove_tree1(p);
+            if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) npuc__remove_dir1(p);
         }
         close(fd);
     }
@@ -108,16 +96,7 @@ npuc_status npuc__ck_tmpdir_open(npuc_ctx *ctx, const char *dest, int overwrite,
     while (dl > 1 && dest[dl - 1] == '/') dl--;
     char *d0 = strndup(dest, dl);
     if (!d0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    struct stat sb;
-    npuc_status st = NPUC_OK;
-    if (stat(d0, &sb) == 0) {
-        if (!overwrite) st = npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", d0);
-        else if (!S_ISDIR(sb.st_mode))
-            st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: exists and is not a directory; a checkpoint output is a directory", d0);
-        else if (!replaceable(d0))
-            st = npuc_fail(ctx, NPUC_ERR_ARG,
-                           "%s: -f replaces only an empty directory or a checkpoint of regular files; remove it yourself", d0);
-    }
+    npuc_status st = npuc__ck_dir_move(ctx, NULL, d0, overwrite);
     if (st != NPUC_OK) { free(d0); return st; }
     char dir[PATH_MAX];
     const char *base;
@@ -184,7 +163,7 @@ static void release(npuc__ck_tmpdir *d) {
 
 void npuc__ck_tmpdir_abort(npuc__ck_tmpdir *d) {
     if (!d) return;
-    remove_tree1(d->tmp);
+    npuc__remove_dir1(d->tmp);
     release(d);
 }
 
@@ -196,44 +175,51 @@ static void sync_parent(const char *dest) {
     if (fd >= 0) { fsync(fd); close(fd); }
 }
 
-npuc_status npuc__ck_tmpdir_publish(npuc__ck_tmpdir *d) {
-    npuc_ctx *ctx = d->ctx;
-    npuc_status st = NPUC_OK;
-    if (fsync(d->dfd) != 0) {
-        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: fsync: %s", d->dest, strerror(errno));
-        goto fail;
-    }
-    if (renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->dest, RENAME_NOREPLACE) == 0) goto done;
+/* Moves the complete directory from to dest (see npuc__ck_dir_move); from
+ * stays where it was on failure. */
+static npuc_status move_into_place(npuc_ctx *ctx, const char *from, const char *dest, int overwrite) {
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, dest, RENAME_NOREPLACE) == 0) return NPUC_OK;
     int e = errno;
     if (e == EINVAL || e == ENOSYS || e == ENOTSUP) { /* no RENAME_NOREPLACE here: check, then rename */
         struct stat sb;
-        if (stat(d->dest, &sb) != 0 && rename(d->tmp, d->dest) == 0) goto done;
-        e = stat(d->dest, &sb) == 0 ? EEXIST : errno;
+        if (stat(dest, &sb) != 0 && rename(from, dest) == 0) return NPUC_OK;
+        e = stat(dest, &sb) == 0 ? EEXIST : errno;
     }
-    if (e != EEXIST) {
-        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: rename: %s", d->dest, strerror(e));
-        goto fail;
-    }
-    if (!d->overwrite) {
-        st = npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", d->dest);
-        goto fail;
+    if (e != EEXIST) return npuc_fail(ctx, NPUC_ERR_IO, "%s: rename: %s", dest, strerror(e));
+    npuc_status st = npuc__ck_dir_move(ctx, NULL, dest, overwrite);
+    if (st != NPUC_OK) return st;
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, dest, RENAME_EXCHANGE) != 0)
+        return npuc_fail(ctx, NPUC_ERR_IO, "%s: exchanging with the new output: %s", dest, strerror(errno));
+    npuc__remove_dir1(from); /* now the old output */
+    return NPUC_OK;
+}
+
+npuc_status npuc__ck_dir_move(npuc_ctx *ctx, const char *from, const char *dest, int overwrite) {
+    if (from) {
+        npuc_status st = move_into_place(ctx, from, dest, overwrite);
+        if (st == NPUC_OK) sync_parent(dest);
+        return st;
     }
     struct stat sb;
-    if (lstat(d->dest, &sb) != 0 || !S_ISDIR(sb.st_mode) || !replaceable(d->dest)) {
-        st = npuc_fail(ctx, NPUC_ERR_ARG,
-                       "%s: -f replaces only an empty directory or a checkpoint of regular files; remove it yourself", d->dest);
-        goto fail;
+    if (lstat(dest, &sb) != 0) return NPUC_OK;
+    if (!overwrite) return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", dest);
+    if (!S_ISDIR(sb.st_mode))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: exists and is not a directory; a checkpoint output is a directory", dest);
+    if (!replaceable(dest))
+        return npuc_fail(ctx, NPUC_ERR_ARG,
+                         "%s: -f replaces only an empty directory or a checkpoint of regular files; remove it yourself", dest);
+    return NPUC_OK;
+}
+
+npuc_status npuc__ck_tmpdir_publish(npuc__ck_tmpdir *d) {
+    npuc_status st = NPUC_OK;
+    if (fsync(d->dfd) != 0) st = npuc_fail(d->ctx, NPUC_ERR_IO, "%s: fsync: %s", d->dest, strerror(errno));
+    else st = move_into_place(d->ctx, d->tmp, d->dest, d->overwrite);
+    if (st != NPUC_OK) {
+        npuc__ck_tmpdir_abort(d);
+        return st;
     }
-    if (renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->dest, RENAME_EXCHANGE) != 0) {
-        st = npuc_fail(ctx, NPUC_ERR_IO, "%s: exchanging with the new output: %s", d->dest, strerror(errno));
-        goto fail;
-    }
-    remove_tree1(d->tmp); /* now the old output */
-done:
     sync_parent(d->dest);
     release(d);
     return NPUC_OK;
-fail:
-    npuc__ck_tmpdir_abort(d);
-    return st;
 }

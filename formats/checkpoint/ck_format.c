@@ -30,5 +30,6 @@ const npuc__format_row npuc__ck_format = {
     .opts = CK_OPTS,
     .nopts = sizeof CK_OPTS / sizeof CK_OPTS[0],
     .writes_dir = 1,
+    .move_dir = npuc__ck_dir_move,
     .decodes_on_load = 1, /* a compressed-tensors checkpoint: decompress writes its decoded weights */
 };

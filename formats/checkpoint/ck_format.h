@@ -81,6 +81,11 @@ const char *npuc__ck_tmpdir_path(const npuc__ck_tmpdir *d);
  * -f never deletes a folder of other things.  Frees d whatever happens; on
  * failure the temporary directory is removed. */
 npuc_status npuc__ck_tmpdir_publish(npuc__ck_tmpdir *d);
+/* The row's move_dir (format_row.h): moves the complete checkpoint
+ * directory from (a recipe's last step file) to dest with the rules of
+ * npuc__ck_tmpdir_publish, then fsyncs dest's parent; from NULL only checks
+ * that dest is absent or, with overwrite, replaceable. */
+npuc_status npuc__ck_dir_move(npuc_ctx *ctx, const char *from, const char *dest, int overwrite);
 /* Removes the temporary directory and its files; NULL is a no-op. */
 void npuc__ck_tmpdir_abort(npuc__ck_tmpdir *d);
 

@@ -101,6 +101,12 @@ typedef struct npuc__format_row {
      * Every other format's writer drops those keys, so no source path is
      * stored in a file. */
     int writes_dir;
+    /* For writes_dir rows: moves a complete output directory that a
+     * recipe's last step wrote under a name of its own (from) to its path,
+     * atomically and under the row's rules for an existing path
+     * (overwrite); from NULL only checks that path may be written.  On
+     * failure from is left where it was. */
+    npuc_status (*move_dir)(npuc_ctx *ctx, const char *from, const char *path, int overwrite);
 } npuc__format_row;
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */

@@ -174,6 +174,14 @@ int npuc__tempfiles_track(const char *path);
  * --resume skipping a complete output a run was killed publishing). */
 npuc_status npuc__tempfiles_sweep(npuc_ctx *ctx, const char *path);
 void npuc__tempfiles_untrack(const char *path);
+/* npuc_atomic_file_open without its look at path: a temporary file that
+ * only anchors a run's other files beside path (recipe_files.c), also when
+ * path is, or is to become, a directory (a checkpoint output); the caller
+ * judges an existing path. */
+npuc_status npuc__atomic_file_open_anchor(npuc_ctx *ctx, const char *path, npuc_atomic_file **out);
+/* Removes the entries directly in directory path (files; a subdirectory
+ * stays and so does path) and then path; 0 when path is gone. */
+int npuc__remove_dir1(const char *path);
 
 /* npuc_writer_open with a backend of the caller's instead of the format's
  * (be NULL: the format's, a file at path).  A caller's backend writes no

@@ -173,7 +173,9 @@ static uint64_t random64(void) {
     return r;
 }
 
-npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite, npuc_atomic_file **out) {
+/* check: refuse an existing path (a directory always, a file without
+ * overwrite); 0 for an anchor, whose path the caller checks. */
+static npuc_status open_temp(npuc_ctx *ctx, const char *path, int overwrite, int check, npuc_atomic_file **out) {
     *out = NULL;
     if (!path || !*path) return npuc_fail(ctx, NPUC_ERR_ARG, "no output file given");
     char *dir = NULL;
@@ -181,7 +183,7 @@ npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite
     npuc_status st = split_path(ctx, path, &dir, &base);
     if (st != NPUC_OK) return st;
     struct stat sb;
-    if (stat(path, &sb) == 0) {
+    if (check && stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode)) st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: is a directory (the output must be a file name)", path);
         else if (!overwrite) st = npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);
         if (st != NPUC_OK) { free(dir); return st; }
@@ -235,6 +237,25 @@ npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite
     f->slot = slot;
     *out = f;
     return NPUC_OK;
+}
+
+npuc_status npuc_atomic_file_open(npuc_ctx *ctx, const char *path, int overwrite, npuc_atomic_file **out) {
+    return open_temp(ctx, path, overwrite, 1, out);
+}
+
+npuc_status npuc__atomic_file_open_anchor(npuc_ctx *ctx, const char *path, npuc_atomic_file **out) {
+    return open_temp(ctx, path, 1, 0, out);
+}
+
+int npuc__remove_dir1(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    return rmdir(path);
 }
 
 int npuc_atomic_file_fd(const npuc_atomic_file *f) { return f->fd; }

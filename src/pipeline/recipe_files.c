@@ -44,9 +44,12 @@
 
 /* ------------------------------------------------------------ one run's files */
 
-npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, int overwrite, npuc__run_files *f) {
+npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, int overwrite, int out_dir,
+                                 npuc__run_files *f) {
     memset(f, 0, sizeof *f);
-    npuc_status st = npuc_atomic_file_open(ctx, out, overwrite, &f->anchor);
+    /* A directory output's path is judged by its format (move_dir). */
+    npuc_status st = out_dir ? npuc__atomic_file_open_anchor(ctx, out, &f->anchor)
+                             : npuc_atomic_file_open(ctx, out, overwrite, &f->anchor);
     if (st != NPUC_OK) return st;
     npuc__step_files_sweep(out, NULL); /* dead runs' step files; ours has none yet */
     /* ".../.<x>.npuc-<id>.tmp" -> ".../.<x>.npucstep-<id>.s<k>.tmp" */
@@ -77,7 +80,7 @@ void npuc__run_files_close(npuc__run_files *f) {
     /* Step files first, the anchor (and with it the lock) last: see Liveness. */
     for (size_t k = 0; f->paths && k < f->n; k++) {
         if (!f->paths[k]) continue;
-        unlink(f->paths[k]);
+        if (unlink(f->paths[k]) != 0 && errno == EISDIR) npuc__remove_dir1(f->paths[k]); /* a checkpoint step */
         npuc__tempfiles_untrack(f->paths[k]);
         free(f->paths[k]);
     }
@@ -156,15 +159,22 @@ size_t npuc__step_files_sweep(const char *out, int *err) {
     size_t removed = 0;
     if (err) *err = 0;
     DIR *d = dir ? opendir(dir) : NULL;
-    free(dir);
-    if (!d) return 0;
+    if (!d) {
+        free(dir);
+        return 0;
+    }
     struct dirent *e;
-    char anchor[NAME_MAX + 1];
+    char anchor[NAME_MAX + 1], sub[PATH_MAX];
     while ((e = readdir(d)) != NULL) {
         if (!anchor_of(e->d_name, anchor, sizeof anchor) || !anchor_dead(dirfd(d), anchor)) continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+        int r = unlinkat(dirfd(d), e->d_name, 0);
+        /* A checkpoint output's step (or its writer's temporary directory). */
+        if (r != 0 && errno == EISDIR && (size_t)snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name) < sizeof sub)
+            r = npuc__remove_dir1(sub);
+        if (r == 0) removed++;
         else if (errno != ENOENT && err && !*err) *err = errno;
     }
     closedir(d);
+    free(dir);
     return removed;
 }

@@ -40,15 +40,18 @@ struct npuc_recipe {
  * while the run lives) and its step files ".<out>.npucstep-<id>.s<k>.tmp"
  * (k = 1..nsteps, <id> the anchor's pid and random part), registered for
  * signal cleanup.  open fails with NPUC_ERR_EXISTS when out
- * exists without overwrite, and first sweeps the step files of dead runs in
- * out's folder.  close removes the step files, then the anchor; it accepts
- * a zeroed or half-opened f. */
+ * exists without overwrite (out_dir: a directory output, whose path its
+ * format's move_dir judges instead), and first sweeps the step files of
+ * dead runs in out's folder.  close removes the step files (a directory
+ * step: its files, then it), then the anchor; it accepts a zeroed or
+ * half-opened f. */
 typedef struct npuc__run_files {
     npuc_atomic_file *anchor;
     char **paths;
     size_t n;
 } npuc__run_files;
-npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, int overwrite, npuc__run_files *f);
+npuc_status npuc__run_files_open(npuc_ctx *ctx, const char *out, size_t nsteps, int overwrite, int out_dir,
+                                 npuc__run_files *f);
 void npuc__run_files_close(npuc__run_files *f);
 /* Moves the finished file tmp to out: link() without overwrite (an output
  * that appeared meanwhile gives NPUC_ERR_EXISTS), rename() with it; then

@@ -132,6 +132,35 @@ static npuc_status set_meta(npuc_ctx *ctx, npuc_model *m, const char *k, const c
     return npuc__model_add_meta(ctx, m, k, v);
 }
 
+/* Metadata entries kept across step files. */
+typedef struct meta_list {
+    char **k, **v;
+    size_t n;
+} meta_list;
+
+static void meta_list_free(meta_list *l) {
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->k[i]);
+        free(l->v[i]);
+    }
+    free(l->k);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* Copies m's "npuc.source.*" entries into l. */
+static npuc_status keep_source_meta(npuc_ctx *ctx, const npuc_model *m, meta_list *l) {
+    if (!(l->k = calloc(m->nmeta + 1, sizeof *l->k)) || !(l->v = calloc(m->nmeta + 1, sizeof *l->v)))
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->nmeta; i++) {
+        if (strncmp(m->meta_k[i], "npuc.source.", 12) != 0) continue;
+        l->k[l->n] = npuc__strdup(m->meta_k[i]);
+        l->v[l->n] = npuc__strdup(m->meta_v[i]);
+        if (!l->k[l->n++] || !l->v[l->n - 1]) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    return NPUC_OK;
+}
+
 /* Checks that every pattern the step gives matches a tensor of its input m
  * (the pass would say so too, but without the recipe's line and column). */
 static npuc_status check_patterns(npuc_ctx *ctx, const npuc_recipe *r, size_t k, const npuc_model *m) {
@@ -506,6 +535,7 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     npuc_status st = NPUC_OK;
     npuc_model *m = NULL;
     npuc__run_files files = {0};
+    meta_list src_meta = {0};
     char **paths = NULL;
     char in_sha[65];
     if (npuc_summary_init(sum, "run", 0) != NPUC_OK) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
@@ -516,40 +546,45 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
             goto fail;
         }
     }
+    if ((st = npuc_model_open(ctx, in, NULL, &m)) != NPUC_OK) goto fail;
+    npuc_write_opts wo = o->write;
+    if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_format_from_path(out);
+    if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
+    /* A directory output (a checkpoint): every step but the last writes a
+     * safetensors step file, the last one a step directory that the
+     * format's move_dir puts in place (docs/recipes.md). */
+    const npuc__format_row *orow = npuc__format_by_id(wo.format);
+    const int out_dir = orow && orow->writes_dir && orow->move_dir;
+    if (out_dir && (st = orow->move_dir(ctx, NULL, out, o->write.overwrite)) != NPUC_OK) goto fail;
     /* Fails with NPUC_ERR_EXISTS when out exists without overwrite. */
-    if ((st = npuc__run_files_open(ctx, out, r->nsteps, o->write.overwrite, &files)) != NPUC_OK) goto fail;
+    if ((st = npuc__run_files_open(ctx, out, r->nsteps, o->write.overwrite, out_dir, &files)) != NPUC_OK) goto fail;
     paths = files.paths;
     if (o->input_sha256) snprintf(in_sha, sizeof in_sha, "%s", o->input_sha256);
     else if ((st = npuc_sha256_file(ctx, in, in_sha)) != NPUC_OK) goto fail;
-    if ((st = npuc_model_open(ctx, in, NULL, &m)) != NPUC_OK) goto fail;
     if ((st = check_layout_rules(ctx, r, m)) != NPUC_OK) goto fail;
     if ((st = set_meta(ctx, m, NPUC_META_RECIPE, r->json)) != NPUC_OK ||
         (st = set_meta(ctx, m, NPUC_META_RECIPE_SHA256, r->sha)) != NPUC_OK ||
         (st = set_meta(ctx, m, NPUC_META_INPUT_SHA256, in_sha)) != NPUC_OK)
         goto fail;
+    /* A step file drops the "npuc.source.*" facts the directory writer
+     * needs (the source's sharding and side files: writer.c), so they are
+     * kept here and given back to each step file read. */
+    if (out_dir && r->nsteps > 1 && (st = keep_source_meta(ctx, m, &src_meta)) != NPUC_OK) goto fail;
+    npuc_write_opts wo_mid = wo;
+    if (out_dir) wo_mid.format = NPUC_FORMAT_SAFETENSORS;
 
-    npuc_write_opts wo = o->write;
-    if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_format_from_path(out);
-    if (wo.format == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
-    /* Step files are single files (recipe_files.c), so a checkpoint
-     * directory output takes one step (docs/checkpoints.md). */
-    const npuc__format_row *orow = npuc__format_by_id(wo.format);
-    if (r->nsteps > 1 && orow && orow->writes_dir) {
-        st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED,
-                       "%s: a recipe of %zu steps cannot write a %s directory yet; run the steps one at a time", out,
-                       r->nsteps, orow->name);
-        goto fail;
-    }
     const int stream = wo.format == NPUC_FORMAT_SAFETENSORS && !o->no_stream;
     for (size_t k = 0; k < r->nsteps;) {
         size_t last = k;
         while (stream && last + 1 < r->nsteps && streams_input(r->steps[last + 1].kind)) last++;
-        st = run_group(ctx, r, o, &wo, k, last, m, paths, sum, in);
+        st = run_group(ctx, r, o, last + 1 < r->nsteps ? &wo_mid : &wo, k, last, m, paths, sum, in);
         if (st != NPUC_OK) goto fail;
         npuc_model_close(m);
         m = NULL;
         if (k > 0) unlink(paths[k - 1]);
         if ((st = npuc_model_open(ctx, paths[last], NULL, &m)) != NPUC_OK) goto fail;
+        for (size_t i = 0; last + 1 < r->nsteps && i < src_meta.n; i++)
+            if ((st = set_meta(ctx, m, src_meta.k[i], src_meta.v[i])) != NPUC_OK) goto fail;
         k = last + 1;
     }
     /* The provenance must have survived every pass. */
@@ -583,13 +618,16 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
         st = npuc_fail(ctx, gate, "%s", gate_msg);
         goto done;
     }
-    if ((st = npuc__run_commit(ctx, paths[r->nsteps - 1], out, o->write.overwrite)) != NPUC_OK) goto fail;
+    st = out_dir ? orow->move_dir(ctx, paths[r->nsteps - 1], out, o->write.overwrite)
+                 : npuc__run_commit(ctx, paths[r->nsteps - 1], out, o->write.overwrite);
+    if (st != NPUC_OK) goto fail;
     goto done;
 fail:
     npuc_summary_free(sum);
 done:
     npuc_model_close(m);
     npuc__run_files_close(&files);
+    meta_list_free(&src_meta);
     return st;
 }
 

@@ -14,7 +14,7 @@
 #     NumPy (lib/ct_check.py) and decompresses to the --fake-quant values;
 #     fused groups of different schemes are refused;
 #   - batch lists a checkpoint directory as one model; a recipe of several
-#     steps refuses a checkpoint output;
+#     steps writes a checkpoint equal to the same recipe on the flat file;
 #   - hostile indexes (.., absolute, a tensor in two shards, missing shard,
 #     unlisted or ghost tensors, a huge index) exit 2 with one line.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
@@ -127,11 +127,26 @@ if [ "$QUICK" != 1 ]; then
     must_match "$T/out" "skipped +llama"
 fi
 
-# a recipe of several steps refuses a checkpoint output (step files are files)
+# a recipe of several steps writes a checkpoint: equal, tensor for tensor,
+# to the same recipe on the unsharded file; shards, index and side files as
+# for one step; -f replaces it (one step or several); no step file or
+# directory is left, and a dead run's step directory is swept
 printf 'steps:\n  - prune: {sparsity: 0.5}\n  - quantize: {}\n' >"$T/r2.yaml"
+expect_rc 0 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr"
+expect_rc 0 "$NPUC_BIN" run "$T/r2.yaml" "$T/flat.safetensors" -o "$T/rr.safetensors"
+K same "$T/rr" "$T/rr.safetensors" , shards "$T/rr" $SH3 , index "$T/rr" , sides "$T/in" "$T/rr"
 expect_rc 2 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr"
-must_match "$T/err" "a recipe of 2 steps cannot write a checkpoint directory yet"
-if ls -a "$T" | grep -q '^\.rr'; then fail "the refused run left files behind"; fi
+must_match "$T/err" "rr: output exists \(use -f"
+mkdir "$T/.rr.npucstep-99999-0123456789abcdef.s2.tmp"
+cp "$T/in/config.json" "$T/.rr.npucstep-99999-0123456789abcdef.s2.tmp/"
+expect_rc 0 "$NPUC_BIN" run "$T/r.yaml" "$T/in" -o "$T/rr" -f
+K same "$T/rr" "$T/q.safetensors" , shards "$T/rr" $SH3 , sides "$T/in" "$T/rr"
+expect_rc 0 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr" -f
+K same "$T/rr" "$T/rr.safetensors"
+if ls -a "$T" | grep '^\.rr'; then fail "a recipe run left step files behind"; fi
+expect_rc 2 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/other" -f
+must_match "$T/err" "replaces only an empty directory or a checkpoint"
+[ "$(cat "$T/other/notes.txt")" = keep ] || fail "-f touched a folder of other things"
 
 # hostile indexes: one line, exit 2, nothing read outside the directory
 K shards "$T/c" $SH3 , index "$T/c" , same "$T/zout/llama" "$T/q" , sides "$T/in" "$T/zout/llama"
