@@ -536,6 +536,7 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     npuc_model *m = NULL;
     npuc__run_files files = {0};
     meta_list src_meta = {0};
+    char *out_dir_name = NULL;
     char **paths = NULL;
     char in_sha[65];
     if (npuc_summary_init(sum, "run", 0) != NPUC_OK) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
@@ -555,6 +556,12 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
      * format's move_dir puts in place (docs/recipes.md). */
     const npuc__format_row *orow = npuc__format_by_id(wo.format);
     const int out_dir = orow && orow->writes_dir && orow->move_dir;
+    if (out_dir) { /* "ckpt/" names the directory ckpt */
+        size_t n = strlen(out);
+        while (n > 1 && out[n - 1] == '/') n--;
+        if (!(out_dir_name = strndup(out, n))) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        out = out_dir_name;
+    }
     if (out_dir && (st = orow->move_dir(ctx, NULL, out, o->write.overwrite)) != NPUC_OK) goto fail;
     /* Fails with NPUC_ERR_EXISTS when out exists without overwrite. */
     if ((st = npuc__run_files_open(ctx, out, r->nsteps, o->write.overwrite, out_dir, &files)) != NPUC_OK) goto fail;
@@ -628,6 +635,7 @@ done:
     npuc_model_close(m);
     npuc__run_files_close(&files);
     meta_list_free(&src_meta);
+    free(out_dir_name);
     return st;
 }
 

@@ -134,7 +134,9 @@ fi
 printf 'steps:\n  - prune: {sparsity: 0.5}\n  - quantize: {}\n' >"$T/r2.yaml"
 expect_rc 0 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr"
 expect_rc 0 "$NPUC_BIN" run "$T/r2.yaml" "$T/flat.safetensors" -o "$T/rr.safetensors"
-K same "$T/rr" "$T/rr.safetensors" , shards "$T/rr" $SH3 , index "$T/rr" , sides "$T/in" "$T/rr"
+expect_rc 0 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr3/" --max-shard-size 12K
+K same "$T/rr" "$T/rr.safetensors" , shards "$T/rr" $SH3 , index "$T/rr" , sides "$T/in" "$T/rr" , \
+  same "$T/rr3" "$T/rr.safetensors" , index "$T/rr3" 12288 , sides "$T/in" "$T/rr3"
 expect_rc 2 "$NPUC_BIN" run "$T/r2.yaml" "$T/in" -o "$T/rr"
 must_match "$T/err" "rr: output exists \(use -f"
 mkdir "$T/.rr.npucstep-99999-0123456789abcdef.s2.tmp"
