@@ -38,6 +38,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,13 +90,36 @@ void npuc__tempfiles_untrack(const char *path) {
         }
 }
 
+/* Unlinks the entries directly in directory path with nothing but
+ * async-signal-safe calls (open, getdents64, unlinkat, close): a recipe's
+ * last step directory is complete, its files no longer tracked, in the
+ * span between its writer publishing it and the run moving it into place. */
+static void empty_dir_signal_safe(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[4096] __attribute__((aligned(8)));
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < n;) {
+            const struct dirent64 *e = (const struct dirent64 *)(buf + off);
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(fd, e->d_name, 0);
+            off += e->d_reclen;
+        }
+    }
+    close(fd);
+}
+
 void npuc_tempfiles_cleanup(void) {
     for (int i = 0; i < TEMP_SLOTS; i++)
         if (atomic_load(&g_state[i]) == SLOT_LIVE) unlink(g_path[i]);
-    /* Then directories (a checkpoint output's, formats/checkpoint/ck_dir.c),
-     * now that the files in them are gone; rmdir of a file name fails. */
+    /* Then directories (a checkpoint output's, formats/checkpoint/ck_dir.c,
+     * or a recipe's step directory), emptied first; rmdir of a file name
+     * fails. */
     for (int i = 0; i < TEMP_SLOTS; i++)
-        if (atomic_load(&g_state[i]) == SLOT_LIVE) rmdir(g_path[i]);
+        if (atomic_load(&g_state[i]) == SLOT_LIVE) {
+            empty_dir_signal_safe(g_path[i]);
+            rmdir(g_path[i]);
+        }
 }
 
 /* The directory part of path ("." when there is none) and the name part. */

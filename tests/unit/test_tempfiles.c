@@ -6,6 +6,7 @@
  * only when nobody holds their lock, and npuc_tempfiles_cleanup().
  */
 #include "testutil.h"
+#include "npuc_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static npuc_ctx *ctx;
@@ -139,6 +141,31 @@ static void test_cleanup_removes_live_temps(void **state) {
     npuc_atomic_file_abort(b);
 }
 
+/* A tracked directory holding files (a recipe's finished checkpoint step
+ * directory, whose files are no longer tracked themselves) is emptied and
+ * removed by the cleanup; a tracked name that does not exist is harmless. */
+static void test_cleanup_removes_tracked_dir(void **state) {
+    (void)state;
+    char dir[4096], f[4200];
+    snprintf(dir, sizeof dir, "%s", npuc_test_path(".out.npucstep-1-0123456789abcdef.s2.tmp"));
+    assert_int_equal(mkdir(dir, 0755), 0);
+    for (int i = 0; i < 40; i++) { /* more entries than one small getdents64 batch */
+        snprintf(f, sizeof f, "%s/model-%05d-of-00040.safetensors-with-a-long-name-to-fill-the-buffer", dir, i);
+        FILE *fp = fopen(f, "w");
+        assert_non_null(fp);
+        fputs("x", fp);
+        fclose(fp);
+    }
+    int slot = npuc__tempfiles_track(dir);
+    assert_true(slot >= 0);
+    npuc__tempfiles_track(npuc_test_path("never-created.tmp"));
+    npuc_tempfiles_cleanup();
+    struct stat sb;
+    assert_int_not_equal(stat(dir, &sb), 0);
+    npuc__tempfiles_untrack(dir);
+    npuc__tempfiles_untrack(npuc_test_path("never-created.tmp"));
+}
+
 static void test_bad_paths(void **state) {
     (void)state;
     npuc_atomic_file *f;
@@ -154,6 +181,7 @@ int main(void) {
         cmocka_unit_test(test_race_with_overwrite),
         cmocka_unit_test(test_stale_removed_only_when_unlocked),
         cmocka_unit_test(test_cleanup_removes_live_temps),
+        cmocka_unit_test(test_cleanup_removes_tracked_dir),
         cmocka_unit_test(test_bad_paths),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
