@@ -75,6 +75,8 @@ int npuc_calib_has(const npuc_calib *c, const char *weight) {
     return find(c, weight, ".input_sq") >= 0 ? 2 : 0;
 }
 
+int npuc__calib_has_input(const npuc_calib *c, const char *weight) { return find(c, weight, ".input") >= 0; }
+
 static npuc_status bad(npuc_ctx *ctx, const npuc_calib *c, const npuc_tensor_info *t, const char *what) {
     return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", npuc_model_path(c->m), t->name, what);
 }

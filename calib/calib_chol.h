@@ -1,0 +1,24 @@
+/*
+ * calib_chol.h - the blocked Cholesky factorisation that GPTQ
+ * (src/passes/quantize/quant_gptq.c) and the output error from a Hessian
+ * (calib_out_error.c) share (library-private).
+ */
+#ifndef NPUC_CALIB_CHOL_H
+#define NPUC_CALIB_CHOL_H
+
+#include <stdint.h>
+
+/* The upper Cholesky factor R of the column-major K x K symmetric matrix A
+ * (A = R^T R), written over A's upper triangle; the strict lower triangle
+ * is left as it was.  Read row-major, the same bytes hold L = R^T in the
+ * lower triangle with A = L L^T (A is symmetric, so its row-major and
+ * column-major bytes are the same matrix).  Right-looking in blocks of 256
+ * columns; the panel solve and the trailing update are split into fixed
+ * column blocks, one BLAS call each on nthreads OpenMP threads, so the
+ * bytes do not depend on nthreads provided the caller has set BLAS to one
+ * thread (npuc__blas_enter).  Returns 0, or the column (from 1) where A
+ * was found not positive definite (LAPACK's info); A is then partly
+ * overwritten.  K must fit an int. */
+int npuc__chol_upper(int nthreads, double *A, uint64_t K);
+
+#endif
