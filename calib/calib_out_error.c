@@ -11,7 +11,7 @@
  * From W.hessian (H = X^T X, [K, K]): ||T X^T||^2 = tr(T H T^T) = ||T L||^2
  * with H = L L^T, a sum of squares that cannot cancel (sum(T H .* T) can,
  * when GPTQ has pushed D into H's small directions), and half the work of
- * forming T H: one Cholesky factorisation (calib_chol.c) and, per tile of
+ * forming T H: one Cholesky factorisation (calib_linalg.c) and, per tile of
  * HTILE channels, the tile's rows of W and D stacked and multiplied by L in
  * place with one dtrmm.  A Hessian summed from few rows or with dead inputs
  * is only semidefinite, where Cholesky breaks down on rounding: L factors
@@ -40,7 +40,7 @@
 #include <omp.h>
 #endif
 
-#include "calib_chol.h"
+#include "calib_linalg.h"
 #include "calib_out_error.h"
 
 #define TILE 64u
@@ -185,7 +185,7 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
         npuc_mul_overflow(K * K, sizeof(double), &hb) || (size_t)hb != hb)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': too large for the output error", t->name);
     double *W = NULL, *D = NULL, *H = NULL, n = 0;
-    s.scratch = malloc((size_t)per);
+    s.scratch = npuc__huge_alloc((size_t)per);
     s.ey = calloc(2 * s.ntiles, sizeof(double));
     npuc_status st = NPUC_OK;
     int found = 0;
@@ -194,7 +194,7 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
         W = malloc((size_t)mk);
         D = malloc((size_t)mk);
     } else {
-        H = malloc((size_t)hb);
+        H = npuc__huge_alloc((size_t)hb);
     }
     if (!s.scratch || !s.ey || (from_input ? !W || !D : !H)) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory for the output error", t->name);

@@ -28,7 +28,7 @@
  * Rows are independent given U: they are processed in tiles of TILE rows
  * whose boundaries depend only on the tensor, each tile by one thread with
  * single-threaded BLAS (npuc__blas_enter), so codes are the same for any -j.
- * The Cholesky factorisation (calib_chol.c, shared with the output error)
+ * The Cholesky factorisation (calib_linalg.c, shared with the output error)
  * and the triangular inverse are split the same way (fixed column blocks,
  * one single-threaded BLAS call each).
  */
@@ -41,7 +41,7 @@
 #include <cblas.h>
 #include <lapacke.h>
 
-#include "calib_chol.h"
+#include "calib_linalg.h"
 #include "codecs/codec.h"
 #include "kernels/qk_grid.h"
 #include "kernels/qk_scalar.h"
@@ -211,7 +211,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
     uint64_t *perm = malloc(sizeof(uint64_t) * (size_t)K);
     unsigned char *dead = calloc((size_t)K, 1);
     double *diag = malloc(sizeof(double) * (size_t)K);
-    double *U = malloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
+    double *U = npuc__huge_alloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
     float *inv = malloc(sizeof(float) * (size_t)qs.nscales);
     float *deq = deq_out ? deq_out : malloc(sizeof(float) * (size_t)t->numel);
     if (!perm || !dead || !diag || !U || !inv || !deq) {
