@@ -178,7 +178,7 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
     const uint64_t tile = from_input ? TILE : HTILE;
     oe_state s = {.w = w, .wq = wq, .outer = outer, .inner = inner, .C = C, .K = K,
                   .ntiles = (C + tile - 1) / tile, .nth = npuc__calib_threads(ctx)};
-    s.per_thread = from_input ? (size_t)TILE * (K > SUB_ROWS ? K : SUB_ROWS) : (size_t)(2 * HTILE) * K;
+    s.per_thread = from_input ? (size_t)TILE * (K > SUB_ROWS ? K : SUB_ROWS) : (size_t)(2 * (C < HTILE ? C : HTILE)) * K;
     if (K > INT32_MAX || C > INT32_MAX || npuc_mul_overflow(C, K, &mk) ||
         npuc_mul_overflow(mk, sizeof(double), &mk) || (size_t)mk != mk ||
         npuc_mul_overflow(s.per_thread, (uint64_t)s.nth * sizeof(double), &per) || (size_t)per != per ||

@@ -58,6 +58,13 @@ expect_rc 0 "$NPUC_BIN" decompress "$T/qr.safetensors" -o "$T/dr.safetensors"
 "$PY" "$C" check "$T/qr.json" "$T/dr.safetensors" "$T/calib_rx.safetensors" 1e-9 ||
     fail "semidefinite W.hessian: output error differs from NumPy's from the rows"
 
+# An indefinite W.hessian (a file's, not a sum of x x^T) still gives tr(D H D^T) / tr(W H W^T)
+# (the factorisation falls back to a Gershgorin shift).
+expect_rc 0 "$NPUC_BIN" report "$m" "$T/q.safetensors" --calib "$T/calib_i.safetensors" --json
+cp "$T/out" "$T/ri.json"
+"$PY" "$C" check "$T/ri.json" "$T/d.safetensors" "$T/calib_i.safetensors" 1e-9 ||
+    fail "indefinite W.hessian: output error differs from NumPy"
+
 # npuc report --calib: the same, in every format.
 expect_rc 0 "$NPUC_BIN" report "$m" "$T/q.safetensors" --calib "$calh" --json
 cp "$T/out" "$T/r.json"

@@ -9,7 +9,8 @@
                                     fc), calib_h.safetensors: only W.hessian (F64) +
                                     W.hessian_count; calib_r.safetensors: semidefinite
                                     W.hessian (fewer rows than K, a dead input),
-                                    calib_rx.safetensors: the same rows as W.input
+                                    calib_rx.safetensors: the same rows as W.input,
+                                    calib_i.safetensors: an indefinite fc W.hessian
     out_error_check.py check REPORT.json DENSE CALIB RTOL
                                     every tensor of the npuc.report/1 document: the
                                     output_rel_error equals ||(W - W')X|| / ||WX||
@@ -76,6 +77,11 @@ def cmd_make(d):
                                           ("conv.weight.hessian", r_conv.T @ r_conv),
                                           ("conv.weight.hessian_count", np.array(30, dtype=np.int64))])
     write_st(d + "/calib_rx.safetensors", [("fc.weight.input", r_fc), ("conv.weight.input", r_conv)])
+    # An indefinite "Hessian" (not a sum of x x^T; the Cholesky fallback).
+    h_ind = np.diag(rng.uniform(0.5, 2.0, 96))
+    h_ind[[3, 30, 60], [3, 30, 60]] = -0.1
+    write_st(d + "/calib_i.safetensors", [("fc.weight.hessian", h_ind),
+                                          ("fc.weight.hessian_count", np.array([1], dtype=np.int64))])
 
 
 def expected(w, wq, cal, name):
