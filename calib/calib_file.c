@@ -75,6 +75,8 @@ int npuc_calib_has(const npuc_calib *c, const char *weight) {
     return find(c, weight, ".input_sq") >= 0 ? 2 : 0;
 }
 
+int npuc__calib_has_input(const npuc_calib *c, const char *weight) { return find(c, weight, ".input") >= 0; }
+
 static npuc_status bad(npuc_ctx *ctx, const npuc_calib *c, const npuc_tensor_info *t, const char *what) {
     return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", npuc_model_path(c->m), t->name, what);
 }
@@ -200,6 +202,27 @@ static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, const char *
     return NPUC_OK;
 }
 
+/* A Hessian from a BLAS product may differ from its transpose in the last
+ * bits: the lower triangle of H (K x K, row-major) is copied over the upper
+ * one, and only a real asymmetry (not a sum of x x^T) is refused (returns
+ * 0; H is then partly rewritten).  In SYM_TILE x SYM_TILE tiles, so the
+ * transposed reads stay in cache: a 4096 x 4096 Hessian read column by
+ * column misses the cache on every value. */
+#define SYM_TILE 64u
+static int symmetrize(double *H, uint64_t K) {
+    for (uint64_t a0 = 0; a0 < K; a0 += SYM_TILE)
+        for (uint64_t b0 = 0; b0 <= a0; b0 += SYM_TILE) {
+            const uint64_t a1 = a0 + SYM_TILE < K ? a0 + SYM_TILE : K, b1 = b0 + SYM_TILE < K ? b0 + SYM_TILE : K;
+            for (uint64_t a = a0; a < a1; a++)
+                for (uint64_t b = b0; b < b1 && b < a; b++) {
+                    const double l = H[a * K + b], u = H[b * K + a];
+                    if (fabs(l - u) > 1e-6 * sqrt(fabs(H[a * K + a]) * fabs(H[b * K + b])) + 1e-300) return 0;
+                    H[b * K + a] = l;
+                }
+        }
+    return 1;
+}
+
 static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, const char *weight, uint64_t K,
                                   double *H, double *n) {
     const npuc_tensor_info *t = npuc_model_tensor(c->m, idx);
@@ -226,16 +249,7 @@ static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, cons
     st = to_f64(ctx, c, t, data, 0, K * K, H);
     npuc_model_release(c->m, idx);
     if (st != NPUC_OK) return st;
-    /* A Hessian from a BLAS product may differ from its transpose in the
-     * last bits: the lower triangle is used, and only a real asymmetry (not
-     * a sum of x x^T) is refused. */
-    for (uint64_t a = 0; a < K; a++)
-        for (uint64_t b = 0; b < a; b++) {
-            const double l = H[a * K + b], u = H[b * K + a];
-            if (fabs(l - u) > 1e-6 * sqrt(fabs(H[a * K + a]) * fabs(H[b * K + b])) + 1e-300)
-                return bad(ctx, c, t, "is not symmetric");
-            H[b * K + a] = l;
-        }
+    if (!symmetrize(H, K)) return bad(ctx, c, t, "is not symmetric");
     *n = cnt;
     return NPUC_OK;
 }

@@ -21,6 +21,10 @@
 /* The context's thread count, all cores for 0 (calib_file.c). */
 int npuc__calib_threads(npuc_ctx *ctx);
 
+/* 1 when the calibration file holds W.input for `weight`, else 0
+ * (calib_file.c). */
+int npuc__calib_has_input(const npuc_calib *c, const char *weight);
+
 /* Receives rows x K values of W.input converted to F64 (row-major), in row
  * order; a status other than NPUC_OK stops the reading. */
 typedef npuc_status (*npuc__calib_rows_fn)(void *u, const double *X, uint64_t rows);
@@ -43,8 +47,10 @@ npuc_status npuc__calib_input_rows(npuc_ctx *ctx, npuc_calib *c, const char *wei
  * (layout NONE), r is untouched and *why says why in a short static phrase
  * for the record's note.  Errors: what the calibration file's reader
  * reports (NPUC_ERR_FORMAT for a shape that does not end in K...),
- * NPUC_ERR_NOMEM.  Runs on the context's threads with single-threaded BLAS
- * over fixed tiles of 64 channels, so the figures do not depend on -j. */
+ * NPUC_ERR_NOMEM, NPUC_ERR_VALUE for a W.hessian that cannot be factored
+ * even after a Gershgorin shift.  Runs on the context's threads with
+ * single-threaded BLAS over fixed tiles of channels, so the figures do not
+ * depend on -j. */
 npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_tensor_info *t, const float *w,
                                     const float *wq, npuc_tensor_record *r, const char **why);
 

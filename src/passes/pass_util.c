@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "calib_linalg.h"
 #include "passes/pass_util.h"
 
 npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const *src, size_t n,
@@ -108,7 +109,7 @@ void *npuc__scratch(npuc_scratch *s, uint64_t n) {
     if (n == 0) n = 1;
     if ((uint64_t)(size_t)n != n) return NULL;
     if (n <= s->cap) return s->p;
-    void *p = malloc((size_t)n);
+    void *p = npuc__huge_alloc((size_t)n); /* fewer first-touch page faults */
     if (!p) return NULL;
     free(s->p);
     s->p = p;

@@ -4,7 +4,8 @@
 #    (correlated inputs with a dead column): int4 g128, int3 per channel, act-order,
 #    asymmetric g32: >= 99.9 % identical codes, output error within 1 % of the
 #    reference's and below round-to-nearest's with the same scales;
-#  - W.hessian + W.hessian_count gives the codes W.input gives; byte-identical
+#  - W.hessian + W.hessian_count gives the codes W.input gives; HDF5 calibration
+#    files (h5py, chunked + gzip) give the artifacts safetensors ones do; byte-identical
 #    artifacts for -j 1 and -j 2; a recipe reaches the same options;
 #  - a tensor without calibration data rounds to nearest with a note, or exit 2
 #    under --strict; --method gptq without --calib is exit 2; --grid full runs;
@@ -37,6 +38,32 @@ done
 q --calib "$cal" --bits 4 -g 128 -o "$T/in.safetensors"
 q --calib "$T/calib_h.safetensors" --bits 4 -g 128 -o "$T/h.safetensors"
 "$PY" "$G" same "$T/in.safetensors" "$T/h.safetensors" fc1.weight,fc2.weight || fail "W.hessian and W.input disagree"
+
+# HDF5 calibration files (issue 17 item 1): h5py writes the same tensors as
+# root datasets (W.input chunked and gzip-compressed, W.hessian contiguous);
+# the artifacts are byte-identical to those from the safetensors files.
+if "$PY" -c "import h5py" 2>/dev/null; then
+    "$PY" - "$cal" "$T/calib_h.safetensors" "$T" "$TESTLIB" <<'PY' || fail "h5py could not write the calibration files"
+import sys
+import h5py
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+import npuc_test
+NP = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
+for src, dst in ((sys.argv[1], "calib.h5"), (sys.argv[2], "calib_h.h5")):
+    with h5py.File(sys.argv[3] + "/" + dst, "w") as f:
+        for name, dt, shape, data in npuc_test.read_st(src)[1]:
+            a = np.frombuffer(data, dtype=NP[dt]).reshape(shape)
+            if name.endswith(".input"):
+                f.create_dataset(name, data=a, chunks=(min(37, a.shape[0]),) + a.shape[1:], compression="gzip")
+            else:
+                f[name] = a
+PY
+    q --calib "$T/calib.h5" --bits 4 -g 128 -o "$T/in5.safetensors"
+    cmp -s "$T/in.safetensors" "$T/in5.safetensors" || fail "--calib calib.h5 (W.input) gives another artifact"
+    q --calib "$T/calib_h.h5" --bits 4 -g 128 -o "$T/h5.safetensors"
+    cmp -s "$T/h.safetensors" "$T/h5.safetensors" || fail "--calib calib_h.h5 (W.hessian) gives another artifact"
+fi
 
 # -j 1 == -j 2, byte for byte.
 q --calib "$cal" --bits 3 -g 128 --act-order -j 1 -o "$T/j1.safetensors"

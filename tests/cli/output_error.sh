@@ -9,6 +9,8 @@
 #    cell) and a note; npuc report --calib gives the same figures;
 #  - every format carries it: text (out=), CSV column, JSON, Markdown column,
 #    HTML chart-error;
+#  - a semidefinite W.hessian (fewer rows than K, a dead input) after GPTQ gives
+#    the figure NumPy computes from the rows;
 #  - --max-output-error: exit 3 and no output above the limit, 0 below; npuc
 #    report --max-output-error exits 3 with the report written; --strict refuses a
 #    tensor without calibration data (exit 2, nothing written).
@@ -45,6 +47,23 @@ for n in ("fc.weight", "conv.weight"):
     assert abs(a[n] - b[n]) <= 1e-6 * a[n], (n, a[n], b[n])
 PY
 fi
+
+# A semidefinite W.hessian (fewer rows than K, a dead input; the output error
+# factors H + delta I and takes delta ||T||^2 off again) after GPTQ, which
+# pushes the error into H's small directions: the figure from the Hessian alone
+# equals NumPy's from the rows themselves (no cancellation on either side).
+expect_rc 0 "$NPUC_BIN" quantize -q --quantize-all -b 4 -g 24 --method gptq --calib "$T/calib_r.safetensors" "$m" \
+    -o "$T/qr.safetensors" --report "$T/qr.json"
+expect_rc 0 "$NPUC_BIN" decompress "$T/qr.safetensors" -o "$T/dr.safetensors"
+"$PY" "$C" check "$T/qr.json" "$T/dr.safetensors" "$T/calib_rx.safetensors" 1e-9 ||
+    fail "semidefinite W.hessian: output error differs from NumPy's from the rows"
+
+# An indefinite W.hessian (a file's, not a sum of x x^T) still gives tr(D H D^T) / tr(W H W^T)
+# (the factorisation falls back to a Gershgorin shift).
+expect_rc 0 "$NPUC_BIN" report "$m" "$T/q.safetensors" --calib "$T/calib_i.safetensors" --json
+cp "$T/out" "$T/ri.json"
+"$PY" "$C" check "$T/ri.json" "$T/d.safetensors" "$T/calib_i.safetensors" 1e-9 ||
+    fail "indefinite W.hessian: output error differs from NumPy"
 
 # npuc report --calib: the same, in every format.
 expect_rc 0 "$NPUC_BIN" report "$m" "$T/q.safetensors" --calib "$calh" --json

@@ -28,8 +28,9 @@
  * Rows are independent given U: they are processed in tiles of TILE rows
  * whose boundaries depend only on the tensor, each tile by one thread with
  * single-threaded BLAS (npuc__blas_enter), so codes are the same for any -j.
- * The Cholesky factorisation and the triangular inverse are split the same
- * way (fixed column blocks, one single-threaded BLAS call each).
+ * The Cholesky factorisation (calib_linalg.c, shared with the output error)
+ * and the triangular inverse are split the same way (fixed column blocks,
+ * one single-threaded BLAS call each).
  */
 #include <float.h>
 #include <math.h>
@@ -40,6 +41,7 @@
 #include <cblas.h>
 #include <lapacke.h>
 
+#include "calib_linalg.h"
 #include "codecs/codec.h"
 #include "kernels/qk_grid.h"
 #include "kernels/qk_scalar.h"
@@ -50,7 +52,7 @@
 
 #define BLOCK 128u
 #define TILE 128u  /* rows per tile: each tile streams U once per block */
-#define INV_BLOCK 256u /* columns per BLAS call of the factorisation and the inverse */
+#define INV_BLOCK 256u /* columns per BLAS call of the triangular inverse */
 
 /* What every tile shares. */
 typedef struct gjob {
@@ -143,37 +145,6 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
     return clipped;
 }
 
-/* The upper Cholesky factor R of the column-major K x K matrix A (A = R^T R,
- * written over A's upper triangle; the lower one is left as garbage):
- * right-looking in blocks of INV_BLOCK, the panel solve and the trailing
- * update split into fixed column blocks, one single-threaded BLAS call each
- * on the context's threads (the same bytes for any -j).  Returns 0 or the
- * LAPACK info (the failing column, from 1). */
-static int cholesky_upper(npuc_ctx *ctx, double *A, uint64_t K) {
-    const int nt = npuc__threads(ctx), lda = (int)K;
-    for (uint64_t k0 = 0; k0 < K; k0 += INV_BLOCK) {
-        const uint64_t k1 = k0 + INV_BLOCK < K ? k0 + INV_BLOCK : K, nb = k1 - k0;
-        const lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)nb, A + k0 * K + k0, lda);
-        if (info != 0) return (int)(k0 + (uint64_t)info);
-        const int64_t nblk = (int64_t)((K - k1 + INV_BLOCK - 1) / INV_BLOCK);
-        /* R12 = R11^-T A12 */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-        for (int64_t b = 0; b < nblk; b++) {
-            const uint64_t j0 = k1 + (uint64_t)b * INV_BLOCK, j1 = j0 + INV_BLOCK < K ? j0 + INV_BLOCK : K;
-            cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasTrans, CblasNonUnit, (int)nb, (int)(j1 - j0), 1.0,
-                        A + k0 * K + k0, lda, A + j0 * K + k0, lda);
-        }
-        /* A22 -= R12^T R12, block column [j0, j1) down to its diagonal */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-        for (int64_t b = nblk - 1; b >= 0; b--) {
-            const uint64_t j0 = k1 + (uint64_t)b * INV_BLOCK, j1 = j0 + INV_BLOCK < K ? j0 + INV_BLOCK : K;
-            cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)(j1 - k1), (int)(j1 - j0), (int)nb, -1.0,
-                        A + k1 * K + k0, lda, A + j0 * K + k0, lda, 1.0, A + j0 * K + k1, lda);
-        }
-    }
-    return 0;
-}
-
 /* U: the upper Cholesky factor of H^-1, row-major, written over H (K x K,
  * symmetric); Y is K x K scratch.  With P the reversal of the columns:
  * P H P = R^T R (R upper) gives H^-1 = P R^-1 R^-T P = U^T U with
@@ -190,7 +161,7 @@ static int inverse_factor(npuc_ctx *ctx, double *H, double *Y, uint64_t K) {
         H[i] = H[KK - 1 - i];
         H[KK - 1 - i] = t;
     }
-    const int info = cholesky_upper(ctx, H, K);
+    const int info = npuc__chol_upper(npuc__threads(ctx), H, K);
     if (info != 0) return info;
     const int64_t nblk = (int64_t)((K + INV_BLOCK - 1) / INV_BLOCK);
 #pragma omp parallel for num_threads(npuc__threads(ctx)) schedule(dynamic, 1)
@@ -240,7 +211,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
     uint64_t *perm = malloc(sizeof(uint64_t) * (size_t)K);
     unsigned char *dead = calloc((size_t)K, 1);
     double *diag = malloc(sizeof(double) * (size_t)K);
-    double *U = malloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
+    double *U = npuc__huge_alloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
     float *inv = malloc(sizeof(float) * (size_t)qs.nscales);
     float *deq = deq_out ? deq_out : malloc(sizeof(float) * (size_t)t->numel);
     if (!perm || !dead || !diag || !U || !inv || !deq) {

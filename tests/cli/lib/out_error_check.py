@@ -7,7 +7,10 @@
                                     calib.safetensors: W.input rows (conv: unfolded
                                     patches in in*kh*kw order, three leading axes for
                                     fc), calib_h.safetensors: only W.hessian (F64) +
-                                    W.hessian_count
+                                    W.hessian_count; calib_r.safetensors: semidefinite
+                                    W.hessian (fewer rows than K, a dead input),
+                                    calib_rx.safetensors: the same rows as W.input,
+                                    calib_i.safetensors: an indefinite fc W.hessian
     out_error_check.py check REPORT.json DENSE CALIB RTOL
                                     every tensor of the npuc.report/1 document: the
                                     output_rel_error equals ||(W - W')X|| / ||WX||
@@ -64,6 +67,21 @@ def cmd_make(d):
                                           ("fc.weight.hessian_count", np.array([200], dtype=np.int64)),
                                           ("conv.weight.hessian", h_conv.T @ h_conv),
                                           ("conv.weight.hessian_count", np.array(150, dtype=np.int64))])
+    # Semidefinite Hessians: fewer rows than K (fc 40 of 96, conv 30 of 72)
+    # and a dead input each; calib_r holds only W.hessian, calib_rx the rows.
+    r_fc, r_conv = h_fc[:40].copy(), h_conv[:30].copy()
+    r_fc[:, 7] = 0
+    r_conv[:, 5] = 0
+    write_st(d + "/calib_r.safetensors", [("fc.weight.hessian", r_fc.T @ r_fc),
+                                          ("fc.weight.hessian_count", np.array([40], dtype=np.int64)),
+                                          ("conv.weight.hessian", r_conv.T @ r_conv),
+                                          ("conv.weight.hessian_count", np.array(30, dtype=np.int64))])
+    write_st(d + "/calib_rx.safetensors", [("fc.weight.input", r_fc), ("conv.weight.input", r_conv)])
+    # An indefinite "Hessian" (not a sum of x x^T; the Cholesky fallback).
+    h_ind = np.diag(rng.uniform(0.5, 2.0, 96))
+    h_ind[[3, 30, 60], [3, 30, 60]] = -0.1
+    write_st(d + "/calib_i.safetensors", [("fc.weight.hessian", h_ind),
+                                          ("fc.weight.hessian_count", np.array([1], dtype=np.int64))])
 
 
 def expected(w, wq, cal, name):
