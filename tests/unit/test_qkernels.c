@@ -872,6 +872,39 @@ static void test_pack_roundtrip(void **state) {
     free(codes), free(back), free(packed);
 }
 
+/* npuc_pack_bits (groups of eight codes a word or bytes at a time, then a
+ * serial tail) against a packer written from the format's definition, one
+ * bit at a time: bit b of code i is bit i*bits + b of the stream, LSB of
+ * byte 0 first.  Codes are whole random bytes, so the masking of the bits
+ * above the width is checked too; every width, every tail length, and
+ * nothing written past the packed size. */
+static void test_pack_vs_bitwise(void **state) {
+    (void)state;
+    uint64_t rng = 18;
+    enum { NMAX = 4099 };
+    uint8_t *codes = malloc(NMAX), *got = malloc(NMAX + 1), *want = malloc(NMAX + 1);
+    assert_true(codes && got && want);
+    static const size_t big[] = {64, 1023, 1024, 4096, 4099};
+    for (int bits = 1; bits <= 8; bits++)
+        for (size_t k = 0; k < 41 + N(big); k++) {
+            const size_t n = k < 41 ? k : big[k - 41];
+            for (size_t i = 0; i < n; i++) codes[i] = (uint8_t)npuc_test_rand(&rng);
+            const uint64_t psz = npuc_packed_size(n, bits);
+            memset(want, 0, NMAX + 1);
+            for (size_t i = 0; i < n; i++)
+                for (int b = 0; b < bits; b++)
+                    if (codes[i] >> b & 1) {
+                        const size_t at = i * (size_t)bits + (size_t)b;
+                        want[at / 8] |= (uint8_t)(1u << (at % 8));
+                    }
+            want[psz] = 0xEE;
+            memset(got, 0xEE, NMAX + 1);
+            npuc_pack_bits(codes, n, bits, got);
+            assert_memory_equal(got, want, psz + 1);
+        }
+    free(codes), free(got), free(want);
+}
+
 /* One entry per fast table; the state names it. */
 #define FAST_TESTS(f)                                                                    \
     {#f "_avx2", f, NULL, NULL, (void *)"avx2"}, {#f "_avx512", f, NULL, NULL, (void *)"avx512"}
@@ -896,6 +929,7 @@ int main(void) {
         cmocka_unit_test(test_pack_hand),
         cmocka_unit_test(test_packed_size),
         cmocka_unit_test(test_pack_roundtrip),
+        cmocka_unit_test(test_pack_vs_bitwise),
     };
     return cmocka_run_group_tests_name("qkernels", tests, NULL, NULL);
 }
