@@ -35,12 +35,12 @@ All commands run in turn, --reps rounds of the whole list, so a change in
 the machine's load hits every row alike; each row shows the median wall
 time, the median CPU time (user + sys) and the median 1-minute load average
 at its runs; xfloor and xint8 are ratios of wall medians, cpu x8 the ratio
-of CPU medians to int8 per channel's (steadier on a busy machine).  In memory (bench_quantize_mem, best of
---reps, alternating
-with memcpy): npuc_quantize_tensor's GB/s (4 bytes in, 1 code byte out +
-scales) for every quantize row, and its ratio to memcpy's GB/s.  The goal
-column checks each row against issue 18's goals (see the legend printed
-below the table).  Prints figures only; never fails.  --quick: a 64 MiB
+of CPU medians to int8 per channel's (steadier on a busy machine).  In
+memory (bench_quantize_mem, best of --reps, alternating with memcpy):
+npuc_quantize_tensor's GB/s (4 bytes in, 1 code byte out + scales) for
+every quantize row, and its ratio to memcpy's GB/s.  The goal column checks
+each row against issue 18's goals (see the legend printed below the
+table).  Prints figures only; never fails.  --quick: a 64 MiB
 model and one round, to show every row runs.
 """
 import argparse
@@ -250,6 +250,7 @@ def main():
                 floor_run(key, size, acc)
             for r in rows:
                 r.run()
+            print(f"# round {rnd + 1}/{a.reps} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
         fl = {}
         for key, size, acc in floors:
             fl.setdefault(key, []).append((size, statistics.median(acc)))

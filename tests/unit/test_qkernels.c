@@ -465,6 +465,39 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
             }
         }
 
+    /* quant_groups: runs of G values with the parameters of sc/inv/zp's
+     * first ngroups entries (the first group's scale FLT_MIN, as an all-zero
+     * group gets), against quant_run on each run in turn, the definition;
+     * G not a multiple of 16 or above 256 takes the fallback. */
+    static const size_t gs[] = {16, 32, 48, 64, 256, 3, 272};
+    for (size_t gi = 0; gi < N(gs); gi++) {
+        const size_t G = gs[gi], ng = n / G;
+        if (ng == 0) continue;
+        const float sc0 = sc[0], inv0 = inv[0];
+        if (kind == DATA_ZEROS) sc[0] = FLT_MIN, inv[0] = 1.0f / FLT_MIN;
+        npuc_qsums s_def = start, s_rg = start;
+        s_fast = start;
+        memset(c_fast, 0xAA, n);
+        for (size_t g = 0; g < ng; g++)
+            ref()->quant_run(x + g * G, G, sc[g], inv[g], zp[g], qmin, qmax, c_ref + g * G, d_ref + g * G,
+                             &s_def);
+        ref()->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_rg);
+        assert_memory_equal(c_fast, c_ref, ng * G);
+        assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
+        assert_memory_equal(&s_rg, &s_def, sizeof s_rg);
+        memset(c_fast, 0xAA, n);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);
+        assert_memory_equal(c_fast, c_ref, ng * G);
+        assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
+        assert_sums_equalish(&s_fast, &s_def);
+        npuc_qsums s_nodeq = start;
+        memset(c_fast, 0xAA, n);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nodeq);
+        assert_memory_equal(c_fast, c_ref, ng * G);
+        assert_memory_equal(&s_nodeq, &s_fast, sizeof s_nodeq);
+        sc[0] = sc0, inv[0] = inv0;
+    }
+
     s_ref = start, s_fast = start;
     ref()->quant_vec(x, n, sc, inv, zp, qmin, qmax, c_ref, d_ref, &s_ref);
     fast->quant_vec(x, n, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);

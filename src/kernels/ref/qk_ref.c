@@ -67,6 +67,14 @@ static void quant_run_hinted_ref(const float *x, size_t n, float scale, float in
     quant_run_ref(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
 }
 
+static void quant_groups_ref(const float *x, size_t ngroups, size_t G, const float *scale,
+                             const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                             uint8_t *codes, float *deq, npuc_qsums *s) {
+    for (size_t g = 0; g < ngroups; g++)
+        quant_run_ref(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
+                      deq ? deq + g * G : NULL, s);
+}
+
 static void quant_vec_ref(const float *x, size_t n, const float *scale, const float *inv_scale,
                           const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                           npuc_qsums *s) {
@@ -93,6 +101,7 @@ static const npuc_kernel_table g_ref = {
     .minmax_cols = minmax_cols_ref,
     .quant_run = quant_run_ref,
     .quant_run_hinted = quant_run_hinted_ref,
+    .quant_groups = quant_groups_ref,
     .quant_vec = quant_vec_ref,
     .quant_rows = quant_rows_ref,
 };
