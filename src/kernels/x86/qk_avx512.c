@@ -104,6 +104,14 @@ NPUC_AVX512_INLINE void fsums16_zero(fsums16 *f) {
     f->kk = _mm512_setzero_si512();
 }
 
+NPUC_AVX512_INLINE void out16_zero(out16 *o) {
+    const __m512d zd = _mm512_setzero_pd();
+    o->w2lo = o->w2hi = o->e2lo = o->e2hi = o->wdlo = o->wdhi = zd;
+    o->kklo = o->kkhi = _mm512_setzero_si512();
+    o->amax = _mm512_setzero_ps();
+    o->exact = (npuc_qsums){0};
+}
+
 NPUC_AVX512_INLINE void to_double16(__m512 f, __m512d *lo, __m512d *hi) {
     *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
     *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
@@ -284,11 +292,7 @@ NPUC_AVX512 static void quant_run_hinted_avx512(const float *x, size_t n, float 
     }
     qk_ahead pf = qk_ahead_make(h);
     out16 o;
-    const __m512d zd = _mm512_setzero_pd();
-    o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = zd;
-    o.kklo = o.kkhi = _mm512_setzero_si512();
-    o.amax = _mm512_setzero_ps();
-    o.exact = (npuc_qsums){0};
+    out16_zero(&o);
     /* One specialisation per (pack, deq) pair. */
     if (pack == QK_PACK_I8 && deq)
         run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &pf);
@@ -392,11 +396,7 @@ NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size
         return;
     }
     out16 o;
-    const __m512d zd = _mm512_setzero_pd();
-    o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = zd;
-    o.kklo = o.kkhi = _mm512_setzero_si512();
-    o.amax = _mm512_setzero_ps();
-    o.exact = (npuc_qsums){0};
+    out16_zero(&o);
     double d2 = 0.0;
     if (pack == QK_PACK_I8 && deq)
         groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &d2);
