@@ -96,6 +96,16 @@ typedef struct npuc_kernel_table {
                              int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                              npuc_qsums *s, const struct npuc_qhint *h);
 
+    /* Quantizes ngroups consecutive runs of G values: run g is
+     * x[g*G .. (g+1)*G) with scale[g], inv_scale[g] and zp[g], its codes and
+     * dequantized values at the same offsets.  Codes and deq are exactly
+     * quant_run's on each run in turn (the reference does that); the sums of
+     * all runs are added into *s.  Small groups (int4 g32) then pay a call's
+     * setup and final reduction once per chunk rather than once per group. */
+    void (*quant_groups)(const float *x, size_t ngroups, size_t G, const float *scale,
+                         const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                         uint8_t *codes, float *deq, npuc_qsums *s);
+
     /* The same for a run whose element i has its own scale[i], inv_scale[i]
      * and zp[i] (a row of a [in, out] weight quantized per output column). */
     void (*quant_vec)(const float *x, size_t n, const float *scale, const float *inv_scale,

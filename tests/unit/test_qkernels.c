@@ -465,6 +465,39 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
             }
         }
 
+    /* quant_groups: runs of G values with the parameters of sc/inv/zp's
+     * first ngroups entries (the first group's scale FLT_MIN, as an all-zero
+     * group gets), against quant_run on each run in turn, the definition;
+     * G not a multiple of 16 or above 256 takes the fallback. */
+    static const size_t gs[] = {16, 32, 48, 64, 256, 3, 272};
+    for (size_t gi = 0; gi < N(gs); gi++) {
+        const size_t G = gs[gi], ng = n / G;
+        if (ng == 0) continue;
+        const float sc0 = sc[0], inv0 = inv[0];
+        if (kind == DATA_ZEROS) sc[0] = FLT_MIN, inv[0] = 1.0f / FLT_MIN;
+        npuc_qsums s_def = start, s_rg = start;
+        s_fast = start;
+        memset(c_fast, 0xAA, n);
+        for (size_t g = 0; g < ng; g++)
+            ref()->quant_run(x + g * G, G, sc[g], inv[g], zp[g], qmin, qmax, c_ref + g * G, d_ref + g * G,
+                             &s_def);
+        ref()->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_rg);
+        assert_memory_equal(c_fast, c_ref, ng * G);
+        assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
+        assert_memory_equal(&s_rg, &s_def, sizeof s_rg);
+        memset(c_fast, 0xAA, n);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);
+        assert_memory_equal(c_fast, c_ref, ng * G);
+        assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
+        assert_sums_equalish(&s_fast, &s_def);
+        npuc_qsums s_nodeq = start;
+        memset(c_fast, 0xAA, n);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nodeq);
+        assert_memory_equal(c_fast, c_ref, ng * G);
+        assert_memory_equal(&s_nodeq, &s_fast, sizeof s_nodeq);
+        sc[0] = sc0, inv[0] = inv0;
+    }
+
     s_ref = start, s_fast = start;
     ref()->quant_vec(x, n, sc, inv, zp, qmin, qmax, c_ref, d_ref, &s_ref);
     fast->quant_vec(x, n, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);
@@ -872,6 +905,39 @@ static void test_pack_roundtrip(void **state) {
     free(codes), free(back), free(packed);
 }
 
+/* npuc_pack_bits (groups of eight codes a word or bytes at a time, then a
+ * serial tail) against a packer written from the format's definition, one
+ * bit at a time: bit b of code i is bit i*bits + b of the stream, LSB of
+ * byte 0 first.  Codes are whole random bytes, so the masking of the bits
+ * above the width is checked too; every width, every tail length, and
+ * nothing written past the packed size. */
+static void test_pack_vs_bitwise(void **state) {
+    (void)state;
+    uint64_t rng = 18;
+    enum { NMAX = 4099 };
+    uint8_t *codes = malloc(NMAX), *got = malloc(NMAX + 1), *want = malloc(NMAX + 1);
+    assert_true(codes && got && want);
+    static const size_t big[] = {64, 1023, 1024, 4096, 4099};
+    for (int bits = 1; bits <= 8; bits++)
+        for (size_t k = 0; k < 41 + N(big); k++) {
+            const size_t n = k < 41 ? k : big[k - 41];
+            for (size_t i = 0; i < n; i++) codes[i] = (uint8_t)npuc_test_rand(&rng);
+            const uint64_t psz = npuc_packed_size(n, bits);
+            memset(want, 0, NMAX + 1);
+            for (size_t i = 0; i < n; i++)
+                for (int b = 0; b < bits; b++)
+                    if (codes[i] >> b & 1) {
+                        const size_t at = i * (size_t)bits + (size_t)b;
+                        want[at / 8] |= (uint8_t)(1u << (at % 8));
+                    }
+            want[psz] = 0xEE;
+            memset(got, 0xEE, NMAX + 1);
+            npuc_pack_bits(codes, n, bits, got);
+            assert_memory_equal(got, want, psz + 1);
+        }
+    free(codes), free(got), free(want);
+}
+
 /* One entry per fast table; the state names it. */
 #define FAST_TESTS(f)                                                                    \
     {#f "_avx2", f, NULL, NULL, (void *)"avx2"}, {#f "_avx512", f, NULL, NULL, (void *)"avx512"}
@@ -896,6 +962,7 @@ int main(void) {
         cmocka_unit_test(test_pack_hand),
         cmocka_unit_test(test_packed_size),
         cmocka_unit_test(test_pack_roundtrip),
+        cmocka_unit_test(test_pack_vs_bitwise),
     };
     return cmocka_run_group_tests_name("qkernels", tests, NULL, NULL);
 }

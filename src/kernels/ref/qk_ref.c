@@ -67,6 +67,14 @@ static void quant_run_hinted_ref(const float *x, size_t n, float scale, float in
     quant_run_ref(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
 }
 
+static void quant_groups_ref(const float *x, size_t ngroups, size_t G, const float *scale,
+                             const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                             uint8_t *codes, float *deq, npuc_qsums *s) {
+    for (size_t g = 0; g < ngroups; g++)
+        quant_run_ref(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
+                      deq ? deq + g * G : NULL, s);
+}
+
 static void quant_vec_ref(const float *x, size_t n, const float *scale, const float *inv_scale,
                           const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                           npuc_qsums *s) {
@@ -93,6 +101,7 @@ static const npuc_kernel_table g_ref = {
     .minmax_cols = minmax_cols_ref,
     .quant_run = quant_run_ref,
     .quant_run_hinted = quant_run_hinted_ref,
+    .quant_groups = quant_groups_ref,
     .quant_vec = quant_vec_ref,
     .quant_rows = quant_rows_ref,
 };
@@ -112,12 +121,9 @@ uint64_t npuc_packed_size(uint64_t n, int bits) {
     return n / 8 * b + (n % 8 * b + 7) / 8;
 }
 
-void npuc_pack_bits(const uint8_t *codes, size_t n, int bits, uint8_t *out) {
-    if (bits < 1 || bits > 8) return;
-    if (bits == 8) {
-        if (n) memcpy(out, codes, n);
-        return;
-    }
+/* The specification: one code at a time through a bit accumulator.  Packs
+ * codes[0..n) into out starting at a byte boundary. */
+static void pack_bits_serial(const uint8_t *codes, size_t n, int bits, uint8_t *out) {
     const uint32_t mask = (1u << bits) - 1u;
     uint32_t acc = 0; /* pending bits, LSB first; never more than 7 + 8 */
     int nacc = 0;
@@ -132,6 +138,55 @@ void npuc_pack_bits(const uint8_t *codes, size_t n, int bits, uint8_t *out) {
         }
     }
     if (nacc > 0) out[o] = (uint8_t)acc;
+}
+
+/* Eight codes as one 64-bit word, code k in byte k (a little-endian load). */
+static uint64_t load8_le(const uint8_t *c) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, c, 8);
+    return w;
+#else
+    uint64_t w = 0;
+    for (int k = 0; k < 8; k++) w |= (uint64_t)c[k] << (8 * k);
+    return w;
+#endif
+}
+
+/* Eight codes fill exactly `bits` bytes, so the stream splits into groups of
+ * eight that start on byte boundaries: the bulk is packed a group at a time
+ * from one 64-bit load (2 and 4 bits: the fields merged pairwise by shifts
+ * and masks, SWAR; other widths: each field shifted into place), stored
+ * `bits` bytes at a time, least significant first, and the tail of fewer
+ * than eight codes by the serial loop.  The bytes are pack_bits_serial's
+ * (test_qkernels compares them with a packer that goes bit by bit). */
+void npuc_pack_bits(const uint8_t *codes, size_t n, int bits, uint8_t *out) {
+    if (bits < 1 || bits > 8) return;
+    if (bits == 8) {
+        if (n) memcpy(out, codes, n);
+        return;
+    }
+    const size_t groups = n / 8;
+    const uint64_t mask = (1u << bits) - 1u;
+    for (size_t g = 0; g < groups; g++) {
+        uint64_t w = load8_le(codes + 8 * g), p = 0;
+        if (bits == 4) {
+            w &= 0x0F0F0F0F0F0F0F0Full;
+            w = (w | w >> 4) & 0x00FF00FF00FF00FFull;  /* byte 2j: c[2j] | c[2j+1] << 4 */
+            w = (w | w >> 8) & 0x0000FFFF0000FFFFull;
+            p = (w | w >> 16) & 0xFFFFFFFFull;
+        } else if (bits == 2) {
+            w &= 0x0303030303030303ull;
+            w = (w | w >> 6) & 0x000F000F000F000Full;  /* byte 2j: c[2j] | c[2j+1] << 2 */
+            w = (w | w >> 12) & 0x000000FF000000FFull; /* byte 4j: four fields */
+            p = (w | w >> 24) & 0xFFFFull;
+        } else {
+            for (int k = 0; k < 8; k++) p |= (w >> (8 * k) & mask) << (k * bits);
+        }
+        uint8_t *o = out + g * (size_t)bits;
+        for (int b = 0; b < bits; b++) o[b] = (uint8_t)(p >> (8 * b));
+    }
+    pack_bits_serial(codes + 8 * groups, n % 8, bits, out + groups * (size_t)bits);
 }
 
 void npuc_unpack_bits(const uint8_t *in, size_t n, int bits, int is_signed, uint8_t *codes) {

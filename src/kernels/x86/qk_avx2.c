@@ -785,12 +785,22 @@ NPUC_AVX2 void npuc__qk_quant_rows_avx2(const float *x, size_t rows, size_t cols
     npuc_qsums_add(s, &acc);
 }
 
+/* One quant_run per group: AVX2 has no version of its own. */
+void npuc__qk_quant_groups_avx2(const float *x, size_t ngroups, size_t G, const float *scale,
+                                const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                                uint8_t *codes, float *deq, npuc_qsums *s) {
+    for (size_t g = 0; g < ngroups; g++)
+        npuc__qk_quant_run_avx2(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
+                                deq ? deq + g * G : NULL, s);
+}
+
 static const npuc_kernel_table g_avx2 = {
     .name = "avx2",
     .minmax = npuc__qk_minmax_avx2,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = npuc__qk_quant_run_avx2,
     .quant_run_hinted = npuc__qk_quant_run_hinted_avx2,
+    .quant_groups = npuc__qk_quant_groups_avx2,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
 };

@@ -104,6 +104,14 @@ NPUC_AVX512_INLINE void fsums16_zero(fsums16 *f) {
     f->kk = _mm512_setzero_si512();
 }
 
+NPUC_AVX512_INLINE void out16_zero(out16 *o) {
+    const __m512d zd = _mm512_setzero_pd();
+    o->w2lo = o->w2hi = o->e2lo = o->e2hi = o->wdlo = o->wdhi = zd;
+    o->kklo = o->kkhi = _mm512_setzero_si512();
+    o->amax = _mm512_setzero_ps();
+    o->exact = (npuc_qsums){0};
+}
+
 NPUC_AVX512_INLINE void to_double16(__m512 f, __m512d *lo, __m512d *hi) {
     *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
     *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
@@ -284,11 +292,7 @@ NPUC_AVX512 static void quant_run_hinted_avx512(const float *x, size_t n, float 
     }
     qk_ahead pf = qk_ahead_make(h);
     out16 o;
-    const __m512d zd = _mm512_setzero_pd();
-    o.w2lo = o.w2hi = o.e2lo = o.e2hi = o.wdlo = o.wdhi = zd;
-    o.kklo = o.kkhi = _mm512_setzero_si512();
-    o.amax = _mm512_setzero_ps();
-    o.exact = (npuc_qsums){0};
+    out16_zero(&o);
     /* One specialisation per (pack, deq) pair. */
     if (pack == QK_PACK_I8 && deq)
         run16_body(x, n16, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &pf);
@@ -318,12 +322,107 @@ NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, 
     quant_run_hinted_avx512(x, n, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL);
 }
 
+/* ---------------------------------------------------------------- quant_groups
+ *
+ * Runs of G values (G a multiple of 16, at most 16 * QK_BLOCK_LANE_TERMS)
+ * with their own parameters, in one call: the float block sums, the double
+ * lanes, max |deq - x| and the MXCSR watch carry across groups, so the
+ * setup and the final lane reduction of quant_run are paid once per call.
+ * Per group: its sum k^2 in int32 (at most 256 * 511^2 < 2^31), times its
+ * scale^2 in double, as quant_run forms sum deq^2 for a run.  A group whose
+ * parameters quant_run would not take on its fast path goes to the AVX2
+ * quant_run, a group holding a clipped, NaN or infinite value (found by a
+ * first pass over its codes) to the exact path, both into o->exact. */
+NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, const float *scale,
+                                    const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                                    uint8_t *codes, float *deq, int pack, int with_deq, out16 *o,
+                                    double *d2) {
+    const size_t per = G / 16;
+    __m512 amax = o->amax;
+    fsums16 f;
+    fsums16_zero(&f);
+    size_t terms = 0; /* float terms per lane in f */
+    for (size_t g = 0; g < ngroups; g++) {
+        const float *xg = x + g * G;
+        uint8_t *cg = codes + g * G;
+        float *dg = with_deq ? deq + g * G : NULL;
+        const float sc = scale[g], iv = inv_scale[g];
+        const int32_t z = zp[g];
+        if (z < -256 || z > 256 || !qk_inv_ok(sc, iv)) {
+            npuc__qk_quant_run_avx2(xg, G, sc, iv, z, qmin, qmax, cg, dg, &o->exact);
+            continue;
+        }
+        const __m512 vi = _mm512_set1_ps(iv), vs = _mm512_set1_ps(sc);
+        const __m512i klo = _mm512_set1_epi32(qmin - z), khi = _mm512_set1_epi32(qmax - z);
+        __mmask16 out = 0;
+        for (size_t v = 0; v < per; v++) {
+            const __m512i k = rint_mul16(_mm512_loadu_ps(xg + 16 * v), vi);
+            out |= _mm512_cmplt_epi32_mask(k, klo) | _mm512_cmpgt_epi32_mask(k, khi);
+        }
+        if (out) {
+            exact_span(xg, 0, G, sc, iv, z, qmin, qmax, cg, dg, &o->exact);
+            continue;
+        }
+        if (terms + per > QK_BLOCK_LANE_TERMS) {
+            fsums16_flush(&f, o);
+            terms = 0;
+        }
+        terms += per;
+        const __m512i vz = _mm512_set1_epi32(z);
+        __m512i kk = _mm512_setzero_si512();
+        for (size_t v = 0; v < per; v++) {
+            const __m512 x0 = _mm512_loadu_ps(xg + 16 * v);
+            const __m512i k0 = rint_mul16(x0, vi);
+            const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
+            kk = _mm512_add_epi32(kk, _mm512_mullo_epi32(k0, k0));
+            store_codes16(cg + 16 * v, _mm512_add_epi32(k0, vz), pack);
+            if (with_deq) _mm512_storeu_ps(dg + 16 * v, d0);
+        }
+        *d2 += (double)_mm512_reduce_add_epi32(kk) * ((double)sc * (double)sc);
+    }
+    fsums16_flush(&f, o);
+    o->amax = amax;
+}
+
+NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size_t G, const float *scale,
+                                            const float *inv_scale, const int32_t *zp, int32_t qmin,
+                                            int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s) {
+    const int pack = qk_pack_kind(qmin, qmax);
+    unsigned csr;
+    if (G == 0 || G % 16 || G > 16 * QK_BLOCK_LANE_TERMS || pack == QK_PACK_NONE || !qk_watch_begin(&csr)) {
+        for (size_t g = 0; g < ngroups; g++)
+            quant_run_hinted_avx512(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
+                                    deq ? deq + g * G : NULL, s, NULL);
+        return;
+    }
+    out16 o;
+    out16_zero(&o);
+    double d2 = 0.0;
+    if (pack == QK_PACK_I8 && deq)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &d2);
+    else if (pack == QK_PACK_I8)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &d2);
+    else if (deq)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &d2);
+    else
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &d2);
+    if (qk_watch_end(csr, &o)) {
+        npuc__qk_quant_groups_avx2(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        return;
+    }
+    npuc_qsums acc = {0};
+    out16_reduce(&o, 0.0f, &acc); /* o's sum k^2 lanes stayed 0: d2 holds sum deq^2 */
+    acc.sum_d2 += d2;
+    npuc_qsums_add(s, &acc);
+}
+
 static const npuc_kernel_table g_avx512 = {
     .name = "avx512",
     .minmax = minmax_avx512,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = quant_run_avx512,
     .quant_run_hinted = quant_run_hinted_avx512,
+    .quant_groups = quant_groups_avx512,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
 };

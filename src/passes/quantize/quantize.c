@@ -360,6 +360,55 @@ typedef struct fuse_job {
     npuc_qsums *sums;
 } fuse_job;
 
+/* Groups of at most GROUPS_MAX values go to the kernel's quant_groups a
+ * chunk at a time (kernels/npuc_kernels.h): one call per chunk instead of
+ * one quant_run per group, whose fixed cost dominates at G = 32 (issue 18,
+ * docs/quantization.md "Every scheme"). */
+#define GROUPS_MAX 256u
+
+static void group_params(const fuse_job *j, uint64_t idx, float lo, float hi) {
+    npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, j->p->grid == NPUC_GRID_FULL,
+                                  &j->scales[idx], &j->inv[idx], &j->zero_points[idx]);
+    npuc__scale_round(j->p->scale_dtype, &j->scales[idx], &j->inv[idx]); /* --scale-dtype */
+}
+
+/* fused_span when G divides CHUNK (so no group crosses a chunk boundary):
+ * first every group's range and parameters in [s, e), then the codes chunk
+ * by chunk, the whole groups of each in one quant_groups call and a
+ * channel's last, shorter group (per % G values) by quant_run; the same
+ * codes, scales and per-chunk sums items as the loop in fused_span. */
+static uint64_t grouped_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e, npuc_ctx *tctx,
+                             void *scratch, npuc_status *est) {
+    const uint64_t per = j->qs->per_channel, base = c * per, G = j->G;
+    const uint64_t idx0 = c * j->qs->groups_per_channel;
+    uint64_t bad = 0;
+    for (uint64_t g0 = s; g0 < e; g0 += G) {
+        const uint64_t n = g0 + G < per ? G : per - g0;
+        const float *xg = j->w + base + g0;
+        float lo, hi;
+        bad += j->k->minmax(xg, (size_t)n, &lo, &hi);
+        if (j->p->range.method != NPUC_RANGE_MINMAX &&
+            (*est = range_of_group(tctx, xg, (size_t)n, g0, j->p, &j->ro, &lo, &hi, scratch)) != NPUC_OK)
+            return bad;
+        group_params(j, idx0 + g0 / G, lo, hi);
+    }
+    for (uint64_t q = s; q < e;) {
+        const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < e ? (ch + 1) * CHUNK : e;
+        const uint64_t whole = (end - q) / G, gi = idx0 + q / G;
+        npuc_qsums *sums = &j->sums[c * j->chunks + ch];
+        j->k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, j->scales + gi, j->inv + gi,
+                           j->zero_points + gi, j->qmin, j->qmax, j->codes + base + q,
+                           j->deq ? j->deq + base + q : NULL, sums);
+        const uint64_t r = q + whole * G;
+        if (r < end) /* the channel's last group, shorter than G */
+            j->k->quant_run(j->w + base + r, (size_t)(end - r), j->scales[gi + whole], j->inv[gi + whole],
+                            j->zero_points[gi + whole], j->qmin, j->qmax, j->codes + base + r,
+                            j->deq ? j->deq + base + r : NULL, sums);
+        q = end;
+    }
+    return bad;
+}
+
 /* One pass over the groups of channel c whose values start in [s, e) of the
  * channel's sequence (s and e on group boundaries), when outer == 1, so a
  * group is the contiguous x[c*per + g*G, ...): its min/max (and non-finite
@@ -372,6 +421,7 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
                            void *scratch, npuc_status *est) {
     const uint64_t per = j->qs->per_channel, base = c * per, G = j->G;
     uint64_t bad = 0;
+    if (G <= GROUPS_MAX && CHUNK % G == 0) return grouped_span(j, c, s, e, tctx, scratch, est);
     for (uint64_t g0 = s; g0 < e;) {
         const uint64_t g1 = g0 + G < per ? g0 + G : per;
         const uint64_t idx = c * j->qs->groups_per_channel + g0 / G;
@@ -382,10 +432,7 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
         if (j->p->range.method != NPUC_RANGE_MINMAX &&
             (*est = range_of_group(tctx, xg, (size_t)(g1 - g0), g0, j->p, &j->ro, &lo, &hi, scratch)) != NPUC_OK)
             return bad;
-        npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, j->p->grid == NPUC_GRID_FULL,
-                                      &j->scales[idx], &j->inv[idx],
-                                      &j->zero_points[idx]);
-        npuc__scale_round(j->p->scale_dtype, &j->scales[idx], &j->inv[idx]); /* --scale-dtype */
+        group_params(j, idx, lo, hi);
         for (uint64_t q = g0; q < g1;) {
             const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < g1 ? (ch + 1) * CHUNK : g1;
             /* Read ahead the values as many as these (at least AHEAD_MIN)
