@@ -30,8 +30,8 @@
  *
  * The file is opened read-only and read with pread(2): the header when it is
  * opened, a payload when a pass loads it, into a buffer of the reader's own
- * (one spare buffer is kept for the next tensor, so a pass working tensor by
- * tensor allocates and faults in its buffer once).  The file is never
+ * (up to ST_SPARES released buffers are kept for the next tensors, so a
+ * pass working tensor by tensor allocates and faults in its buffers once).  The file is never
  * mapped: a file truncated while npuc runs would turn a mapped read into
  * SIGBUS, while a short read here is an error naming the file and the tensor
  * (NPUC_ERR_IO), and a file replaced by rename keeps being read whole from
@@ -44,6 +44,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,11 +52,16 @@
 
 #include "st_format.h"
 
+/* Released buffers kept: one per tensor a -j 2 pass and its read-ahead
+ * have in flight, so a pass working tensor by tensor faults each buffer in
+ * once (a fresh buffer is mapped anew and faulted page by page). */
+#define ST_SPARES 4
+
 typedef struct st_state {
     int fd;
     uint64_t data_start; /* 8 + N */
     pthread_mutex_t lock; /* guards spare: loads may come from several threads */
-    void *spare;          /* a released payload buffer kept for the next load */
+    void *spare[ST_SPARES]; /* released payload buffers kept for the next loads */
     int sparse;           /* the file has holes (fewer blocks than bytes): read_at skips them */
 } st_state;
 
@@ -71,6 +77,7 @@ typedef struct st_entry {
 /* Payload buffers carry their capacity in a 64-byte prefix (which also
  * keeps the payload 64-byte aligned for the kernels). */
 #define ST_BUF_HDR 64
+#define ST_HUGE ((size_t)2 << 20) /* a huge page */
 
 static uint64_t buf_cap(const void *p) { return *(const uint64_t *)((const char *)p - ST_BUF_HDR); }
 
@@ -78,29 +85,50 @@ static void buf_free(void *p) {
     if (p) free((char *)p - ST_BUF_HDR);
 }
 
-/* A buffer of at least n bytes: the spare one when it is big enough. */
+/* A buffer of at least n bytes: the smallest spare one that is big enough.
+ * Large buffers are 2 MiB-aligned with transparent huge pages requested, so
+ * a new one faults in 2 MiB at a time rather than 4 KiB. */
 static void *buf_get(st_state *s, uint64_t n) {
     void *p = NULL;
     pthread_mutex_lock(&s->lock);
-    if (s->spare && buf_cap(s->spare) >= n) {
-        p = s->spare;
-        s->spare = NULL;
+    int best = -1;
+    for (int k = 0; k < ST_SPARES; k++)
+        if (s->spare[k] && buf_cap(s->spare[k]) >= n && (best < 0 || buf_cap(s->spare[k]) < buf_cap(s->spare[best])))
+            best = k;
+    if (best >= 0) {
+        p = s->spare[best];
+        s->spare[best] = NULL;
     }
     pthread_mutex_unlock(&s->lock);
     if (p) return p;
-    if (n > SIZE_MAX - ST_BUF_HDR) return NULL;
+    if (n > SIZE_MAX - ST_BUF_HDR - ST_HUGE) return NULL;
+    const size_t want = (size_t)n + ST_BUF_HDR, align = want >= 2 * ST_HUGE ? ST_HUGE : ST_BUF_HDR;
+    const size_t size = align == ST_HUGE ? (want + ST_HUGE - 1) / ST_HUGE * ST_HUGE : want;
     char *b = NULL;
-    if (posix_memalign((void **)&b, ST_BUF_HDR, (size_t)n + ST_BUF_HDR) != 0) return NULL;
+    if (posix_memalign((void **)&b, align, size) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align == ST_HUGE) (void)madvise(b, size, MADV_HUGEPAGE);
+#endif
     *(uint64_t *)b = n;
     return b + ST_BUF_HDR;
 }
 
-/* Keeps the larger of p and the spare buffer for the next load. */
+/* Keeps p for the next loads, in place of the smallest spare buffer when
+ * every slot is taken (and frees whichever is not kept). */
 static void buf_put(st_state *s, void *p) {
     pthread_mutex_lock(&s->lock);
-    if (!s->spare || buf_cap(s->spare) < buf_cap(p)) {
-        void *old = s->spare;
-        s->spare = p;
+    int slot = -1;
+    for (int k = 0; k < ST_SPARES && slot < 0; k++)
+        if (!s->spare[k]) slot = k;
+    if (slot < 0) {
+        slot = 0;
+        for (int k = 1; k < ST_SPARES; k++)
+            if (buf_cap(s->spare[k]) < buf_cap(s->spare[slot])) slot = k;
+        if (buf_cap(s->spare[slot]) >= buf_cap(p)) slot = -1;
+    }
+    if (slot >= 0) {
+        void *old = s->spare[slot];
+        s->spare[slot] = p;
         p = old;
     }
     pthread_mutex_unlock(&s->lock);
@@ -188,7 +216,7 @@ static void st_close(npuc_model *m) {
     st_state *s = m->be_state;
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
-    buf_free(s->spare);
+    for (int k = 0; k < ST_SPARES; k++) buf_free(s->spare[k]);
     pthread_mutex_destroy(&s->lock);
     free(s);
     m->be_state = NULL;
