@@ -1,5 +1,6 @@
 /*
- * calib_linalg.c - the blocked Cholesky factorisation (calib_linalg.h).
+ * calib_linalg.c - the blocked Cholesky factorisation and huge-page
+ * buffers (calib_linalg.h).
  *
  * LAPACK's dpotrf on OpenBLAS threads inside its own calls, and how it
  * splits the work depends on the thread count; here the split is fixed by
@@ -7,14 +8,26 @@
  * single-threaded, so the factor is the same bit for bit for any -j.
  */
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include <cblas.h>
 #include <lapacke.h>
 
 #include "calib_linalg.h"
-#include "npuc_internal.h"
 
 #define CHOL_BLOCK 256u
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *npuc__huge_alloc(size_t n) {
+    if (n < 2 * HUGE_PAGE) return malloc(n ? n : 1);
+    const size_t r = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = NULL;
+    if (r < n || posix_memalign(&p, HUGE_PAGE, r) != 0) return NULL;
+#if defined(MADV_HUGEPAGE)
+    (void)madvise(p, r, MADV_HUGEPAGE);
+#endif
+    return p;
+}
 
 int npuc__chol_upper(int nthreads, double *A, uint64_t K) {
     const int lda = (int)K;

@@ -179,10 +179,6 @@ void npuc__tempfiles_untrack(const char *path);
  * path is, or is to become, a directory (a checkpoint output); the caller
  * judges an existing path. */
 npuc_status npuc__atomic_file_open_anchor(npuc_ctx *ctx, const char *path, npuc_atomic_file **out);
-/* malloc for large buffers (huge_alloc.c): from 4 MiB up 2 MiB-aligned and
- * advised as transparent huge pages (a fresh 4 KiB page costs a fault),
- * below that 64-byte aligned.  Freed with free(); NULL when out of memory. */
-void *npuc__huge_alloc(size_t n);
 /* Removes the entries directly in directory path (files; a subdirectory
  * stays and so does path) and then path; 0 when path is gone. */
 int npuc__remove_dir1(const char *path);

@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "calib_linalg.h"
 #include "passes/pass_util.h"
 
 npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const *src, size_t n,

@@ -15,7 +15,6 @@
 #include <cblas.h>
 
 #include "calib_linalg.h"
-#include "npuc_internal.h"
 
 #define N 300 /* blocks of 256 + 44 */
 
