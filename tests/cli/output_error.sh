@@ -57,6 +57,13 @@ expect_rc 0 "$NPUC_BIN" quantize -q --quantize-all -b 4 -g 24 --method gptq --ca
 expect_rc 0 "$NPUC_BIN" decompress "$T/qr.safetensors" -o "$T/dr.safetensors"
 "$PY" "$C" check "$T/qr.json" "$T/dr.safetensors" "$T/calib_rx.safetensors" 1e-9 ||
     fail "semidefinite W.hessian: output error differs from NumPy's from the rows"
+# GPTQ's figure comes from its own factor of the dampened, permuted Hessian
+# (quant_gptq.c out_sums): with --act-order and asymmetric codes too.
+expect_rc 0 "$NPUC_BIN" quantize -q --quantize-all -b 3 -g 24 --asymmetric --act-order --method gptq \
+    --calib "$T/calib_r.safetensors" "$m" -o "$T/qa.safetensors" --report "$T/qa.json"
+expect_rc 0 "$NPUC_BIN" decompress "$T/qa.safetensors" -o "$T/da.safetensors"
+"$PY" "$C" check "$T/qa.json" "$T/da.safetensors" "$T/calib_rx.safetensors" 1e-9 ||
+    fail "GPTQ --act-order: output error differs from NumPy's from the rows"
 
 # An indefinite W.hessian (a file's, not a sum of x x^T) still gives tr(D H D^T) / tr(W H W^T)
 # (the factorisation falls back to a Gershgorin shift).

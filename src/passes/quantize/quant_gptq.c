@@ -30,7 +30,8 @@
  * single-threaded BLAS (npuc__blas_enter), so codes are the same for any -j.
  * The Cholesky factorisation (calib_linalg.c, shared with the output error)
  * and the triangular inverse are split the same way (fixed column blocks,
- * one single-threaded BLAS call each).
+ * one single-threaded BLAS call each).  The output error's sums come from U
+ * too (out_sums), so a GPTQ run reads and factors H once.
  */
 #include <float.h>
 #include <math.h>
@@ -178,6 +179,68 @@ static int inverse_factor(npuc_ctx *ctx, double *H, double *Y, uint64_t K) {
     return 0;
 }
 
+/* The output error's sums (npuc__gptq_opts.out) from U, GPTQ's own factor.
+ * GPTQ factored Hd = P (f H + sum_dead e_j e_j^T) P^T + lam I (f = 2 / n, P
+ * the act-order permutation, lam the dampening) as Hd^-1 = U^T U, so
+ * Hd = U^-1 U^-T and, for any rows T in permuted column order,
+ *   tr(T H T^T) = (||T U^-1||^2 - lam ||T||^2 - sum_dead ||T_:,j||^2) / f,
+ * exact in exact arithmetic.  Per tile of OTILE rows, the rows of D = W - W'
+ * and of W are stacked and solved against U in place with one dtrsm (the
+ * work of the dtrmm calib_out_error.c does after its own factorisation of
+ * H, which this saves with the second read of H).  The subtraction cancels
+ * lam ||T||^2 / ||T U^-1||^2 of the leading digits, at most a few when
+ * GPTQ has pushed D into H's small directions; in doubles (dtrsm's
+ * relative error about K 2^-53) the figure keeps more than eight.  Tiles
+ * depend only on the tensor and are added in order: the same sums for any
+ * -j.  Returns 0, or -1 when out of memory. */
+#define OTILE 256u
+static int out_sums(npuc_ctx *ctx, const gjob *J, double lam, double f, double *out) {
+    const uint64_t K = J->K, C = J->qs->channels, ntiles = (C + OTILE - 1) / OTILE;
+    double *ey = calloc(2 * ntiles, sizeof(double));
+    int failed = !ey;
+#pragma omp parallel num_threads(npuc__threads(ctx)) if (!failed)
+    {
+        const uint64_t rows = C < OTILE ? C : OTILE;
+        double *B = npuc__huge_alloc(sizeof(double) * (size_t)(2 * rows * K));
+        if (!B) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t ti = 0; ti < (int64_t)ntiles; ti++) {
+            if (!B) continue;
+            const uint64_t c0 = (uint64_t)ti * OTILE, nc = C - c0 < OTILE ? C - c0 : OTILE;
+            double *BD = B, *BW = B + nc * K, n2[2] = {0, 0}, dead2[2] = {0, 0};
+            for (uint64_t r = 0; r < nc; r++)
+                for (uint64_t i = 0; i < K; i++) {
+                    const uint64_t j = J->perm[i], o = at(J->qs, c0 + r, j);
+                    const double x = J->w[o], d = x - (double)J->deq[o];
+                    BD[r * K + i] = d;
+                    BW[r * K + i] = x;
+                    n2[0] += d * d, n2[1] += x * x;
+                    if (J->dead[j]) dead2[0] += d * d, dead2[1] += x * x;
+                }
+            cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)(2 * nc), (int)K,
+                        1.0, J->U, (int)K, B, (int)K);
+            for (int k = 0; k < 2; k++) {
+                const double *T = k ? BW : BD;
+                double s2 = 0;
+                for (uint64_t i = 0; i < nc * K; i++) s2 += T[i] * T[i];
+                ey[2 * ti + k] = (s2 - lam * n2[k] - dead2[k]) / f;
+            }
+        }
+        free(B);
+    }
+    if (failed) {
+        free(ey);
+        return -1;
+    }
+    out[0] = out[1] = 0;
+    for (uint64_t ti = 0; ti < ntiles; ti++) out[0] += ey[2 * ti], out[1] += ey[2 * ti + 1];
+    free(ey);
+    return 0;
+}
+
 /* Decreasing diag(H), ties by column (a stable order). */
 typedef struct dcol {
     double d;
@@ -269,7 +332,8 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
     double mean = 0;
     for (uint64_t j = 0; j < K; j++) mean += H[j * K + j];
     mean /= (double)K;
-    for (uint64_t j = 0; j < K; j++) H[j * K + j] += o->damp * mean;
+    const double lam = o->damp * mean;
+    for (uint64_t j = 0; j < K; j++) H[j * K + j] += lam;
     const int blas = npuc__blas_enter();
     int info = inverse_factor(ctx, H, U, K);
     if (info != 0) {
@@ -304,6 +368,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         }
         free(W), free(W1), free(E), free(gv);
     }
+    if (!failed && o->out && out_sums(ctx, &J, lam, f, o->out) != 0) failed = 1;
     npuc__blas_leave(blas);
     if (failed) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);

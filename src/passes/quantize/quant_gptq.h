@@ -19,6 +19,11 @@ typedef struct npuc__gptq_opts {
     double damp;   /* dampening: damp * mean(diag H) is added to diag H, in (0, 1] */
     int act_order; /* columns in decreasing diag(H) order; group scales then come
                       from the weights before any update (static groups) */
+    double *out;   /* optional, 2 doubles: the output error's sums over the
+                      calibration rows, out[0] = tr(D H D^T) = ||(W - W')X^T||^2
+                      and out[1] = tr(W H W^T) = ||W X^T||^2 (record.h out_e2
+                      and out_y2), from the factor GPTQ already has (no second
+                      read or factorisation of H) */
 } npuc__gptq_opts;
 
 /* Quantizes w (t's numel floats) with GPTQ under params p, given H, the sum

@@ -472,11 +472,20 @@ static npuc_status gptq_stream(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
     if (!H) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
     npuc_status st = npuc_calib_hessian(ctx, cal, t->name, K, H, &n, &found);
     if (st != NPUC_OK) return st;
-    const npuc__gptq_opts go = {.damp = o->damp, .act_order = o->act_order};
+    /* The output error comes from GPTQ's factor of H (quant_gptq.h), not a
+     * second read and factorisation of H by out_error_of. */
+    double oe[2] = {0, 0};
+    const npuc__gptq_opts go = {.damp = o->damp, .act_order = o->act_order, .out = oe};
     if ((st = npuc__gptq_tensor(ctx, t, x, &q->p, H, n, &go, codes, scales, zps, deq, &r->err)) != NPUC_OK)
         return npuc__prefix_path(ctx, st, npuc_model_path(m));
     npuc_record_set(r, "gptq", 1);
     npuc_record_set(r, "calib_rows", n);
+    /* A file's Hessian is only nearly semidefinite: a tiny negative residue
+     * is an error of 0 (as calib_out_error.c). */
+    r->has_out_error = 1;
+    r->out_e2 = oe[0] > 0 ? oe[0] : 0;
+    r->out_y2 = oe[1] > 0 ? oe[1] : 0;
+    r->out_rel_error = r->out_e2 == 0 ? 0.0 : r->out_y2 == 0 ? INFINITY : sqrt(r->out_e2 / r->out_y2);
     return NPUC_OK;
 }
 
@@ -668,7 +677,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             goto fail;
         }
         if (q->nm) npuc_error_measure(x0, deq, t->numel, &r->err); /* against the weights before N:M */
-        if (cal && (st = out_error_of(ctx, m, cal, t, x0, deq, r)) != NPUC_OK) goto fail;
+        if (cal && !q->gptq && (st = out_error_of(ctx, m, cal, t, x0, deq, r)) != NPUC_OK) goto fail;
         if (o->fake_quant) {
             const void *outp;
             if ((st = npuc__f32_as(ctx, t->dtype, deq, t->numel, &s_cast, &outp)) != NPUC_OK) goto fail;
