@@ -28,6 +28,7 @@
 #endif
 
 char *openblas_get_config(void); /* OpenBLAS's cblas.h; declared here to keep CBLAS out */
+char *openblas_get_corename(void);
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
@@ -79,9 +80,10 @@ npuc_status npuc_build_info_json(npuc_ctx *ctx, char **out) {
     snprintf(openmp, sizeof openmp, "none");
 #endif
     const char *blas = openblas_get_config();
-    json_t *libs = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "hdf5", hdf5, "zlib", zlibVersion(), "lapack", lapack,
-                             "openblas", blas ? blas : "unknown", "jansson", jansson_version_str(), "libfyaml",
-                             fy_library_version());
+    const char *core = openblas_get_corename(); /* the kernels in use (src/core/blas_core.c) */
+    json_t *libs = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "hdf5", hdf5, "zlib", zlibVersion(), "lapack",
+                             lapack, "openblas", blas ? blas : "unknown", "openblas_core", core ? core : "unknown",
+                             "jansson", jansson_version_str(), "libfyaml", fy_library_version());
     json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o, s:o}", "schema", "npuc.version/1", "version",
                             npuc_version(), "git", NPUC_GIT_DESCRIBE, "build_type", NPUC_BUILD_TYPE, "simd",
                             simd_json(), "openmp", openmp, "libraries", libs, "formats", formats_json(),

@@ -145,4 +145,24 @@ assert "quant" in d["encodings"] and "lowrank" in d["encodings"], d["encodings"]
 assert d["openmp"].isdigit() and int(d["openmp"]) >= 201107, d["openmp"]
 EOF
 [ $? -eq 0 ] || fail "version --json"
+
+# The OpenBLAS kernels in use: those OpenBLAS itself reports in a process with
+# the same environment, with OPENBLAS_CORETYPE and without it.
+OPENBLAS_CORETYPE=Haswell "$NPUC_BIN" version --json >"$T/v1.json" || fail "version --json with OPENBLAS_CORETYPE"
+env -u OPENBLAS_CORETYPE "$NPUC_BIN" version --json >"$T/v0.json" || fail "version --json without OPENBLAS_CORETYPE"
+for v in 0 1; do
+    if [ $v = 1 ]; then e=(env OPENBLAS_CORETYPE=Haswell); else e=(env -u OPENBLAS_CORETYPE); fi
+    "${e[@]}" "$PY" - "$T/v$v.json" <<'EOF'
+import ctypes, json, sys
+try:
+    lib = ctypes.CDLL("libopenblas.so.0")
+except OSError:
+    sys.exit(0)  # npuc's BLAS is not OpenBLAS here: nothing to compare with
+lib.openblas_get_corename.restype = ctypes.c_char_p
+own = lib.openblas_get_corename().decode()
+got = json.load(open(sys.argv[1]))["libraries"]["openblas_core"]
+assert got == own, (got, own)
+EOF
+    [ $? -eq 0 ] || fail "openblas_core (v$v)"
+done
 echo "man_completion: ok"
