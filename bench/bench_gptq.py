@@ -108,7 +108,17 @@ def main():
             Qn = torch.from_numpy(np.frombuffer(f.read(o[1] - o[0]), dtype=np.float32).reshape(K, K).copy())
     torch.set_num_threads(a.threads)
     Wt, Ht = torch.from_numpy(W), torch.from_numpy(H)
+    # The OpenBLAS kernels each side runs (OPENBLAS_CORETYPE, when set, chooses them for both).
+    ver = json.loads(subprocess.run([a.npuc, "version", "--json"], check=True, capture_output=True).stdout)
+    try:
+        import ctypes
+        ob = ctypes.CDLL("libopenblas.so.0")
+        ob.openblas_get_corename.restype = ctypes.c_char_p
+        torch_core = ob.openblas_get_corename().decode()
+    except OSError:
+        torch_core = "unknown"
     out = {"size": K, "bits": a.bits, "group": a.group, "threads": a.threads, "torch": torch.__version__,
+           "npuc_openblas_core": ver["libraries"].get("openblas_core"), "python_openblas_core": torch_core,
            "load1": round(load, 2), "npuc_s": round(t_npuc, 3), "npuc_cpu_s": round(cpu_npuc, 3),
            "npuc_err": proxy(Wt, Qn, Ht)}
     if not a.skip_torch:
