@@ -80,10 +80,16 @@ static inline uint64_t at(const npuc_quant_shape *qs, uint64_t c, uint64_t j) {
     return ((j / qs->inner) * qs->channels + c) * qs->inner + j % qs->inner;
 }
 
-/* y[0..n) -= a x[0..n): the rank-1 error feedback inside a block. */
-static inline void axpy_neg(double *restrict y, const double *restrict x, double a, uint64_t n) {
+/* y[0..n) -= a x[0..n): the rank-1 error feedback inside a block, each
+ * element one fused multiply-add (fma(-a, x, y), rounded once), so every
+ * clone gives the same bits: AVX-512 where the CPU has it (8 lanes; the
+ * column loop's hot spot), else the C library's fma. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "default")))
+#endif
+static void axpy_neg(double *restrict y, const double *restrict x, double a, uint64_t n) {
 #pragma omp simd
-    for (uint64_t k = 0; k < n; k++) y[k] -= a * x[k];
+    for (uint64_t k = 0; k < n; k++) y[k] = fma(-a, x[k], y[k]);
 }
 
 /* Scale of channel c's values v[0..n) (floats of the current weights). */
