@@ -209,18 +209,33 @@ static npuc_status hessian_from_input(npuc_ctx *ctx, npuc_calib *c, const char *
  * transposed reads stay in cache: a 4096 x 4096 Hessian read column by
  * column misses the cache on every value. */
 #define SYM_TILE 64u
-static int symmetrize(double *H, uint64_t K) {
-    for (uint64_t a0 = 0; a0 < K; a0 += SYM_TILE)
-        for (uint64_t b0 = 0; b0 <= a0; b0 += SYM_TILE) {
-            const uint64_t a1 = a0 + SYM_TILE < K ? a0 + SYM_TILE : K, b1 = b0 + SYM_TILE < K ? b0 + SYM_TILE : K;
-            for (uint64_t a = a0; a < a1; a++)
+static int symmetrize(double *H, uint64_t K, int nth) {
+    const int64_t nt = (int64_t)((K + SYM_TILE - 1) / SYM_TILE);
+    int ok = 1;
+    /* A row of tiles writes only its own columns of the upper triangle: the
+     * rows of tiles are independent. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (K >= 512)
+    for (int64_t ti = nt - 1; ti >= 0; ti--) { /* the longest rows first */
+        const uint64_t a0 = (uint64_t)ti * SYM_TILE, a1 = a0 + SYM_TILE < K ? a0 + SYM_TILE : K;
+        int good = 1;
+        for (uint64_t b0 = 0; good && b0 <= a0; b0 += SYM_TILE) {
+            const uint64_t b1 = b0 + SYM_TILE < K ? b0 + SYM_TILE : K;
+            for (uint64_t a = a0; good && a < a1; a++)
                 for (uint64_t b = b0; b < b1 && b < a; b++) {
                     const double l = H[a * K + b], u = H[b * K + a];
-                    if (fabs(l - u) > 1e-6 * sqrt(fabs(H[a * K + a]) * fabs(H[b * K + b])) + 1e-300) return 0;
+                    if (fabs(l - u) > 1e-6 * sqrt(fabs(H[a * K + a]) * fabs(H[b * K + b])) + 1e-300) {
+                        good = 0;
+                        break;
+                    }
                     H[b * K + a] = l;
                 }
         }
-    return 1;
+        if (!good) {
+#pragma omp atomic write
+            ok = 0;
+        }
+    }
+    return ok;
 }
 
 static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, const char *weight, uint64_t K,
@@ -246,10 +261,25 @@ static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, cons
     npuc_model_release(c->m, (size_t)ci);
     if (!(cnt > 0) || !isfinite(cnt)) return bad(ctx, c, tc, "the count of rows must be positive");
     if ((st = npuc_model_data(ctx, c->m, idx, &data)) != NPUC_OK) return st;
-    st = to_f64(ctx, c, t, data, 0, K * K, H);
+    /* Converted a row block at a time on the context's threads: one 4096 x
+     * 4096 Hessian is 128 MiB to convert and check. */
+    {
+        const int64_t nrb = (int64_t)((K + 63) / 64);
+        int okc = 1;
+#pragma omp parallel for schedule(static) num_threads(npuc__calib_threads(ctx)) if (K >= 512)
+        for (int64_t rb = 0; rb < nrb; rb++) {
+            const uint64_t r0 = (uint64_t)rb * 64, r1 = r0 + 64 < K ? r0 + 64 : K;
+            if (to_f64(NULL, c, t, data, r0 * K, (r1 - r0) * K, H + r0 * K) != NPUC_OK) {
+#pragma omp atomic write
+                okc = 0;
+            }
+        }
+        /* Again on one thread for the message (to_f64 names what is wrong). */
+        st = okc ? NPUC_OK : to_f64(ctx, c, t, data, 0, K * K, H);
+    }
     npuc_model_release(c->m, idx);
     if (st != NPUC_OK) return st;
-    if (!symmetrize(H, K)) return bad(ctx, c, t, "is not symmetric");
+    if (!symmetrize(H, K, npuc__calib_threads(ctx))) return bad(ctx, c, t, "is not symmetric");
     *n = cnt;
     return NPUC_OK;
 }

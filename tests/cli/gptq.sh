@@ -65,6 +65,32 @@ PY
     cmp -s "$T/h.safetensors" "$T/h5.safetensors" || fail "--calib calib_h.h5 (W.hessian) gives another artifact"
 fi
 
+# A stored Hessian is converted and checked on the context's threads (K >= 512):
+# an asymmetric one and one holding NaN are refused, naming the file and tensor;
+# no output is written.
+"$PY" - "$T" "$SAMPLES/calib" <<'PY' || fail "could not write the bad Hessians"
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from dump_calib import write_safetensors as write_st
+d, K = sys.argv[1], 512
+rng = np.random.default_rng(3)
+write_st(d + "/big.safetensors", [("big.weight", rng.standard_normal((8, K), dtype=np.float32))])
+B = rng.standard_normal((K, 64))
+H = B @ B.T
+cnt = ("big.weight.hessian_count", np.array([64], np.int64))
+A = H.copy(); A[500, 3] += 1.0  # lower triangle, a late row block
+write_st(d + "/asym.safetensors", [("big.weight.hessian", A), cnt])
+N = H.copy(); N[7, 450] = np.nan
+write_st(d + "/nanh.safetensors", [("big.weight.hessian", N), cnt])
+PY
+for b in asym:"is not symmetric" nanh:"holds NaN or Inf"; do
+    expect_rc 2 "$NPUC_BIN" quantize -q --quantize-all --method gptq -b 4 --calib "$T/${b%%:*}.safetensors" \
+        "$T/big.safetensors" -o "$T/bad.safetensors" -f
+    must_match "$T/err" "${b%%:*}\.safetensors: tensor 'big\.weight\.hessian': ${b#*:}"
+    [ ! -e "$T/bad.safetensors" ] || fail "a refused Hessian left an output"
+done
+
 # -j 1 == -j 2, byte for byte.
 q --calib "$cal" --bits 3 -g 128 --act-order -j 1 -o "$T/j1.safetensors"
 q --calib "$cal" --bits 3 -g 128 --act-order -j 2 -o "$T/j2.safetensors"
