@@ -53,6 +53,7 @@
 
 #define BLOCK 128u
 #define TILE 128u  /* rows per tile: each tile streams U once per block */
+#define RI 4u      /* rows interleaved in the column loop */
 #define INV_BLOCK 256u /* columns per BLAS call of the triangular inverse */
 
 /* What every tile shares. */
@@ -119,32 +120,34 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
         const uint64_t i2 = i1 + BLOCK < K ? i1 + BLOCK : K, nb = i2 - i1;
         for (uint64_t r = 0; r < R; r++)
             for (uint64_t k = 0; k < nb; k++) W1[r * BLOCK + k] = W[r * K + i1 + k];
-        /* Rows are independent within a block too: row by row, so the row's
-         * working copy stays in L1 and codes are written in order. */
-        for (uint64_t r = 0; r < R; r++) {
-            const uint64_t c = c0 + r;
-            double *w1 = W1 + r * BLOCK;
-            for (uint64_t i = 0; i < nb; i++) {
-                const uint64_t col = i1 + i, j = J->perm[col];
-                const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
-                if (!J->static_groups && col % G == 0) {
-                    const uint64_t n = K - col < G ? K - col : G;
-                    for (uint64_t k = 0; k < n; k++) gv[k] = W[r * K + col + k];
-                    group_params(J, gv, n, c * gpc + col / G);
+        /* Rows are independent within a block too: RI rows at a time, column
+         * by column, so the rows' working copies stay in L1 and the RI
+         * dependency chains of a column (code, division, feedback) overlap
+         * in the core instead of each waiting on the one before. */
+        for (uint64_t rg = 0; rg < R; rg += RI)
+            for (uint64_t i = 0; i < nb; i++)
+                for (uint64_t r = rg; r < rg + RI && r < R; r++) {
+                    const uint64_t c = c0 + r;
+                    double *w1 = W1 + r * BLOCK;
+                    const uint64_t col = i1 + i, j = J->perm[col];
+                    const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
+                    if (!J->static_groups && col % G == 0) {
+                        const uint64_t n = K - col < G ? K - col : G;
+                        for (uint64_t k = 0; k < n; k++) gv[k] = W[r * K + col + k];
+                        group_params(J, gv, n, c * gpc + col / G);
+                    }
+                    const uint64_t idx = c * gpc + j / G, o = at(J->qs, c, j);
+                    npuc_qsums acc = {0};
+                    float dq;
+                    const double x = w1[i];
+                    J->codes[o] = npuc_qk_elem((float)x, J->scales[idx], J->inv[idx], J->zp[idx], J->qmin, J->qmax, &dq,
+                                               &acc);
+                    J->deq[o] = dq;
+                    clipped += acc.clipped;
+                    const double e = (x - (double)dq) / u[i];
+                    axpy_neg(w1 + i + 1, u + i + 1, e, nb - i - 1);
+                    E[r * BLOCK + i] = (float)e;
                 }
-                const uint64_t idx = c * gpc + j / G, o = at(J->qs, c, j);
-                npuc_qsums acc = {0};
-                float dq;
-                const double x = w1[i];
-                J->codes[o] = npuc_qk_elem((float)x, J->scales[idx], J->inv[idx], J->zp[idx], J->qmin, J->qmax, &dq,
-                                           &acc);
-                J->deq[o] = dq;
-                clipped += acc.clipped;
-                const double e = (x - (double)dq) / u[i];
-                axpy_neg(w1 + i + 1, u + i + 1, e, nb - i - 1);
-                E[r * BLOCK + i] = (float)e;
-            }
-        }
         if (i2 < K)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)(K - i2), (int)nb, -1.0f, E,
                         (int)BLOCK, J->Uf + i1 * K + i2, (int)K, 1.0f, W + i2, (int)K);
