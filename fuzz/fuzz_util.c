@@ -29,6 +29,11 @@ static void remove_dir(void) {
     rmdir(g_dir);
 }
 
+void npuc_fuzz_cleanup(void) {
+    remove_dir();
+    g_dir[0] = 0;
+}
+
 static const char *scratch_dir(void) {
     if (g_dir[0]) return g_dir;
     const char *bases[] = {getenv("TMPDIR"), "/dev/shm", "/tmp"};

@@ -31,6 +31,12 @@
  * /dev/shm, else /tmp) and removed at exit. */
 const char *npuc_fuzz_write(const uint8_t *data, size_t size, const char *ext);
 
+/* Removes the scratch directory now (what the exit handler does), for a
+ * process that ends with _exit(): replay_main.c's probe child, a fork of
+ * the replay that makes its own directory and would otherwise leave it
+ * behind. */
+void npuc_fuzz_cleanup(void);
+
 /* A path "<dir>/<name>" in the same scratch directory (static storage, valid
  * until the next call), for outputs a target writes. */
 const char *npuc_fuzz_path(const char *name);

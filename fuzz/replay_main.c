@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *g_current = "";
@@ -155,6 +157,7 @@ static int probe_contained(const char *probe, unsigned timeout) {
         size_t len;
         if (slurp(probe, &buf, &len) != 0) _exit(2);
         LLVMFuzzerTestOneInput(buf, len);
+        npuc_fuzz_cleanup(); /* _exit skips the exit handler that would */
         _exit(0);
     }
     int status = 0;
