@@ -77,6 +77,24 @@ typedef struct npuc_kernel_table {
      * values were NaN or +-Inf.  With no finite value, *lo = *hi = 0. */
     uint64_t (*minmax)(const float *x, size_t n, float *lo, float *hi);
 
+    /* minmax over each of ngroups consecutive runs of G values: lo[g], hi[g]
+     * are minmax's results on x[g*G .. (g+1)*G) (non-finite values skipped;
+     * a group with no finite value gets 0, 0; a zero result is +0), and
+     * the return value is the total non-finite count.  The AVX-512 version
+     * takes 16 groups at once (G a multiple of 16): their lane-wise min/max,
+     * then a transposing reduction tree that leaves the 16 results in one
+     * vector, so a 32-value group pays no call and no horizontal reduction
+     * of its own. */
+    uint64_t (*minmax_groups)(const float *x, size_t ngroups, size_t G, float *lo, float *hi);
+
+    /* Scale, 1/scale and zero point of n ranges [lo[i], hi[i]] (finite, as
+     * minmax gives them), exactly npuc_qk_range_params (kernels/qk_grid.h)
+     * on each: the SIMD versions repeat its IEEE operations in its order,
+     * so the bits are the same.  scale may be the same array as lo, and inv
+     * the same as hi (element i is read before it is written). */
+    void (*range_params)(const float *lo, const float *hi, size_t n, int bits, int symmetric, int full,
+                         float *scale, float *inv, int32_t *zp);
+
     /* Column-wise min/max over a row-major [rows, cols] block with row stride
      * ld (in floats): lo[c] = min(lo[c], x[r*ld + c]) over r, likewise hi.
      * lo/hi must be initialised by the caller (+Inf / -Inf).  Non-finite

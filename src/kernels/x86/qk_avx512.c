@@ -80,6 +80,101 @@ NPUC_AVX512 static uint64_t minmax_avx512(const float *x, size_t n, float *lo, f
     return 0;
 }
 
+/* ------------------------------------------------------------ minmax_groups
+ *
+ * 16 groups of G values (G a multiple of 16) at a time.  Each group's lane
+ * min/max (and the lean scan's x * 0 + c NaN/Inf watch) is one vector; a
+ * reduction tree then halves the lanes per group at each of four levels
+ * while doubling the groups per vector (VSHUFF32X4 twice, VSHUFPS twice, a
+ * MIN/MAX after each pair of shuffles), so the 16 minima end up in one
+ * vector, likewise the maxima.  The tree leaves group 4l + q in lane
+ * 4q + l; feeding the groups in that transposed order puts group g in lane
+ * g.  Min and max of finite values do not depend on the order (zeros are
+ * returned as +0, as minmax does), so the results are minmax's bit for bit;
+ * a batch in which the watch saw NaN or Inf is redone group by group by
+ * the careful scan, as are the groups after the last whole batch. */
+
+/* Lane min/max of one group, into *l, *h; its x * 0 into the watch *c. */
+NPUC_AVX512_INLINE void group_lanes(const float *xg, size_t per, __m512 *l, __m512 *h, __m512 *c) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a = _mm512_loadu_ps(xg), lo = a, hi = a, w = _mm512_mul_ps(a, z);
+    for (size_t v = 1; v < per; v++) {
+        a = _mm512_loadu_ps(xg + 16 * v);
+        lo = _mm512_min_ps(a, lo);
+        hi = _mm512_max_ps(a, hi);
+        w = _mm512_fmadd_ps(a, z, w);
+    }
+    *l = lo;
+    *h = hi;
+    *c = _mm512_add_ps(*c, w);
+}
+
+/* Level 1: slots s and s + 1 (groups sigma(s), sigma(s + 1)) into one vector
+ * with 8 lanes per group. */
+NPUC_AVX512_INLINE void tree1(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
+    const size_t per = G / 16;
+    __m512 al, ah, bl, bh;
+    /* slot s holds group 4 * (s % 4) + s / 4 */
+    group_lanes(x + (4 * (s % 4) + s / 4) * G, per, &al, &ah, c);
+    group_lanes(x + (4 * ((s + 1) % 4) + (s + 1) / 4) * G, per, &bl, &bh, c);
+    *l = _mm512_min_ps(_mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(3, 2, 3, 2)));
+    *h = _mm512_max_ps(_mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+/* Level 2: slots s..s+3, a quarter (4 lanes) per group. */
+NPUC_AVX512_INLINE void tree2(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
+    __m512 al, ah, bl, bh;
+    tree1(x, G, s, &al, &ah, c);
+    tree1(x, G, s + 2, &bl, &bh, c);
+    *l = _mm512_min_ps(_mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(3, 1, 3, 1)));
+    *h = _mm512_max_ps(_mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Level 3: slots s..s+7, two lanes per group in each quarter. */
+NPUC_AVX512_INLINE void tree3(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
+    __m512 al, ah, bl, bh;
+    tree2(x, G, s, &al, &ah, c);
+    tree2(x, G, s + 4, &bl, &bh, c);
+    *l = _mm512_min_ps(_mm512_shuffle_ps(al, bl, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(al, bl, _MM_SHUFFLE(3, 2, 3, 2)));
+    *h = _mm512_max_ps(_mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+NPUC_AVX512 static uint64_t minmax_groups_avx512(const float *x, size_t ngroups, size_t G, float *lo,
+                                                 float *hi) {
+    uint64_t bad = 0;
+    size_t g = 0;
+    if (G >= 16 && G % 16 == 0) {
+        const __m512 zero = _mm512_setzero_ps();
+        for (; g + 16 <= ngroups; g += 16) {
+            const float *xb = x + g * G;
+            __m512 c = zero, al, ah, bl, bh;
+            tree3(xb, G, 0, &al, &ah, &c);
+            tree3(xb, G, 8, &bl, &bh, &c);
+            if (_mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q)) { /* NaN or Inf: the careful scan */
+                for (size_t k = g; k < g + 16; k++) bad += npuc__qk_minmax_avx2(x + k * G, G, &lo[k], &hi[k]);
+                continue;
+            }
+            __m512 l = _mm512_min_ps(_mm512_shuffle_ps(al, bl, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_ps(al, bl, _MM_SHUFFLE(3, 1, 3, 1)));
+            __m512 h = _mm512_max_ps(_mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(3, 1, 3, 1)));
+            /* a zero result as +0 */
+            l = _mm512_mask_mov_ps(l, _mm512_cmp_ps_mask(l, zero, _CMP_EQ_OQ), zero);
+            h = _mm512_mask_mov_ps(h, _mm512_cmp_ps_mask(h, zero, _CMP_EQ_OQ), zero);
+            _mm512_storeu_ps(lo + g, l);
+            _mm512_storeu_ps(hi + g, h);
+        }
+    }
+    for (; g < ngroups; g++) bad += minmax_avx512(x + g * G, G, &lo[g], &hi[g]);
+    return bad;
+}
+
 /* ---------------------------------------------------------------- quant_run */
 
 /* Per-lane block sums: three in float, and sum k^2 (k = q - zp) exactly in
@@ -419,6 +514,8 @@ NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size
 static const npuc_kernel_table g_avx512 = {
     .name = "avx512",
     .minmax = minmax_avx512,
+    .minmax_groups = minmax_groups_avx512,
+    .range_params = npuc__qk_range_params_avx2,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = quant_run_avx512,
     .quant_run_hinted = quant_run_hinted_avx512,
