@@ -119,10 +119,13 @@ typedef struct npuc_kernel_table {
      * dequantized values at the same offsets.  Codes and deq are exactly
      * quant_run's on each run in turn (the reference does that); the sums of
      * all runs are added into *s.  Small groups (int4 g32) then pay a call's
-     * setup and final reduction once per chunk rather than once per group. */
+     * setup and final reduction once per batch rather than once per group.
+     * h (may be NULL): memory to prefetch meanwhile, as for quant_run_hinted
+     * (the grouped quantizer's next batch, whose minmax_groups then reads
+     * from cache); results are the same whatever it says. */
     void (*quant_groups)(const float *x, size_t ngroups, size_t G, const float *scale,
                          const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                         uint8_t *codes, float *deq, npuc_qsums *s);
+                         uint8_t *codes, float *deq, npuc_qsums *s, const struct npuc_qhint *h);
 
     /* The same for a run whose element i has its own scale[i], inv_scale[i]
      * and zp[i] (a row of a [in, out] weight quantized per output column). */

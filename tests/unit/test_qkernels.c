@@ -507,7 +507,8 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
      * first ngroups entries (the first group's scale FLT_MIN, as an all-zero
      * group gets), against quant_run on each run in turn, the definition;
      * G not a multiple of 16 or above 256 takes the fallback. */
-    static const size_t gs[] = {16, 32, 48, 64, 256, 3, 272};
+    static const size_t gs[] = {16, 32, 48, 64, 128, 256, 3, 272};
+    const npuc_qhint hint = {x + n / 2, n}; /* reaches past x: never read */
     for (size_t gi = 0; gi < N(gs); gi++) {
         const size_t G = gs[gi], ng = n / G;
         if (ng == 0) continue;
@@ -519,18 +520,18 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
         for (size_t g = 0; g < ng; g++)
             ref()->quant_run(x + g * G, G, sc[g], inv[g], zp[g], qmin, qmax, c_ref + g * G, d_ref + g * G,
                              &s_def);
-        ref()->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_rg);
+        ref()->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_rg, NULL);
         assert_memory_equal(c_fast, c_ref, ng * G);
         assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
         assert_memory_equal(&s_rg, &s_def, sizeof s_rg);
         memset(c_fast, 0xAA, n);
-        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast, &hint);
         assert_memory_equal(c_fast, c_ref, ng * G);
         assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
         assert_sums_equalish(&s_fast, &s_def);
         npuc_qsums s_nodeq = start;
         memset(c_fast, 0xAA, n);
-        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nodeq);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nodeq, NULL);
         assert_memory_equal(c_fast, c_ref, ng * G);
         assert_memory_equal(&s_nodeq, &s_fast, sizeof s_nodeq);
         sc[0] = sc0, inv[0] = inv0;

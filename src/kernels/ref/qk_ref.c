@@ -81,7 +81,8 @@ static void quant_run_hinted_ref(const float *x, size_t n, float scale, float in
 
 static void quant_groups_ref(const float *x, size_t ngroups, size_t G, const float *scale,
                              const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                             uint8_t *codes, float *deq, npuc_qsums *s) {
+                             uint8_t *codes, float *deq, npuc_qsums *s, const npuc_qhint *h) {
+    (void)h;
     for (size_t g = 0; g < ngroups; g++)
         quant_run_ref(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
                       deq ? deq + g * G : NULL, s);

@@ -786,10 +786,11 @@ NPUC_AVX2 void npuc__qk_quant_rows_avx2(const float *x, size_t rows, size_t cols
     npuc_qsums_add(s, &acc);
 }
 
-/* One quant_run per group: AVX2 has no version of its own. */
+/* One quant_run per group: AVX2 has no version of its own (nor uses h). */
 void npuc__qk_quant_groups_avx2(const float *x, size_t ngroups, size_t G, const float *scale,
                                 const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                                uint8_t *codes, float *deq, npuc_qsums *s) {
+                                uint8_t *codes, float *deq, npuc_qsums *s, const npuc_qhint *h) {
+    (void)h;
     for (size_t g = 0; g < ngroups; g++)
         npuc__qk_quant_run_avx2(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
                                 deq ? deq + g * G : NULL, s);

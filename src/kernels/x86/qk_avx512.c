@@ -423,16 +423,36 @@ NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, 
  * with their own parameters, in one call: the float block sums, the double
  * lanes, max |deq - x| and the MXCSR watch carry across groups, so the
  * setup and the final lane reduction of quant_run are paid once per call.
- * Per group: its sum k^2 in int32 (at most 256 * 511^2 < 2^31), times its
- * scale^2 in double, as quant_run forms sum deq^2 for a run.  A group whose
+ * Per group: its sum k^2 in int32 lanes (at most 256 * 511^2 < 2^31 in
+ * all), converted exactly to double and multiplied by its scale^2 (exact in
+ * double) in one FMA into double lanes: sum deq^2 within the bound
+ * out16_reduce states, with no horizontal sum per group.  Vectors go in
+ * pairs, as quant_run's body takes them in fours: k narrowed to int16 once
+ * for VPMADDWD (k^2) and the code bytes (32 per store).  A group whose
  * parameters quant_run would not take on its fast path goes to the AVX2
  * quant_run, a group holding a clipped, NaN or infinite value (found by a
- * first pass over its codes) to the exact path, both into o->exact. */
+ * first pass over its k) to the exact path, both into o->exact.  G of 32,
+ * 64 or 128 (per = 2, 4, 8 vectors) have their own specialisations, which
+ * keep the first pass's k in registers instead of computing them again. */
+
+/* Codes of 32 elements in order from a = VPACKSSDW(k0, k1) (exact: |k| <=
+ * 511) plus the zero point in int16: the first half of store_codes64's
+ * permutation puts the bytes back in element order. */
+NPUC_AVX512_INLINE void store_codes32(uint8_t *dst, __m512i a, __m512i vz16, int pack) {
+    a = _mm512_add_epi16(a, vz16);
+    const __m512i c = pack == QK_PACK_I8 ? _mm512_packs_epi16(a, a) : _mm512_packus_epi16(a, a);
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_castsi512_si256(_mm512_permutexvar_epi32(perm, c)));
+}
+
+/* KEEP: the number of vectors per group when it is a constant at most 8
+ * (their k stay in registers between the range check and the terms), else 0. */
 NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, const float *scale,
                                     const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                                    uint8_t *codes, float *deq, int pack, int with_deq, out16 *o,
-                                    double *d2) {
-    const size_t per = G / 16;
+                                    uint8_t *codes, float *deq, int pack, int with_deq, const size_t KEEP,
+                                    out16 *o, __m512d *d2lo, __m512d *d2hi, qk_ahead *pf) {
+    const size_t per = KEEP ? KEEP : G / 16;
+    __m512d s2lo = *d2lo, s2hi = *d2hi;
     __m512 amax = o->amax;
     fsums16 f;
     fsums16_zero(&f);
@@ -443,15 +463,19 @@ NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, co
         float *dg = with_deq ? deq + g * G : NULL;
         const float sc = scale[g], iv = inv_scale[g];
         const int32_t z = zp[g];
+        qk_ahead_step(pf, (int)per); /* as many lines as the group holds */
         if (z < -256 || z > 256 || !qk_inv_ok(sc, iv)) {
             npuc__qk_quant_run_avx2(xg, G, sc, iv, z, qmin, qmax, cg, dg, &o->exact);
             continue;
         }
         const __m512 vi = _mm512_set1_ps(iv), vs = _mm512_set1_ps(sc);
         const __m512i klo = _mm512_set1_epi32(qmin - z), khi = _mm512_set1_epi32(qmax - z);
+        __m512i kv[8];
         __mmask16 out = 0;
+#pragma GCC unroll 8
         for (size_t v = 0; v < per; v++) {
             const __m512i k = rint_mul16(_mm512_loadu_ps(xg + 16 * v), vi);
+            if (KEEP) kv[v] = k;
             out |= _mm512_cmplt_epi32_mask(k, klo) | _mm512_cmpgt_epi32_mask(k, khi);
         }
         if (out) {
@@ -463,25 +487,65 @@ NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, co
             terms = 0;
         }
         terms += per;
-        const __m512i vz = _mm512_set1_epi32(z);
+        const __m512i vz16 = _mm512_set1_epi16((short)z);
         __m512i kk = _mm512_setzero_si512();
-        for (size_t v = 0; v < per; v++) {
+        size_t v = 0;
+#pragma GCC unroll 4
+        for (; v + 2 <= per; v += 2) {
+            const __m512 x0 = _mm512_loadu_ps(xg + 16 * v), x1 = _mm512_loadu_ps(xg + 16 * v + 16);
+            const __m512i k0 = KEEP ? kv[v] : rint_mul16(x0, vi);
+            const __m512i k1 = KEEP ? kv[v + 1] : rint_mul16(x1, vi);
+            const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
+            const __m512 d1 = terms16(x1, k1, vs, &f, &amax);
+            const __m512i a = _mm512_packs_epi32(k0, k1);
+            kk = _mm512_add_epi32(kk, _mm512_madd_epi16(a, a));
+            store_codes32(cg + 16 * v, a, vz16, pack);
+            if (with_deq) {
+                _mm512_storeu_ps(dg + 16 * v, d0);
+                _mm512_storeu_ps(dg + 16 * v + 16, d1);
+            }
+        }
+        if (v < per) { /* an odd last vector */
             const __m512 x0 = _mm512_loadu_ps(xg + 16 * v);
             const __m512i k0 = rint_mul16(x0, vi);
             const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
             kk = _mm512_add_epi32(kk, _mm512_mullo_epi32(k0, k0));
-            store_codes16(cg + 16 * v, _mm512_add_epi32(k0, vz), pack);
+            store_codes16(cg + 16 * v, _mm512_add_epi32(k0, _mm512_set1_epi32(z)), pack);
             if (with_deq) _mm512_storeu_ps(dg + 16 * v, d0);
         }
-        *d2 += (double)_mm512_reduce_add_epi32(kk) * ((double)sc * (double)sc);
+        const __m512d s2 = _mm512_set1_pd((double)sc * (double)sc);
+        s2lo = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(kk)), s2, s2lo);
+        s2hi = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(kk, 1)), s2, s2hi);
     }
     fsums16_flush(&f, o);
     o->amax = amax;
+    *d2lo = s2lo;
+    *d2hi = s2hi;
+}
+
+/* One (pack, deq) pair: the specialisations by vectors per group. */
+NPUC_AVX512_INLINE void groups_pd(const float *x, size_t ngroups, size_t G, const float *scale,
+                                  const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                                  uint8_t *codes, float *deq, int pack, int with_deq, out16 *o,
+                                  __m512d *d2lo, __m512d *d2hi, qk_ahead *pf) {
+    if (G == 32)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 2, o, d2lo,
+                    d2hi, pf);
+    else if (G == 64)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 4, o, d2lo,
+                    d2hi, pf);
+    else if (G == 128)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 8, o, d2lo,
+                    d2hi, pf);
+    else
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 0, o, d2lo,
+                    d2hi, pf);
 }
 
 NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size_t G, const float *scale,
                                             const float *inv_scale, const int32_t *zp, int32_t qmin,
-                                            int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s) {
+                                            int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s,
+                                            const npuc_qhint *h) {
     const int pack = qk_pack_kind(qmin, qmax);
     unsigned csr;
     if (G == 0 || G % 16 || G > 16 * QK_BLOCK_LANE_TERMS || pack == QK_PACK_NONE || !qk_watch_begin(&csr)) {
@@ -490,24 +554,28 @@ NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size
                                     deq ? deq + g * G : NULL, s, NULL);
         return;
     }
+    qk_ahead pf = qk_ahead_make(h);
     out16 o;
     out16_zero(&o);
-    double d2 = 0.0;
+    __m512d d2lo = _mm512_setzero_pd(), d2hi = d2lo;
     if (pack == QK_PACK_I8 && deq)
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &d2lo, &d2hi, &pf);
     else if (pack == QK_PACK_I8)
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &d2lo, &d2hi, &pf);
     else if (deq)
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &d2lo, &d2hi, &pf);
     else
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &d2lo, &d2hi, &pf);
     if (qk_watch_end(csr, &o)) {
-        npuc__qk_quant_groups_avx2(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        npuc__qk_quant_groups_avx2(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL);
         return;
     }
     npuc_qsums acc = {0};
-    out16_reduce(&o, 0.0f, &acc); /* o's sum k^2 lanes stayed 0: d2 holds sum deq^2 */
-    acc.sum_d2 += d2;
+    out16_reduce(&o, 0.0f, &acc); /* o's sum k^2 lanes stayed 0: d2lo/d2hi hold sum deq^2 */
+    double d2[16];
+    _mm512_storeu_pd(d2, d2lo);
+    _mm512_storeu_pd(d2 + 8, d2hi);
+    for (int k = 0; k < 16; k++) acc.sum_d2 += d2[k];
     npuc_qsums_add(s, &acc);
 }
 

@@ -146,7 +146,7 @@ void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float scale, float
                                     float *deq, npuc_qsums *s, const npuc_qhint *h);
 void npuc__qk_quant_groups_avx2(const float *x, size_t ngroups, size_t G, const float *scale,
                                 const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                                uint8_t *codes, float *deq, npuc_qsums *s);
+                                uint8_t *codes, float *deq, npuc_qsums *s, const npuc_qhint *h);
 void npuc__qk_quant_vec_avx2(const float *x, size_t n, const float *scale, const float *inv_scale,
                              const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                              float *deq, npuc_qsums *s);

@@ -377,8 +377,12 @@ static uint64_t minmax_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t 
         if (j->p->scale_dtype != NPUC_DTYPE_F32)
             for (uint64_t g = 0; g < ng; g++) npuc__scale_round(j->p->scale_dtype, &sc[g], &iv[g]);
         npuc_qsums *sums = &j->sums[c * j->chunks + ch];
+        /* While the codes are computed from cache, the next batch (which
+         * this thread most likely takes next) streams into it. */
+        const uint64_t a0 = base + end, an = a0 >= j->numel ? 0 : j->numel - a0 < BATCH ? j->numel - a0 : BATCH;
+        const npuc_qhint h = {an ? j->w + a0 : NULL, (size_t)an};
         k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, sc, iv, j->zero_points + gi, j->qmin,
-                        j->qmax, j->codes + base + q, j->deq ? j->deq + base + q : NULL, sums);
+                        j->qmax, j->codes + base + q, j->deq ? j->deq + base + q : NULL, sums, &h);
         if (r < end)
             k->quant_run(j->w + base + r, (size_t)(end - r), sc[whole], iv[whole], j->zero_points[gi + whole],
                          j->qmin, j->qmax, j->codes + base + r, j->deq ? j->deq + base + r : NULL, sums);
@@ -414,7 +418,7 @@ static uint64_t grouped_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t
         npuc_qsums *sums = &j->sums[c * j->chunks + ch];
         j->k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, j->scales + gi, j->inv + gi,
                            j->zero_points + gi, j->qmin, j->qmax, j->codes + base + q,
-                           j->deq ? j->deq + base + q : NULL, sums);
+                           j->deq ? j->deq + base + q : NULL, sums, NULL);
         const uint64_t r = q + whole * G;
         if (r < end) /* the channel's last group, shorter than G */
             j->k->quant_run(j->w + base + r, (size_t)(end - r), j->scales[gi + whole], j->inv[gi + whole],
