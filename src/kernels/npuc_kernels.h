@@ -149,8 +149,9 @@ const npuc_kernel_table *npuc_kernels(void);
 const npuc_kernel_table *npuc_kernels_ref(void);
 /* The AVX2 table when the CPU and the build support it, else NULL. */
 const npuc_kernel_table *npuc_kernels_avx2(void);
-/* The AVX-512 table (AVX-512F/BW/DQ; its minmax and quant_run are AVX-512,
- * the rest AVX2) when the CPU and the build support it, else NULL. */
+/* The AVX-512 table (AVX-512F/BW/DQ; its minmax, minmax_groups, quant_run,
+ * quant_run_hinted and quant_groups are AVX-512, the rest AVX2) when the CPU
+ * and the build support it, else NULL. */
 const npuc_kernel_table *npuc_kernels_avx512(void);
 
 /* Bit packing of codes narrower than 8 bits, LSB-first: element i occupies

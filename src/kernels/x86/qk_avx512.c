@@ -1,8 +1,8 @@
 /*
- * qk_avx512.c - AVX-512 versions of the two kernels on the hot path of
- * per-channel quantization: minmax and quant_run.  The other entries of the
- * table are the AVX2 kernels (qk_avx2.c), which a CPU with AVX-512F/BW/DQ
- * also runs.
+ * qk_avx512.c - AVX-512 versions of the kernels on the hot paths of
+ * per-channel and grouped quantization: minmax and quant_run, minmax_groups
+ * and quant_groups.  The other entries of the table are the AVX2 kernels
+ * (qk_avx2.c), which a CPU with AVX-512F/BW/DQ also runs.
  *
  * Only the functions below are compiled for AVX-512 (function-level target
  * attributes); the table is handed out only when the CPU reports AVX-512F,

@@ -32,6 +32,12 @@
  * prefetches the run that follows it in memory (quant_run_hinted), which is
  * the one the same worker most likely takes next: the memory traffic of the
  * next minmax overlaps the arithmetic of this run instead of following it.
+ * Small groups (G <= 256 dividing CHUNK) with minmax ranges go a batch of
+ * 4096 values at a time through three kernel calls, minmax_groups,
+ * range_params and quant_groups, the last prefetching the next batch
+ * (minmax_span); codes, scales and zero points are those of the per-group
+ * calls bit for bit, the sums within the kernels' tolerance of them and the
+ * same for any thread count.
  * Other layouts (a channel strided through the tensor, or a group
  * too large for the cache) need every group's range before the first code:
  * they keep the two passes.
