@@ -109,18 +109,37 @@ NPUC_AVX512_INLINE void group_lanes(const float *xg, size_t per, __m512 *l, __m5
     *c = _mm512_add_ps(*c, w);
 }
 
-/* Level 1: slots s and s + 1 (groups sigma(s), sigma(s + 1)) into one vector
- * with 8 lanes per group. */
+/* One of the two halves that a level of the tree takes from a and b: levels 1
+ * and 2 pick 128-bit quarters (VSHUFF32X4), levels 3 and 4 lanes within
+ * quarters (VSHUFPS); `second` picks the other half. */
+NPUC_AVX512_INLINE __m512 tree_half(int level, int second, __m512 a, __m512 b) {
+    switch (level) {
+    case 1: return second ? _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2))
+                          : _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+    case 2: return second ? _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1))
+                          : _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    case 3: return second ? _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2))
+                          : _mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+    default: return second ? _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))
+                           : _mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    }
+}
+
+/* Merges the (l, h) pairs a and b at a level: min of the minima's halves,
+ * max of the maxima's. */
+NPUC_AVX512_INLINE void tree_merge(int level, __m512 al, __m512 ah, __m512 bl, __m512 bh, __m512 *l,
+                                   __m512 *h) {
+    *l = _mm512_min_ps(tree_half(level, 0, al, bl), tree_half(level, 1, al, bl));
+    *h = _mm512_max_ps(tree_half(level, 0, ah, bh), tree_half(level, 1, ah, bh));
+}
+
+/* Level 1: slots s and s + 1 in one vector, 8 lanes per group; slot s
+ * holds group 4 * (s % 4) + s / 4. */
 NPUC_AVX512_INLINE void tree1(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
-    const size_t per = G / 16;
     __m512 al, ah, bl, bh;
-    /* slot s holds group 4 * (s % 4) + s / 4 */
-    group_lanes(x + (4 * (s % 4) + s / 4) * G, per, &al, &ah, c);
-    group_lanes(x + (4 * ((s + 1) % 4) + (s + 1) / 4) * G, per, &bl, &bh, c);
-    *l = _mm512_min_ps(_mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(3, 2, 3, 2)));
-    *h = _mm512_max_ps(_mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(3, 2, 3, 2)));
+    group_lanes(x + (4 * (s % 4) + s / 4) * G, G / 16, &al, &ah, c);
+    group_lanes(x + (4 * ((s + 1) % 4) + (s + 1) / 4) * G, G / 16, &bl, &bh, c);
+    tree_merge(1, al, ah, bl, bh, l, h);
 }
 
 /* Level 2: slots s..s+3, a quarter (4 lanes) per group. */
@@ -128,10 +147,7 @@ NPUC_AVX512_INLINE void tree2(const float *x, size_t G, size_t s, __m512 *l, __m
     __m512 al, ah, bl, bh;
     tree1(x, G, s, &al, &ah, c);
     tree1(x, G, s + 2, &bl, &bh, c);
-    *l = _mm512_min_ps(_mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(al, bl, _MM_SHUFFLE(3, 1, 3, 1)));
-    *h = _mm512_max_ps(_mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(ah, bh, _MM_SHUFFLE(3, 1, 3, 1)));
+    tree_merge(2, al, ah, bl, bh, l, h);
 }
 
 /* Level 3: slots s..s+7, two lanes per group in each quarter. */
@@ -139,10 +155,7 @@ NPUC_AVX512_INLINE void tree3(const float *x, size_t G, size_t s, __m512 *l, __m
     __m512 al, ah, bl, bh;
     tree2(x, G, s, &al, &ah, c);
     tree2(x, G, s + 4, &bl, &bh, c);
-    *l = _mm512_min_ps(_mm512_shuffle_ps(al, bl, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_ps(al, bl, _MM_SHUFFLE(3, 2, 3, 2)));
-    *h = _mm512_max_ps(_mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(3, 2, 3, 2)));
+    tree_merge(3, al, ah, bl, bh, l, h);
 }
 
 NPUC_AVX512 static uint64_t minmax_groups_avx512(const float *x, size_t ngroups, size_t G, float *lo,
@@ -160,10 +173,8 @@ NPUC_AVX512 static uint64_t minmax_groups_avx512(const float *x, size_t ngroups,
                 for (size_t k = g; k < g + 16; k++) bad += npuc__qk_minmax_avx2(x + k * G, G, &lo[k], &hi[k]);
                 continue;
             }
-            __m512 l = _mm512_min_ps(_mm512_shuffle_ps(al, bl, _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm512_shuffle_ps(al, bl, _MM_SHUFFLE(3, 1, 3, 1)));
-            __m512 h = _mm512_max_ps(_mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm512_shuffle_ps(ah, bh, _MM_SHUFFLE(3, 1, 3, 1)));
+            __m512 l, h;
+            tree_merge(4, al, ah, bl, bh, &l, &h); /* level 4: one lane per group */
             /* a zero result as +0 */
             l = _mm512_mask_mov_ps(l, _mm512_cmp_ps_mask(l, zero, _CMP_EQ_OQ), zero);
             h = _mm512_mask_mov_ps(h, _mm512_cmp_ps_mask(h, zero, _CMP_EQ_OQ), zero);
