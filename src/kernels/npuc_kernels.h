@@ -6,8 +6,14 @@
  * same signature.  npuc_kernels() returns the table chosen once at start-up
  * from the CPU's features; NPUC_FORCE_REF=1 in the environment forces the
  * reference table.  Integer outputs (codes, counts), dequantized floats,
- * min/max and max_abs of every version are bit-identical to the reference;
- * the four error sums of npuc_qsums match within NPUC_QSUM_RTOL (below).
+ * min/max, max_abs and the scales, 1/scales and zero points of range_params
+ * of every version are bit-identical to the reference; the four error sums
+ * of npuc_qsums match within NPUC_QSUM_RTOL (below).
+ *
+ * The grouped quantizer (groups of at most 256 values) makes three calls per
+ * batch of groups: minmax_groups, range_params, quant_groups; per-channel
+ * runs take minmax and quant_run_hinted; strided channels minmax_cols and
+ * quant_rows.
  *
  * Kernels are single-threaded over the range they are given; pass drivers
  * split work into fixed chunks and run chunks in parallel, combining
