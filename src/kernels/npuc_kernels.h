@@ -6,8 +6,14 @@
  * same signature.  npuc_kernels() returns the table chosen once at start-up
  * from the CPU's features; NPUC_FORCE_REF=1 in the environment forces the
  * reference table.  Integer outputs (codes, counts), dequantized floats,
- * min/max and max_abs of every version are bit-identical to the reference;
- * the four error sums of npuc_qsums match within NPUC_QSUM_RTOL (below).
+ * min/max, max_abs and the scales, 1/scales and zero points of range_params
+ * of every version are bit-identical to the reference; the four error sums
+ * of npuc_qsums match within NPUC_QSUM_RTOL (below).
+ *
+ * The grouped quantizer (groups of at most 256 values) makes three calls per
+ * batch of groups: minmax_groups, range_params, quant_groups; per-channel
+ * runs take minmax and quant_run_hinted; strided channels minmax_cols and
+ * quant_rows.
  *
  * Kernels are single-threaded over the range they are given; pass drivers
  * split work into fixed chunks and run chunks in parallel, combining
@@ -77,6 +83,24 @@ typedef struct npuc_kernel_table {
      * values were NaN or +-Inf.  With no finite value, *lo = *hi = 0. */
     uint64_t (*minmax)(const float *x, size_t n, float *lo, float *hi);
 
+    /* minmax over each of ngroups consecutive runs of G values: lo[g], hi[g]
+     * are minmax's results on x[g*G .. (g+1)*G) (non-finite values skipped;
+     * a group with no finite value gets 0, 0; a zero result is +0), and
+     * the return value is the total non-finite count.  The AVX-512 version
+     * takes 16 groups at once (G a multiple of 16): their lane-wise min/max,
+     * then a transposing reduction tree that leaves the 16 results in one
+     * vector, so a 32-value group pays no call and no horizontal reduction
+     * of its own. */
+    uint64_t (*minmax_groups)(const float *x, size_t ngroups, size_t G, float *lo, float *hi);
+
+    /* Scale, 1/scale and zero point of n ranges [lo[i], hi[i]] (finite, as
+     * minmax gives them), exactly npuc_qk_range_params (kernels/qk_grid.h)
+     * on each: the SIMD versions repeat its IEEE operations in its order,
+     * so the bits are the same.  scale may be the same array as lo, and inv
+     * the same as hi (element i is read before it is written). */
+    void (*range_params)(const float *lo, const float *hi, size_t n, int bits, int symmetric, int full,
+                         float *scale, float *inv, int32_t *zp);
+
     /* Column-wise min/max over a row-major [rows, cols] block with row stride
      * ld (in floats): lo[c] = min(lo[c], x[r*ld + c]) over r, likewise hi.
      * lo/hi must be initialised by the caller (+Inf / -Inf).  Non-finite
@@ -101,10 +125,13 @@ typedef struct npuc_kernel_table {
      * dequantized values at the same offsets.  Codes and deq are exactly
      * quant_run's on each run in turn (the reference does that); the sums of
      * all runs are added into *s.  Small groups (int4 g32) then pay a call's
-     * setup and final reduction once per chunk rather than once per group. */
+     * setup and final reduction once per batch rather than once per group.
+     * h (may be NULL): memory to prefetch meanwhile, as for quant_run_hinted
+     * (the grouped quantizer's next batch, whose minmax_groups then reads
+     * from cache); results are the same whatever it says. */
     void (*quant_groups)(const float *x, size_t ngroups, size_t G, const float *scale,
                          const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                         uint8_t *codes, float *deq, npuc_qsums *s);
+                         uint8_t *codes, float *deq, npuc_qsums *s, const struct npuc_qhint *h);
 
     /* The same for a run whose element i has its own scale[i], inv_scale[i]
      * and zp[i] (a row of a [in, out] weight quantized per output column). */
@@ -128,8 +155,9 @@ const npuc_kernel_table *npuc_kernels(void);
 const npuc_kernel_table *npuc_kernels_ref(void);
 /* The AVX2 table when the CPU and the build support it, else NULL. */
 const npuc_kernel_table *npuc_kernels_avx2(void);
-/* The AVX-512 table (AVX-512F/BW/DQ; its minmax and quant_run are AVX-512,
- * the rest AVX2) when the CPU and the build support it, else NULL. */
+/* The AVX-512 table (AVX-512F/BW/DQ; its minmax, minmax_groups, quant_run,
+ * quant_run_hinted and quant_groups are AVX-512, the rest AVX2) when the CPU
+ * and the build support it, else NULL. */
 const npuc_kernel_table *npuc_kernels_avx512(void);
 
 /* Bit packing of codes narrower than 8 bits, LSB-first: element i occupies

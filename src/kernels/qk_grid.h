@@ -14,6 +14,7 @@
 #ifndef NPUC_QK_GRID_H
 #define NPUC_QK_GRID_H
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,46 @@ static inline void npuc_qk_code_range(int bits, int symmetric, int full, int32_t
         *qmin = 0;
         *qmax = ((int32_t)1 << bits) - 1;
     }
+}
+
+/* Scale, 1/scale and zero point of a clipping range [lo, hi] (quant.h
+ * specifies them; npuc__quant_params_from_range and the kernels'
+ * range_params are this, and the SIMD range_params repeat its operations in
+ * the same order, so their results are bit-identical):
+ *   symmetric full   s = npuc_qk_full_scale(signed max of the range), zp 0
+ *   symmetric        s = max(|lo|, |hi|) / (2^(b-1) - 1), zp 0
+ *   asymmetric       l = min(lo, 0), h = max(hi, 0) in double,
+ *                    s = (float)((h - l) / (2^b - 1)),
+ *                    zp = clamp(rint_half_even(-l / s), 0, 2^b - 1)
+ * A scale whose magnitude is below FLT_MIN (an all-zero group, or a
+ * subnormal range) becomes FLT_MIN, so 1/s stays finite. */
+static inline void npuc_qk_range_params(float lo, float hi, int bits, int symmetric, int full,
+                                        float *scale, float *inv, int32_t *zp) {
+    float s;
+    int32_t z = 0;
+    if (symmetric && full) {
+        s = npuc_qk_full_scale(npuc_qk_signed_max_range(lo, hi), bits);
+        if (!(fabsf(s) >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
+        *scale = s;
+        *inv = 1.0f / s;
+        *zp = 0;
+        return;
+    }
+    if (symmetric) {
+        float amax = fmaxf(fabsf(lo), fabsf(hi));
+        s = amax / (float)((1 << (bits - 1)) - 1);
+    } else {
+        double l = lo < 0 ? lo : 0, h = hi > 0 ? hi : 0;
+        s = (float)((h - l) / (double)((1 << bits) - 1));
+        if (!(s >= FLT_MIN)) s = FLT_MIN;
+        float zf = nearbyintf((float)(-l) / s);
+        float qmax = (float)((1 << bits) - 1);
+        z = (int32_t)(zf < 0 ? 0 : zf > qmax ? qmax : zf);
+    }
+    if (!(s >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
+    *scale = s;
+    *inv = 1.0f / s;
+    *zp = z;
 }
 
 #endif

@@ -397,6 +397,44 @@ static void test_ref_minmax_hand(void **state) {
     assert_true(l[2] == 4.0f && h[2] == 5.0f);
 }
 
+/* minmax_groups and range_params of the reference, by hand: per-group
+ * results with NaN/Inf skipped and an all-non-finite group at 0, 0; the
+ * three parameter formulas of quant.h worked out on paper. */
+static void test_ref_groups_hand(void **state) {
+    (void)state;
+    const float x[] = {1.0f, -2.0f, NAN, 0.5f, /**/ NAN, INFINITY, -INFINITY, NAN,
+                       /**/ -0.0f, 0.0f, -0.0f, -0.0f, /**/ 3.0f, 3.0f, -3.0f, 2.0f};
+    float lo[4], hi[4];
+    assert_int_equal(ref()->minmax_groups(x, 4, 4, lo, hi), 5);
+    assert_true(lo[0] == -2.0f && hi[0] == 1.0f);
+    assert_true(same_bits_f(lo[1], 0.0f) && same_bits_f(hi[1], 0.0f));
+    assert_true(same_bits_f(lo[2], 0.0f) && same_bits_f(hi[2], 0.0f));
+    assert_true(lo[3] == -3.0f && hi[3] == 3.0f);
+    assert_int_equal(ref()->minmax_groups(x, 0, 4, lo, hi), 0);
+
+    /* int4 symmetric [-1, 0.5]: s = 1/7; asymmetric uint8 [-1, 3]: s = 4/255
+     * in double then float, zp = rint(1 / s) = rint(63.75) = 64; full grid
+     * int4 [-1, 0.5]: m = -1, s = -1 / -8 = 0.125; [-0.5, 0.5] ties to the
+     * positive end: s = 0.5 / -8; all-zero: FLT_MIN, zp 0. */
+    const float l[] = {-1.0f, -1.0f, -0.0f}, h[] = {0.5f, 3.0f, 0.0f};
+    float sc[3], iv[3];
+    int32_t zp[3];
+    ref()->range_params(l, h, 1, 4, 1, 0, sc, iv, zp);
+    assert_true(sc[0] == 1.0f / 7.0f && iv[0] == 1.0f / sc[0] && zp[0] == 0);
+    ref()->range_params(l + 1, h + 1, 1, 8, 0, 0, sc, iv, zp);
+    assert_true(sc[0] == (float)(4.0 / 255.0) && zp[0] == 64);
+    ref()->range_params(l, h, 1, 4, 1, 1, sc, iv, zp);
+    assert_true(sc[0] == 0.125f && iv[0] == 8.0f && zp[0] == 0);
+    const float tl = -0.5f, th = 0.5f;
+    ref()->range_params(&tl, &th, 1, 4, 1, 1, sc, iv, zp);
+    assert_true(sc[0] == -0.0625f);
+    for (int sym = 0; sym <= 1; sym++)
+        for (int full = 0; full <= sym; full++) {
+            ref()->range_params(l + 2, h + 2, 1, 4, sym, full, sc, iv, zp);
+            assert_true(sc[0] == FLT_MIN && iv[0] == 1.0f / FLT_MIN && zp[0] == 0);
+        }
+}
+
 /* ------------------------------------------------------ fast versus ref */
 
 static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_t n, int kind,
@@ -469,7 +507,8 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
      * first ngroups entries (the first group's scale FLT_MIN, as an all-zero
      * group gets), against quant_run on each run in turn, the definition;
      * G not a multiple of 16 or above 256 takes the fallback. */
-    static const size_t gs[] = {16, 32, 48, 64, 256, 3, 272};
+    static const size_t gs[] = {16, 32, 48, 64, 128, 256, 3, 272};
+    const npuc_qhint hint = {x + n / 2, n}; /* reaches past x: never read */
     for (size_t gi = 0; gi < N(gs); gi++) {
         const size_t G = gs[gi], ng = n / G;
         if (ng == 0) continue;
@@ -481,18 +520,18 @@ static void check_quant(const npuc_kernel_table *fast, const float *x_src, size_
         for (size_t g = 0; g < ng; g++)
             ref()->quant_run(x + g * G, G, sc[g], inv[g], zp[g], qmin, qmax, c_ref + g * G, d_ref + g * G,
                              &s_def);
-        ref()->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_rg);
+        ref()->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_rg, NULL);
         assert_memory_equal(c_fast, c_ref, ng * G);
         assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
         assert_memory_equal(&s_rg, &s_def, sizeof s_rg);
         memset(c_fast, 0xAA, n);
-        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, d_fast, &s_fast, &hint);
         assert_memory_equal(c_fast, c_ref, ng * G);
         assert_memory_equal(d_fast, d_ref, ng * G * sizeof(float));
         assert_sums_equalish(&s_fast, &s_def);
         npuc_qsums s_nodeq = start;
         memset(c_fast, 0xAA, n);
-        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nodeq);
+        fast->quant_groups(x, ng, G, sc, inv, zp, qmin, qmax, c_fast, NULL, &s_nodeq, NULL);
         assert_memory_equal(c_fast, c_ref, ng * G);
         assert_memory_equal(&s_nodeq, &s_fast, sizeof s_nodeq);
         sc[0] = sc0, inv[0] = inv0;
@@ -773,6 +812,109 @@ static void test_fast_minmax(void **state) {
     free(b.base);
 }
 
+/* minmax_groups: every group size the grouped quantizer uses (and odd
+ * ones), batch counts around the AVX-512 version's 16 groups, every data
+ * kind (ties, signed zeros, NaN/Inf), an all-non-finite group, an all-zero
+ * group and a NaN in one group of an otherwise finite batch; unaligned. */
+static void test_fast_minmax_groups(void **state) {
+    REQUIRE_FAST(fast, state);
+    static const size_t gs[] = {2, 3, 16, 17, 32, 48, 64, 128, 256};
+    static const size_t ngs[] = {0, 1, 15, 16, 17, 33, 48};
+    uint64_t rng = 1717;
+    for (size_t gi = 0; gi < N(gs); gi++)
+        for (size_t ni = 0; ni < N(ngs); ni++)
+            for (int kind = 0; kind <= DATA_KINDS + 1; kind++) {
+                const size_t G = gs[gi], ng = ngs[ni], n = G * ng;
+                ubuf bx, b0, b1, b2, b3;
+                float *x = ualloc_f(&bx, n + 1);
+                float *lr = ualloc_f(&b0, ng + 1), *hr = ualloc_f(&b1, ng + 1);
+                float *lf = ualloc_f(&b2, ng + 1), *hf = ualloc_f(&b3, ng + 1);
+                fill(x, n, kind < DATA_KINDS ? kind : DATA_GAUSS, &rng);
+                if (kind == DATA_KINDS && ng > 2) { /* group 1 all non-finite, group 2 all zero */
+                    for (size_t i = 0; i < G; i++) x[G + i] = (i & 1) ? NAN : INFINITY;
+                    for (size_t i = 0; i < G; i++) x[2 * G + i] = (i % 3) ? 0.0f : -0.0f;
+                }
+                if (kind == DATA_KINDS + 1 && ng) x[n - 1 - (n / 3)] = NAN; /* one NaN in one batch */
+                const uint64_t br = ref()->minmax_groups(x, ng, G, lr, hr);
+                const uint64_t bf = fast->minmax_groups(x, ng, G, lf, hf);
+                assert_int_equal(bf, br);
+                assert_memory_equal(lf, lr, ng * sizeof(float));
+                assert_memory_equal(hf, hr, ng * sizeof(float));
+                /* the reference is minmax on each group */
+                for (size_t g = 0; g < ng; g++) {
+                    float l, h;
+                    ref()->minmax(x + g * G, G, &l, &h);
+                    assert_true(same_bits_f(l, lr[g]) && same_bits_f(h, hr[g]));
+                }
+                free(bx.base), free(b0.base), free(b1.base), free(b2.base), free(b3.base);
+            }
+}
+
+/* A finite float of any magnitude and either sign (every exponent, zeros
+ * and subnormals included), or a value from the edges list. */
+static float any_finite(uint64_t *rng) {
+    static const float edges[] = {0.0f, -0.0f, FLT_MIN, -FLT_MIN, 1e-45f, -1e-45f, FLT_MAX, -FLT_MAX,
+                                  1.0f, -1.0f, 0.5f, -0.5f};
+    const uint64_t r = npuc_test_rand(rng);
+    if (r % 8 == 0) return edges[(r >> 8) % N(edges)];
+    uint32_t u = (uint32_t)(r >> 16);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return isfinite(f) ? f : 1.0f;
+}
+
+/* range_params: every width 2..8 and scheme (symmetric, asymmetric, full
+ * grid) over ranges from typical weights to the extremes of float (zeros of
+ * either sign, subnormals, FLT_MAX, ties -lo == hi), odd counts; the fast
+ * version's scale, 1/scale and zero point are the reference's bits, also
+ * when it works in place (scale over lo, inv over hi). */
+static void test_fast_range_params(void **state) {
+    REQUIRE_FAST(fast, state);
+    static const size_t ns[] = {0, 1, 7, 8, 9, 31, 64, 257};
+    uint64_t rng = 99;
+    for (size_t ni = 0; ni < N(ns); ni++)
+        for (int bits = 2; bits <= 8; bits++)
+            for (int scheme = 0; scheme < 3; scheme++)
+                for (int kind = 0; kind < 3; kind++) {
+                    const size_t n = ns[ni];
+                    const int sym = scheme > 0, full = scheme == 2;
+                    ubuf b[8];
+                    float *lo = ualloc_f(&b[0], n), *hi = ualloc_f(&b[1], n);
+                    float *sr = ualloc_f(&b[2], n), *ir = ualloc_f(&b[3], n);
+                    float *sf = ualloc_f(&b[4], n), *ifa = ualloc_f(&b[5], n);
+                    int32_t *zr = ualloc_i(&b[6], n), *zf = ualloc_i(&b[7], n);
+                    for (size_t i = 0; i < n; i++) {
+                        float a, c;
+                        if (kind == 0) { /* a group of Gaussian weights */
+                            a = -fabsf(npuc_test_randn(&rng)) * 0.05f;
+                            c = fabsf(npuc_test_randn(&rng)) * 0.05f;
+                        } else if (kind == 1) { /* anything finite */
+                            a = any_finite(&rng);
+                            c = any_finite(&rng);
+                        } else { /* ties -lo == hi, one-sided and degenerate ranges */
+                            a = any_finite(&rng);
+                            c = (i % 3 == 0) ? -a : (i % 3 == 1) ? a : 0.0f;
+                        }
+                        lo[i] = a < c ? a : c;
+                        hi[i] = a < c ? c : a;
+                    }
+                    ref()->range_params(lo, hi, n, bits, sym, full, sr, ir, zr);
+                    fast->range_params(lo, hi, n, bits, sym, full, sf, ifa, zf);
+                    assert_memory_equal(sf, sr, n * sizeof(float));
+                    assert_memory_equal(ifa, ir, n * sizeof(float));
+                    assert_memory_equal(zf, zr, n * sizeof(int32_t));
+                    for (size_t i = 0; i < n; i++) { /* in place */
+                        sf[i] = lo[i];
+                        ifa[i] = hi[i];
+                    }
+                    fast->range_params(sf, ifa, n, bits, sym, full, sf, ifa, zf);
+                    assert_memory_equal(sf, sr, n * sizeof(float));
+                    assert_memory_equal(ifa, ir, n * sizeof(float));
+                    assert_memory_equal(zf, zr, n * sizeof(int32_t));
+                    for (int k = 0; k < 8; k++) free(b[k].base);
+                }
+}
+
 static void test_fast_minmax_cols(void **state) {
     REQUIRE_FAST(fast, state);
     static const size_t rows_list[] = {0, 1, 3, 4, 5, 17};
@@ -950,6 +1092,7 @@ int main(void) {
         cmocka_unit_test(test_ref_nonfinite_policy),
         cmocka_unit_test(test_ref_vs_double),
         cmocka_unit_test(test_ref_minmax_hand),
+        cmocka_unit_test(test_ref_groups_hand),
         FAST_TESTS(test_fast_quant),
         FAST_TESTS(test_fast_quant_sparse_clips),
         FAST_TESTS(test_fast_quant_odd_params),
@@ -958,6 +1101,8 @@ int main(void) {
         FAST_TESTS(test_fast_fenv),
         FAST_TESTS(test_fast_minmax),
         FAST_TESTS(test_fast_minmax_cols),
+        FAST_TESTS(test_fast_minmax_groups),
+        FAST_TESTS(test_fast_range_params),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_pack_hand),
         cmocka_unit_test(test_packed_size),

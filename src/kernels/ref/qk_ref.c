@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/npuc_kernels.h"
+#include "kernels/qk_grid.h"
 #include "kernels/qk_scalar.h"
 
 void npuc_qsums_add(npuc_qsums *a, const npuc_qsums *b) {
@@ -34,6 +35,17 @@ static uint64_t minmax_ref(const float *x, size_t n, float *lo, float *hi) {
     *lo = l == 0.0f ? 0.0f : l;
     *hi = h == 0.0f ? 0.0f : h;
     return bad;
+}
+
+static uint64_t minmax_groups_ref(const float *x, size_t ngroups, size_t G, float *lo, float *hi) {
+    uint64_t bad = 0;
+    for (size_t g = 0; g < ngroups; g++) bad += minmax_ref(x + g * G, G, &lo[g], &hi[g]);
+    return bad;
+}
+
+static void range_params_ref(const float *lo, const float *hi, size_t n, int bits, int symmetric, int full,
+                             float *scale, float *inv, int32_t *zp) {
+    for (size_t i = 0; i < n; i++) npuc_qk_range_params(lo[i], hi[i], bits, symmetric, full, &scale[i], &inv[i], &zp[i]);
 }
 
 /* Each column is folded over the rows in row order, which the SIMD version
@@ -69,7 +81,8 @@ static void quant_run_hinted_ref(const float *x, size_t n, float scale, float in
 
 static void quant_groups_ref(const float *x, size_t ngroups, size_t G, const float *scale,
                              const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                             uint8_t *codes, float *deq, npuc_qsums *s) {
+                             uint8_t *codes, float *deq, npuc_qsums *s, const npuc_qhint *h) {
+    (void)h;
     for (size_t g = 0; g < ngroups; g++)
         quant_run_ref(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
                       deq ? deq + g * G : NULL, s);
@@ -98,6 +111,8 @@ static void quant_rows_ref(const float *x, size_t rows, size_t cols, size_t ld, 
 static const npuc_kernel_table g_ref = {
     .name = "ref",
     .minmax = minmax_ref,
+    .minmax_groups = minmax_groups_ref,
+    .range_params = range_params_ref,
     .minmax_cols = minmax_cols_ref,
     .quant_run = quant_run_ref,
     .quant_run_hinted = quant_run_hinted_ref,

@@ -36,6 +36,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/qk_grid.h"
 #include "kernels/qk_scalar.h"
 #include "kernels/x86/qk_x86.h"
 
@@ -785,18 +786,81 @@ NPUC_AVX2 void npuc__qk_quant_rows_avx2(const float *x, size_t rows, size_t cols
     npuc_qsums_add(s, &acc);
 }
 
-/* One quant_run per group: AVX2 has no version of its own. */
+/* One quant_run per group: AVX2 has no version of its own (nor uses h). */
 void npuc__qk_quant_groups_avx2(const float *x, size_t ngroups, size_t G, const float *scale,
                                 const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                                uint8_t *codes, float *deq, npuc_qsums *s) {
+                                uint8_t *codes, float *deq, npuc_qsums *s, const npuc_qhint *h) {
+    (void)h;
     for (size_t g = 0; g < ngroups; g++)
         npuc__qk_quant_run_avx2(x + g * G, G, scale[g], inv_scale[g], zp[g], qmin, qmax, codes + g * G,
                                 deq ? deq + g * G : NULL, s);
 }
 
+/* One minmax per group: the AVX2 table has no transposing version (the
+ * AVX-512 table has, qk_avx512.c). */
+uint64_t npuc__qk_minmax_groups_avx2(const float *x, size_t ngroups, size_t G, float *lo, float *hi) {
+    uint64_t bad = 0;
+    for (size_t g = 0; g < ngroups; g++) bad += npuc__qk_minmax_avx2(x + g * G, G, &lo[g], &hi[g]);
+    return bad;
+}
+
+/* npuc_qk_range_params (kernels/qk_grid.h) on 8 ranges at once, each IEEE
+ * operation of the scalar formula done lane-wise in the same order (the
+ * asymmetric scale's division in double, 4 lanes at a time), so the bits are
+ * the reference's; the tail runs the scalar formula itself.  With finite
+ * inputs: MINPS(lo, 0) is lo < 0 ? lo : 0 and MAXPS(hi, 0) is hi > 0 ? hi : 0
+ * (the second operand on ties, so -0 gives +0 as in the scalar), fmaxf of
+ * two magnitudes is MAXPS, and nearbyintf in the default rounding mode is
+ * ROUNDPS to nearest even. */
+NPUC_AVX2 void npuc__qk_range_params_avx2(const float *lo, const float *hi, size_t n, int bits,
+                                          int symmetric, int full, float *scale, float *inv,
+                                          int32_t *zp) {
+    const __m256 z = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    const __m256 fmin = _mm256_set1_ps(FLT_MIN), one = _mm256_set1_ps(1.0f);
+    const __m256 dfull = _mm256_set1_ps((float)-(1 << (bits - 1)));
+    const __m256 dsym = _mm256_set1_ps((float)((1 << (bits - 1)) - 1));
+    const __m256 qmaxf = _mm256_set1_ps((float)((1 << bits) - 1));
+    const __m256d dasym = _mm256_set1_pd((double)((1 << bits) - 1));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 l = _mm256_loadu_ps(lo + i), h = _mm256_loadu_ps(hi + i);
+        __m256 s;
+        __m256i zi = _mm256_setzero_si256();
+        if (symmetric && full) {
+            /* the signed maximum: -lo > hi ? lo : hi */
+            const __m256 m = _mm256_blendv_ps(h, l, _mm256_cmp_ps(_mm256_xor_ps(l, sign), h, _CMP_GT_OQ));
+            s = _mm256_div_ps(m, dfull);
+            s = _mm256_blendv_ps(fmin, s, _mm256_cmp_ps(_mm256_andnot_ps(sign, s), fmin, _CMP_GE_OQ));
+        } else if (symmetric) {
+            const __m256 amax = _mm256_max_ps(_mm256_andnot_ps(sign, l), _mm256_andnot_ps(sign, h));
+            s = _mm256_div_ps(amax, dsym);
+            s = _mm256_blendv_ps(fmin, s, _mm256_cmp_ps(s, fmin, _CMP_GE_OQ));
+        } else {
+            const __m256 ln = _mm256_min_ps(l, z), hp = _mm256_max_ps(h, z);
+            const __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(hp)),
+                                             _mm256_cvtps_pd(_mm256_castps256_ps128(ln)));
+            const __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(hp, 1)),
+                                             _mm256_cvtps_pd(_mm256_extractf128_ps(ln, 1)));
+            s = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_div_pd(d1, dasym)),
+                                _mm256_cvtpd_ps(_mm256_div_pd(d0, dasym)));
+            s = _mm256_blendv_ps(fmin, s, _mm256_cmp_ps(s, fmin, _CMP_GE_OQ));
+            __m256 zf = _mm256_round_ps(_mm256_div_ps(_mm256_xor_ps(ln, sign), s),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            zf = _mm256_min_ps(_mm256_max_ps(zf, z), qmaxf);
+            zi = _mm256_cvttps_epi32(zf);
+        }
+        _mm256_storeu_ps(scale + i, s);
+        _mm256_storeu_ps(inv + i, _mm256_div_ps(one, s));
+        _mm256_storeu_si256((__m256i *)(void *)(zp + i), zi);
+    }
+    for (; i < n; i++) npuc_qk_range_params(lo[i], hi[i], bits, symmetric, full, &scale[i], &inv[i], &zp[i]);
+}
+
 static const npuc_kernel_table g_avx2 = {
     .name = "avx2",
     .minmax = npuc__qk_minmax_avx2,
+    .minmax_groups = npuc__qk_minmax_groups_avx2,
+    .range_params = npuc__qk_range_params_avx2,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = npuc__qk_quant_run_avx2,
     .quant_run_hinted = npuc__qk_quant_run_hinted_avx2,

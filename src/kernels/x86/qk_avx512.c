@@ -1,8 +1,8 @@
 /*
- * qk_avx512.c - AVX-512 versions of the two kernels on the hot path of
- * per-channel quantization: minmax and quant_run.  The other entries of the
- * table are the AVX2 kernels (qk_avx2.c), which a CPU with AVX-512F/BW/DQ
- * also runs.
+ * qk_avx512.c - AVX-512 versions of the kernels on the hot paths of
+ * per-channel and grouped quantization: minmax and quant_run, minmax_groups
+ * and quant_groups.  The other entries of the table are the AVX2 kernels
+ * (qk_avx2.c), which a CPU with AVX-512F/BW/DQ also runs.
  *
  * Only the functions below are compiled for AVX-512 (function-level target
  * attributes); the table is handed out only when the CPU reports AVX-512F,
@@ -78,6 +78,112 @@ NPUC_AVX512 static uint64_t minmax_avx512(const float *x, size_t n, float *lo, f
     *lo = rl == 0.0f ? 0.0f : rl;
     *hi = rh == 0.0f ? 0.0f : rh;
     return 0;
+}
+
+/* ------------------------------------------------------------ minmax_groups
+ *
+ * 16 groups of G values (G a multiple of 16) at a time.  Each group's lane
+ * min/max (and the lean scan's x * 0 + c NaN/Inf watch) is one vector; a
+ * reduction tree then halves the lanes per group at each of four levels
+ * while doubling the groups per vector (VSHUFF32X4 twice, VSHUFPS twice, a
+ * MIN/MAX after each pair of shuffles), so the 16 minima end up in one
+ * vector, likewise the maxima.  The tree leaves group 4l + q in lane
+ * 4q + l; feeding the groups in that transposed order puts group g in lane
+ * g.  Min and max of finite values do not depend on the order (zeros are
+ * returned as +0, as minmax does), so the results are minmax's bit for bit;
+ * a batch in which the watch saw NaN or Inf is redone group by group by
+ * the careful scan, as are the groups after the last whole batch. */
+
+/* Lane min/max of one group, into *l, *h; its x * 0 into the watch *c. */
+NPUC_AVX512_INLINE void group_lanes(const float *xg, size_t per, __m512 *l, __m512 *h, __m512 *c) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a = _mm512_loadu_ps(xg), lo = a, hi = a, w = _mm512_mul_ps(a, z);
+    for (size_t v = 1; v < per; v++) {
+        a = _mm512_loadu_ps(xg + 16 * v);
+        lo = _mm512_min_ps(a, lo);
+        hi = _mm512_max_ps(a, hi);
+        w = _mm512_fmadd_ps(a, z, w);
+    }
+    *l = lo;
+    *h = hi;
+    *c = _mm512_add_ps(*c, w);
+}
+
+/* One of the two halves that a level of the tree takes from a and b: levels 1
+ * and 2 pick 128-bit quarters (VSHUFF32X4), levels 3 and 4 lanes within
+ * quarters (VSHUFPS); `second` picks the other half. */
+NPUC_AVX512_INLINE __m512 tree_half(int level, int second, __m512 a, __m512 b) {
+    switch (level) {
+    case 1: return second ? _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2))
+                          : _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+    case 2: return second ? _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1))
+                          : _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    case 3: return second ? _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2))
+                          : _mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+    default: return second ? _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))
+                           : _mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    }
+}
+
+/* Merges the (l, h) pairs a and b at a level: min of the minima's halves,
+ * max of the maxima's. */
+NPUC_AVX512_INLINE void tree_merge(int level, __m512 al, __m512 ah, __m512 bl, __m512 bh, __m512 *l,
+                                   __m512 *h) {
+    *l = _mm512_min_ps(tree_half(level, 0, al, bl), tree_half(level, 1, al, bl));
+    *h = _mm512_max_ps(tree_half(level, 0, ah, bh), tree_half(level, 1, ah, bh));
+}
+
+/* Level 1: slots s and s + 1 in one vector, 8 lanes per group; slot s
+ * holds group 4 * (s % 4) + s / 4. */
+NPUC_AVX512_INLINE void tree1(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
+    __m512 al, ah, bl, bh;
+    group_lanes(x + (4 * (s % 4) + s / 4) * G, G / 16, &al, &ah, c);
+    group_lanes(x + (4 * ((s + 1) % 4) + (s + 1) / 4) * G, G / 16, &bl, &bh, c);
+    tree_merge(1, al, ah, bl, bh, l, h);
+}
+
+/* Level 2: slots s..s+3, a quarter (4 lanes) per group. */
+NPUC_AVX512_INLINE void tree2(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
+    __m512 al, ah, bl, bh;
+    tree1(x, G, s, &al, &ah, c);
+    tree1(x, G, s + 2, &bl, &bh, c);
+    tree_merge(2, al, ah, bl, bh, l, h);
+}
+
+/* Level 3: slots s..s+7, two lanes per group in each quarter. */
+NPUC_AVX512_INLINE void tree3(const float *x, size_t G, size_t s, __m512 *l, __m512 *h, __m512 *c) {
+    __m512 al, ah, bl, bh;
+    tree2(x, G, s, &al, &ah, c);
+    tree2(x, G, s + 4, &bl, &bh, c);
+    tree_merge(3, al, ah, bl, bh, l, h);
+}
+
+NPUC_AVX512 static uint64_t minmax_groups_avx512(const float *x, size_t ngroups, size_t G, float *lo,
+                                                 float *hi) {
+    uint64_t bad = 0;
+    size_t g = 0;
+    if (G >= 16 && G % 16 == 0) {
+        const __m512 zero = _mm512_setzero_ps();
+        for (; g + 16 <= ngroups; g += 16) {
+            const float *xb = x + g * G;
+            __m512 c = zero, al, ah, bl, bh;
+            tree3(xb, G, 0, &al, &ah, &c);
+            tree3(xb, G, 8, &bl, &bh, &c);
+            if (_mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q)) { /* NaN or Inf: the careful scan */
+                for (size_t k = g; k < g + 16; k++) bad += npuc__qk_minmax_avx2(x + k * G, G, &lo[k], &hi[k]);
+                continue;
+            }
+            __m512 l, h;
+            tree_merge(4, al, ah, bl, bh, &l, &h); /* level 4: one lane per group */
+            /* a zero result as +0 */
+            l = _mm512_mask_mov_ps(l, _mm512_cmp_ps_mask(l, zero, _CMP_EQ_OQ), zero);
+            h = _mm512_mask_mov_ps(h, _mm512_cmp_ps_mask(h, zero, _CMP_EQ_OQ), zero);
+            _mm512_storeu_ps(lo + g, l);
+            _mm512_storeu_ps(hi + g, h);
+        }
+    }
+    for (; g < ngroups; g++) bad += minmax_avx512(x + g * G, G, &lo[g], &hi[g]);
+    return bad;
 }
 
 /* ---------------------------------------------------------------- quant_run */
@@ -328,16 +434,36 @@ NPUC_AVX512 static void quant_run_avx512(const float *x, size_t n, float scale, 
  * with their own parameters, in one call: the float block sums, the double
  * lanes, max |deq - x| and the MXCSR watch carry across groups, so the
  * setup and the final lane reduction of quant_run are paid once per call.
- * Per group: its sum k^2 in int32 (at most 256 * 511^2 < 2^31), times its
- * scale^2 in double, as quant_run forms sum deq^2 for a run.  A group whose
+ * Per group: its sum k^2 in int32 lanes (at most 256 * 511^2 < 2^31 in
+ * all), converted exactly to double and multiplied by its scale^2 (exact in
+ * double) in one FMA into double lanes: sum deq^2 within the bound
+ * out16_reduce states, with no horizontal sum per group.  Vectors go in
+ * pairs, as quant_run's body takes them in fours: k narrowed to int16 once
+ * for VPMADDWD (k^2) and the code bytes (32 per store).  A group whose
  * parameters quant_run would not take on its fast path goes to the AVX2
  * quant_run, a group holding a clipped, NaN or infinite value (found by a
- * first pass over its codes) to the exact path, both into o->exact. */
+ * first pass over its k) to the exact path, both into o->exact.  G of 32,
+ * 64 or 128 (per = 2, 4, 8 vectors) have their own specialisations, which
+ * keep the first pass's k in registers instead of computing them again. */
+
+/* Codes of 32 elements in order from a = VPACKSSDW(k0, k1) (exact: |k| <=
+ * 511) plus the zero point in int16: the first half of store_codes64's
+ * permutation puts the bytes back in element order. */
+NPUC_AVX512_INLINE void store_codes32(uint8_t *dst, __m512i a, __m512i vz16, int pack) {
+    a = _mm512_add_epi16(a, vz16);
+    const __m512i c = pack == QK_PACK_I8 ? _mm512_packs_epi16(a, a) : _mm512_packus_epi16(a, a);
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_castsi512_si256(_mm512_permutexvar_epi32(perm, c)));
+}
+
+/* KEEP: the number of vectors per group when it is a constant at most 8
+ * (their k stay in registers between the range check and the terms), else 0. */
 NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, const float *scale,
                                     const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                                    uint8_t *codes, float *deq, int pack, int with_deq, out16 *o,
-                                    double *d2) {
-    const size_t per = G / 16;
+                                    uint8_t *codes, float *deq, int pack, int with_deq, const size_t KEEP,
+                                    out16 *o, __m512d *d2lo, __m512d *d2hi, qk_ahead *pf) {
+    const size_t per = KEEP ? KEEP : G / 16;
+    __m512d s2lo = *d2lo, s2hi = *d2hi;
     __m512 amax = o->amax;
     fsums16 f;
     fsums16_zero(&f);
@@ -348,15 +474,19 @@ NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, co
         float *dg = with_deq ? deq + g * G : NULL;
         const float sc = scale[g], iv = inv_scale[g];
         const int32_t z = zp[g];
+        qk_ahead_step(pf, (int)per); /* as many lines as the group holds */
         if (z < -256 || z > 256 || !qk_inv_ok(sc, iv)) {
             npuc__qk_quant_run_avx2(xg, G, sc, iv, z, qmin, qmax, cg, dg, &o->exact);
             continue;
         }
         const __m512 vi = _mm512_set1_ps(iv), vs = _mm512_set1_ps(sc);
         const __m512i klo = _mm512_set1_epi32(qmin - z), khi = _mm512_set1_epi32(qmax - z);
+        __m512i kv[8];
         __mmask16 out = 0;
+#pragma GCC unroll 8
         for (size_t v = 0; v < per; v++) {
             const __m512i k = rint_mul16(_mm512_loadu_ps(xg + 16 * v), vi);
+            if (KEEP) kv[v] = k;
             out |= _mm512_cmplt_epi32_mask(k, klo) | _mm512_cmpgt_epi32_mask(k, khi);
         }
         if (out) {
@@ -368,25 +498,65 @@ NPUC_AVX512_INLINE void groups_body(const float *x, size_t ngroups, size_t G, co
             terms = 0;
         }
         terms += per;
-        const __m512i vz = _mm512_set1_epi32(z);
+        const __m512i vz16 = _mm512_set1_epi16((short)z);
         __m512i kk = _mm512_setzero_si512();
-        for (size_t v = 0; v < per; v++) {
+        size_t v = 0;
+#pragma GCC unroll 4
+        for (; v + 2 <= per; v += 2) {
+            const __m512 x0 = _mm512_loadu_ps(xg + 16 * v), x1 = _mm512_loadu_ps(xg + 16 * v + 16);
+            const __m512i k0 = KEEP ? kv[v] : rint_mul16(x0, vi);
+            const __m512i k1 = KEEP ? kv[v + 1] : rint_mul16(x1, vi);
+            const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
+            const __m512 d1 = terms16(x1, k1, vs, &f, &amax);
+            const __m512i a = _mm512_packs_epi32(k0, k1);
+            kk = _mm512_add_epi32(kk, _mm512_madd_epi16(a, a));
+            store_codes32(cg + 16 * v, a, vz16, pack);
+            if (with_deq) {
+                _mm512_storeu_ps(dg + 16 * v, d0);
+                _mm512_storeu_ps(dg + 16 * v + 16, d1);
+            }
+        }
+        if (v < per) { /* an odd last vector */
             const __m512 x0 = _mm512_loadu_ps(xg + 16 * v);
             const __m512i k0 = rint_mul16(x0, vi);
             const __m512 d0 = terms16(x0, k0, vs, &f, &amax);
             kk = _mm512_add_epi32(kk, _mm512_mullo_epi32(k0, k0));
-            store_codes16(cg + 16 * v, _mm512_add_epi32(k0, vz), pack);
+            store_codes16(cg + 16 * v, _mm512_add_epi32(k0, _mm512_set1_epi32(z)), pack);
             if (with_deq) _mm512_storeu_ps(dg + 16 * v, d0);
         }
-        *d2 += (double)_mm512_reduce_add_epi32(kk) * ((double)sc * (double)sc);
+        const __m512d s2 = _mm512_set1_pd((double)sc * (double)sc);
+        s2lo = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(kk)), s2, s2lo);
+        s2hi = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(kk, 1)), s2, s2hi);
     }
     fsums16_flush(&f, o);
     o->amax = amax;
+    *d2lo = s2lo;
+    *d2hi = s2hi;
+}
+
+/* One (pack, deq) pair: the specialisations by vectors per group. */
+NPUC_AVX512_INLINE void groups_pd(const float *x, size_t ngroups, size_t G, const float *scale,
+                                  const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                                  uint8_t *codes, float *deq, int pack, int with_deq, out16 *o,
+                                  __m512d *d2lo, __m512d *d2hi, qk_ahead *pf) {
+    if (G == 32)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 2, o, d2lo,
+                    d2hi, pf);
+    else if (G == 64)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 4, o, d2lo,
+                    d2hi, pf);
+    else if (G == 128)
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 8, o, d2lo,
+                    d2hi, pf);
+    else
+        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, pack, with_deq, 0, o, d2lo,
+                    d2hi, pf);
 }
 
 NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size_t G, const float *scale,
                                             const float *inv_scale, const int32_t *zp, int32_t qmin,
-                                            int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s) {
+                                            int32_t qmax, uint8_t *codes, float *deq, npuc_qsums *s,
+                                            const npuc_qhint *h) {
     const int pack = qk_pack_kind(qmin, qmax);
     unsigned csr;
     if (G == 0 || G % 16 || G > 16 * QK_BLOCK_LANE_TERMS || pack == QK_PACK_NONE || !qk_watch_begin(&csr)) {
@@ -395,30 +565,36 @@ NPUC_AVX512 static void quant_groups_avx512(const float *x, size_t ngroups, size
                                     deq ? deq + g * G : NULL, s, NULL);
         return;
     }
+    qk_ahead pf = qk_ahead_make(h);
     out16 o;
     out16_zero(&o);
-    double d2 = 0.0;
+    __m512d d2lo = _mm512_setzero_pd(), d2hi = d2lo;
     if (pack == QK_PACK_I8 && deq)
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_I8, 1, &o, &d2lo, &d2hi, &pf);
     else if (pack == QK_PACK_I8)
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_I8, 0, &o, &d2lo, &d2hi, &pf);
     else if (deq)
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, QK_PACK_U8, 1, &o, &d2lo, &d2hi, &pf);
     else
-        groups_body(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &d2);
+        groups_pd(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, NULL, QK_PACK_U8, 0, &o, &d2lo, &d2hi, &pf);
     if (qk_watch_end(csr, &o)) {
-        npuc__qk_quant_groups_avx2(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, s);
+        npuc__qk_quant_groups_avx2(x, ngroups, G, scale, inv_scale, zp, qmin, qmax, codes, deq, s, NULL);
         return;
     }
     npuc_qsums acc = {0};
-    out16_reduce(&o, 0.0f, &acc); /* o's sum k^2 lanes stayed 0: d2 holds sum deq^2 */
-    acc.sum_d2 += d2;
+    out16_reduce(&o, 0.0f, &acc); /* o's sum k^2 lanes stayed 0: d2lo/d2hi hold sum deq^2 */
+    double d2[16];
+    _mm512_storeu_pd(d2, d2lo);
+    _mm512_storeu_pd(d2 + 8, d2hi);
+    for (int k = 0; k < 16; k++) acc.sum_d2 += d2[k];
     npuc_qsums_add(s, &acc);
 }
 
 static const npuc_kernel_table g_avx512 = {
     .name = "avx512",
     .minmax = minmax_avx512,
+    .minmax_groups = minmax_groups_avx512,
+    .range_params = npuc__qk_range_params_avx2,
     .minmax_cols = npuc__qk_minmax_cols_avx2,
     .quant_run = quant_run_avx512,
     .quant_run_hinted = quant_run_hinted_avx512,

@@ -128,6 +128,9 @@ static inline void qk_ahead_step(qk_ahead *a, int lines) {
  * no version of its own.  Call them only where npuc_kernels_avx2() is
  * non-NULL. */
 uint64_t npuc__qk_minmax_avx2(const float *x, size_t n, float *lo, float *hi);
+uint64_t npuc__qk_minmax_groups_avx2(const float *x, size_t ngroups, size_t G, float *lo, float *hi);
+void npuc__qk_range_params_avx2(const float *lo, const float *hi, size_t n, int bits, int symmetric,
+                                int full, float *scale, float *inv, int32_t *zp);
 uint64_t npuc__qk_minmax_cols_avx2(const float *x, size_t rows, size_t cols, size_t ld, float *lo,
                                    float *hi);
 void npuc__qk_quant_run_avx2(const float *x, size_t n, float scale, float inv_scale, int32_t zp,
@@ -143,7 +146,7 @@ void npuc__qk_quant_run_hinted_avx2(const float *x, size_t n, float scale, float
                                     float *deq, npuc_qsums *s, const npuc_qhint *h);
 void npuc__qk_quant_groups_avx2(const float *x, size_t ngroups, size_t G, const float *scale,
                                 const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                                uint8_t *codes, float *deq, npuc_qsums *s);
+                                uint8_t *codes, float *deq, npuc_qsums *s, const npuc_qhint *h);
 void npuc__qk_quant_vec_avx2(const float *x, size_t n, const float *scale, const float *inv_scale,
                              const int32_t *zp, int32_t qmin, int32_t qmax, uint8_t *codes,
                              float *deq, npuc_qsums *s);

@@ -32,6 +32,12 @@
  * prefetches the run that follows it in memory (quant_run_hinted), which is
  * the one the same worker most likely takes next: the memory traffic of the
  * next minmax overlaps the arithmetic of this run instead of following it.
+ * Small groups (G <= 256 dividing CHUNK) with minmax ranges go a batch of
+ * 4096 values at a time through three kernel calls, minmax_groups,
+ * range_params and quant_groups, the last prefetching the next batch
+ * (minmax_span); codes, scales and zero points are those of the per-group
+ * calls bit for bit, the sums within the kernels' tolerance of them and the
+ * same for any thread count.
  * Other layouts (a channel strided through the tensor, or a group
  * too large for the cache) need every group's range before the first code:
  * they keep the two passes.
@@ -133,37 +139,12 @@ npuc_status npuc_quant_shape_of(npuc_ctx *ctx, const npuc_tensor_info *t, const 
     return NPUC_OK;
 }
 
-/* Scale and zero point of a range, as quant.h specifies. */
+/* Scale and zero point of a range, as quant.h specifies (the formula is
+ * kernels/qk_grid.h's, shared with the kernels' range_params). */
 void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, int full, float *scale,
                                    float *inv, int32_t *zp) {
-    float s;
-    int32_t z = 0;
-    if (symmetric && full) {
-        s = npuc_qk_full_scale(npuc_qk_signed_max_range(lo, hi), bits);
-        if (!(fabsf(s) >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
-        *scale = s;
-        *inv = 1.0f / s;
-        *zp = 0;
-        return;
-    }
-    if (symmetric) {
-        float amax = fmaxf(fabsf(lo), fabsf(hi));
-        s = amax / (float)((1 << (bits - 1)) - 1);
-    } else {
-        double l = lo < 0 ? lo : 0, h = hi > 0 ? hi : 0;
-        s = (float)((h - l) / (double)((1 << bits) - 1));
-        if (!(s >= FLT_MIN)) s = FLT_MIN;
-        float zf = nearbyintf((float)(-l) / s);
-        float qmax = (float)((1 << bits) - 1);
-        z = (int32_t)(zf < 0 ? 0 : zf > qmax ? qmax : zf);
-    }
-    if (!(s >= FLT_MIN)) s = FLT_MIN; /* all-zero group, or subnormal range */
-    *scale = s;
-    *inv = 1.0f / s;
-    *zp = z;
+    npuc_qk_range_params(lo, hi, bits, symmetric, full, scale, inv, zp);
 }
-
-
 
 /* ---------------------------------------------------------------- ranges */
 
@@ -372,6 +353,50 @@ static void group_params(const fuse_job *j, uint64_t idx, float lo, float hi) {
     npuc__scale_round(j->p->scale_dtype, &j->scales[idx], &j->inv[idx]); /* --scale-dtype */
 }
 
+/* Values per batch of the minmax order (16 KiB of floats, which stay in L1
+ * between the ranges and the codes); a multiple of every G that divides
+ * CHUNK and is at most GROUPS_MAX. */
+#define BATCH 4096u
+
+/* grouped_span for minmax ranges: batch by batch, every group's min/max in
+ * one minmax_groups call (a channel's last, shorter group by minmax), their
+ * scales and zero points in one range_params call (results bit-identical to
+ * group_params on each group), then their codes in one quant_groups call
+ * (the last group by quant_run), the sums into the chunk's item. */
+static uint64_t minmax_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e) {
+    const npuc_kernel_table *k = j->k;
+    const uint64_t per = j->qs->per_channel, base = c * per, G = j->G;
+    const uint64_t idx0 = c * j->qs->groups_per_channel;
+    const int full = j->p->grid == NPUC_GRID_FULL;
+    uint64_t bad = 0;
+    for (uint64_t q = s; q < e;) {
+        const uint64_t ch = q / CHUNK, chend = (ch + 1) * CHUNK < e ? (ch + 1) * CHUNK : e;
+        const uint64_t end = q + BATCH < chend ? q + BATCH : chend;
+        const uint64_t whole = (end - q) / G, r = q + whole * G, gi = idx0 + q / G;
+        const uint64_t ng = whole + (r < end);
+        /* The ranges go where the scales and 1/scales will be (range_params
+         * may work in place). */
+        float *sc = j->scales + gi, *iv = j->inv + gi;
+        bad += k->minmax_groups(j->w + base + q, (size_t)whole, (size_t)G, sc, iv);
+        if (r < end) bad += k->minmax(j->w + base + r, (size_t)(end - r), &sc[whole], &iv[whole]);
+        k->range_params(sc, iv, (size_t)ng, j->p->bits, j->p->symmetric, full, sc, iv, j->zero_points + gi);
+        if (j->p->scale_dtype != NPUC_DTYPE_F32)
+            for (uint64_t g = 0; g < ng; g++) npuc__scale_round(j->p->scale_dtype, &sc[g], &iv[g]);
+        npuc_qsums *sums = &j->sums[c * j->chunks + ch];
+        /* While the codes are computed from cache, the next batch (which
+         * this thread most likely takes next) streams into it. */
+        const uint64_t a0 = base + end, an = a0 >= j->numel ? 0 : j->numel - a0 < BATCH ? j->numel - a0 : BATCH;
+        const npuc_qhint h = {an ? j->w + a0 : NULL, (size_t)an};
+        k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, sc, iv, j->zero_points + gi, j->qmin,
+                        j->qmax, j->codes + base + q, j->deq ? j->deq + base + q : NULL, sums, &h);
+        if (r < end)
+            k->quant_run(j->w + base + r, (size_t)(end - r), sc[whole], iv[whole], j->zero_points[gi + whole],
+                         j->qmin, j->qmax, j->codes + base + r, j->deq ? j->deq + base + r : NULL, sums);
+        q = end;
+    }
+    return bad;
+}
+
 /* fused_span when G divides CHUNK (so no group crosses a chunk boundary):
  * first every group's range and parameters in [s, e), then the codes chunk
  * by chunk, the whole groups of each in one quant_groups call and a
@@ -382,6 +407,7 @@ static uint64_t grouped_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t
     const uint64_t per = j->qs->per_channel, base = c * per, G = j->G;
     const uint64_t idx0 = c * j->qs->groups_per_channel;
     uint64_t bad = 0;
+    if (j->p->range.method == NPUC_RANGE_MINMAX) return minmax_span(j, c, s, e);
     for (uint64_t g0 = s; g0 < e; g0 += G) {
         const uint64_t n = g0 + G < per ? G : per - g0;
         const float *xg = j->w + base + g0;
@@ -398,7 +424,7 @@ static uint64_t grouped_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t
         npuc_qsums *sums = &j->sums[c * j->chunks + ch];
         j->k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, j->scales + gi, j->inv + gi,
                            j->zero_points + gi, j->qmin, j->qmax, j->codes + base + q,
-                           j->deq ? j->deq + base + q : NULL, sums);
+                           j->deq ? j->deq + base + q : NULL, sums, NULL);
         const uint64_t r = q + whole * G;
         if (r < end) /* the channel's last group, shorter than G */
             j->k->quant_run(j->w + base + r, (size_t)(end - r), j->scales[gi + whole], j->inv[gi + whole],
