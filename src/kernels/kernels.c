@@ -9,6 +9,7 @@
  *   quantization (npuc_kernels.h)   avx512 > avx2 > ref
  *   magnitude / N:M (nm_kernels.h)  avx2 > ref
  *   range lanes (calib_lanes.h)     sse2 > ref
+ *   F16/BF16 widening (cvt_kernels.h) avx512 > f16c > ref
  * The choice never changes afterwards, and all of it sits in this file.
  */
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/calib_lanes.h"
+#include "kernels/cvt_kernels.h"
 #include "kernels/nm_kernels.h"
 #include "kernels/npuc_kernels.h"
 
@@ -23,6 +25,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const npuc_kernel_table *g_quant;
 static const npuc_nm_kernel_table *g_nm;
 static const npuc_calib_kernel_table *g_calib;
+static const npuc_cvt_kernel_table *g_cvt;
 
 static void choose(void) {
     const char *force = getenv("NPUC_FORCE_REF");
@@ -30,6 +33,7 @@ static void choose(void) {
         g_quant = npuc_kernels_ref();
         g_nm = npuc_nm_kernels_ref();
         g_calib = npuc_calib_kernels_ref();
+        g_cvt = npuc_cvt_kernels_ref();
         return;
     }
     const npuc_kernel_table *q = npuc_kernels_avx512();
@@ -39,6 +43,9 @@ static void choose(void) {
     g_nm = nm ? nm : npuc_nm_kernels_ref();
     const npuc_calib_kernel_table *c = npuc_calib_kernels_sse2();
     g_calib = c ? c : npuc_calib_kernels_ref();
+    const npuc_cvt_kernel_table *cv = npuc_cvt_kernels_avx512();
+    if (!cv) cv = npuc_cvt_kernels_f16c();
+    g_cvt = cv ? cv : npuc_cvt_kernels_ref();
 }
 
 const npuc_kernel_table *npuc_kernels(void) {
@@ -54,4 +61,9 @@ const npuc_nm_kernel_table *npuc_nm_kernels(void) {
 const npuc_calib_kernel_table *npuc_calib_kernels(void) {
     pthread_once(&g_once, choose);
     return g_calib;
+}
+
+const npuc_cvt_kernel_table *npuc_cvt_kernels(void) {
+    pthread_once(&g_once, choose);
+    return g_cvt;
 }
