@@ -48,7 +48,9 @@ void *npuc__scratch(npuc_scratch *s, uint64_t n);
 void npuc__scratch_free(npuc_scratch *s);
 
 /* Float32 view of tensor i of m: the mapped bytes themselves when they are
- * aligned F32, else a converted copy in scr.  prefault: map a large mapped
+ * aligned F32, else a converted copy in scr (F16 and BF16 by the widening
+ * kernels, a large tensor across the context's threads; bit-identical to
+ * npuc_convert).  prefault: map a large mapped
  * tensor's pages in with one call first (the backend's prefetch hook:
  * MADV_POPULATE_READ), for passes that read it several times; a kernel
  * without it takes the page faults. */
