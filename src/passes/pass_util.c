@@ -124,14 +124,9 @@ void npuc__scratch_free(npuc_scratch *s) {
     s->cap = 0;
 }
 
-/* F16/BF16 -> F32 with the widening kernels (kernels/cvt_kernels.h), a
- * large tensor in fixed chunks of 256K elements (1 MiB of output) shared out
- * among the pass's threads in contiguous runs.  Every element is converted
- * on its own, so the result is the scalar npuc_convert's whatever the
- * thread count.  Without a context (a caller deep in a pass that has none
- * at hand) one thread converts. */
-#define WIDEN_CHUNK ((size_t)1 << 18)
-static void widen_f32(npuc_ctx *ctx, float *dst, const void *src, npuc_dtype dt, size_t n) {
+#define WIDEN_CHUNK ((size_t)1 << 18) /* elements: 1 MiB of output */
+
+void npuc__widen_f32(npuc_ctx *ctx, float *dst, const void *src, npuc_dtype dt, size_t n) {
     const npuc_cvt_kernel_table *k = npuc_cvt_kernels();
     const npuc_cvt_fn fn = dt == NPUC_DTYPE_F16 ? k->f16_to_f32 : k->bf16_to_f32;
     const size_t nch = n / WIDEN_CHUNK + (n % WIDEN_CHUNK != 0);
@@ -163,7 +158,7 @@ npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch 
         return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': too large", npuc_model_path(m), t->name);
     float *f = npuc__scratch(scr, nb);
     if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
-    if (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16) widen_f32(ctx, f, p, t->dtype, (size_t)t->numel);
+    if (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16) npuc__widen_f32(ctx, f, p, t->dtype, (size_t)t->numel);
     else npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
     *out = f;
     return NPUC_OK;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # npuc quantize on F16 and BF16 inputs (issue 18: the conversion to F32 runs
-# in the SIMD widening kernels, a large tensor across the threads):
-#  - int8 per channel and int4 group 32 on an F16 and a BF16 file give the
+# in the SIMD widening kernels, inside the quantizer's units of work where the
+# one-pass order applies, else for the whole tensor across the threads):
+#  - int8 per channel, int4 group 32 and int8 per tensor (widened whole, not
+#    unit by unit, on the large tensor) on an F16 and a BF16 file give the
 #    same codes, scales and artifact metadata (but the recorded source dtype)
-#    as the same run on the F32 copy that NumPy converted;
+#    as the same run on the F32 copy that NumPy converted, and the same
+#    errors in the JSON report;
 #  - the half-input artifacts are byte-identical for -j 1, -j 2 and
 #    NPUC_FORCE_REF=1 (the scalar reference conversion).
 # Values include subnormals, signed zeros and the extremes of each format; a
@@ -69,13 +72,20 @@ PY
 
 for kind in h b; do
     dt=$([ $kind = h ] && echo F16 || echo BF16)
-    for scheme in "--bits 8 --per-channel" "--bits 4 --group-size 32"; do
+    for scheme in "--bits 8 --per-channel" "--bits 4 --group-size 32" "--bits 8 --per-tensor"; do
+        keep_case 2 || continue # quick: (F16, channel), (F16, tensor), (BF16, g32)
         # shellcheck disable=SC2086
-        expect_rc 0 "$NPUC_BIN" quantize -q $scheme -j 2 "$T/$kind.safetensors" -o "$T/q.safetensors" -f
+        expect_rc 0 "$NPUC_BIN" quantize --json $scheme -j 2 "$T/$kind.safetensors" -o "$T/q.safetensors" -f
+        mv "$T/out" "$T/q.json"
         # shellcheck disable=SC2086
-        expect_rc 0 "$NPUC_BIN" quantize -q $scheme -j 2 "$T/${kind}f.safetensors" -o "$T/qf.safetensors" -f
+        expect_rc 0 "$NPUC_BIN" quantize --json $scheme -j 2 "$T/${kind}f.safetensors" -o "$T/qf.safetensors" -f
         same_but_dtype "$T/q.safetensors" "$T/qf.safetensors" "$dt"
-        keep_case 2 || continue
+        # The reported errors are the same too (the same kernel calls on the same values).
+        "$PY" - "$T/q.json" "$T/out" <<'PY' || fail "$dt $scheme: reported errors differ from the F32 run's"
+import json, sys
+a, b = (json.load(open(p))["tensors"] for p in sys.argv[1:])
+assert [(t["name"], t["error"]) for t in a] == [(t["name"], t["error"]) for t in b], (a, b)
+PY
         # shellcheck disable=SC2086
         expect_rc 0 "$NPUC_BIN" quantize -q $scheme -j 1 "$T/$kind.safetensors" -o "$T/q1.safetensors" -f
         # shellcheck disable=SC2086
