@@ -158,8 +158,10 @@ npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch 
         return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': too large", npuc_model_path(m), t->name);
     float *f = npuc__scratch(scr, nb);
     if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
-    if (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16) npuc__widen_f32(ctx, f, p, t->dtype, (size_t)t->numel);
-    else npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
+    if (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16)
+        npuc__widen_f32(ctx, f, p, t->dtype, (size_t)t->numel);
+    else
+        npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
     *out = f;
     return NPUC_OK;
 }

@@ -6,28 +6,23 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/cvt_kernels.h"
 #include <npuc/dtype.h>
 
-static void f16_to_f32_ref(float *dst, const void *src, size_t n) {
+#include "kernels/cvt_kernels.h"
+
+/* The one loop of both, calling the specification's decoder per element. */
+static inline void widen_each(float *dst, const void *src, size_t n, float (*dec)(uint16_t)) {
     const unsigned char *s = src;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, s + 2 * i, 2);
-        const float f = npuc_f16_to_f32(h);
+        const float f = dec(h);
         memcpy(dst + i, &f, 4);
     }
 }
 
-static void bf16_to_f32_ref(float *dst, const void *src, size_t n) {
-    const unsigned char *s = src;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        const float f = npuc_bf16_to_f32(h);
-        memcpy(dst + i, &f, 4);
-    }
-}
+static void f16_to_f32_ref(float *dst, const void *src, size_t n) { widen_each(dst, src, n, npuc_f16_to_f32); }
+static void bf16_to_f32_ref(float *dst, const void *src, size_t n) { widen_each(dst, src, n, npuc_bf16_to_f32); }
 
 static const npuc_cvt_kernel_table g_ref = {
     .name = "ref",

@@ -35,6 +35,14 @@
  * Other layouts (a channel strided through the tensor, or a group
  * too large for the cache) need every group's range before the first code:
  * they keep the two passes.
+ *
+ * F16 and BF16 tensors (npuc__quantize_half) are widened to F32 by the
+ * kernels of kernels/cvt_kernels.h: in the one-pass order a worker widens
+ * each unit of at most CHUNK values into its own buffer just before
+ * quantizing it, so the F32 copy is never written to memory; the other
+ * orders get the whole tensor widened first.  The kernels' output is the
+ * scalar conversion's bit for bit, so every result is that of quantizing
+ * the converted tensor.
  */
 #include <float.h>
 #include <math.h>
@@ -484,8 +492,8 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
     const int grab = per == 0 || per >= CHUNK || !by_chunk ? 1 : (int)(CHUNK / per);
     const int est = p->range.method != NPUC_RANGE_MINMAX;
     const uint64_t gmax = G < per ? G : per;
-    fuse_job j = {.k = k, .w = w, .src = src, .widen = widen, .qs = qs, .G = G, .chunks = chunks, .numel = C * per, .p = p, .ro = p->range,
-                  .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
+    fuse_job j = {.k = k, .w = w, .src = src, .widen = widen, .qs = qs, .G = G, .chunks = chunks,
+                  .numel = C * per, .p = p, .ro = p->range, .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
                   .zero_points = zero_points, .codes = codes, .deq = deq};
     j.ro.bits = p->bits;
     j.ro.symmetric = p->symmetric;
@@ -662,8 +670,8 @@ static int fusable(const npuc_quant_shape *qs, uint64_t G) {
  * bytes): widened unit by unit inside the one pass when fusable(), else
  * whole into scr first. */
 static npuc_status quantize(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w, int half,
-                            const void *src, npuc_scratch *scr, const npuc_quant_params *p, uint8_t *codes, float *scales,
-                            int32_t *zero_points, float *deq, npuc_error_stats *err) {
+                            const void *src, npuc_scratch *scr, const npuc_quant_params *p, uint8_t *codes,
+                            float *scales, int32_t *zero_points, float *deq, npuc_error_stats *err) {
     npuc_quant_shape qs;
     npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
     if (st != NPUC_OK) return st;
