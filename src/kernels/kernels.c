@@ -9,7 +9,8 @@
  *   quantization (npuc_kernels.h)   avx512 > avx2 > ref
  *   magnitude / N:M (nm_kernels.h)  avx2 > ref
  *   range lanes (calib_lanes.h)     sse2 > ref
- *   F16/BF16 widening (cvt_kernels.h) avx512 > f16c > ref
+ *   F16/BF16 widening (cvt_kernels.h) avx512 > f16c > ref, following the
+ *                                   quantization family's choice (below)
  * The choice never changes afterwards, and all of it sits in this file.
  */
 #include <pthread.h>
@@ -25,7 +26,6 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const npuc_kernel_table *g_quant;
 static const npuc_nm_kernel_table *g_nm;
 static const npuc_calib_kernel_table *g_calib;
-static const npuc_cvt_kernel_table *g_cvt;
 
 static void choose(void) {
     const char *force = getenv("NPUC_FORCE_REF");
@@ -33,7 +33,6 @@ static void choose(void) {
         g_quant = npuc_kernels_ref();
         g_nm = npuc_nm_kernels_ref();
         g_calib = npuc_calib_kernels_ref();
-        g_cvt = npuc_cvt_kernels_ref();
         return;
     }
     const npuc_kernel_table *q = npuc_kernels_avx512();
@@ -43,9 +42,6 @@ static void choose(void) {
     g_nm = nm ? nm : npuc_nm_kernels_ref();
     const npuc_calib_kernel_table *c = npuc_calib_kernels_sse2();
     g_calib = c ? c : npuc_calib_kernels_ref();
-    const npuc_cvt_kernel_table *cv = npuc_cvt_kernels_avx512();
-    if (!cv) cv = npuc_cvt_kernels_f16c();
-    g_cvt = cv ? cv : npuc_cvt_kernels_ref();
 }
 
 const npuc_kernel_table *npuc_kernels(void) {
@@ -63,7 +59,13 @@ const npuc_calib_kernel_table *npuc_calib_kernels(void) {
     return g_calib;
 }
 
+/* No table pointer of its own (no new mutable global: cli_no_globals): the
+ * reference when the quantization family runs its reference (NPUC_FORCE_REF,
+ * or no AVX2), else the fastest the CPU runs; the CPU checks are a few
+ * loads, and callers ask once per tensor. */
 const npuc_cvt_kernel_table *npuc_cvt_kernels(void) {
-    pthread_once(&g_once, choose);
-    return g_cvt;
+    if (npuc_kernels() == npuc_kernels_ref()) return npuc_cvt_kernels_ref();
+    const npuc_cvt_kernel_table *t = npuc_cvt_kernels_avx512();
+    if (!t) t = npuc_cvt_kernels_f16c();
+    return t ? t : npuc_cvt_kernels_ref();
 }
