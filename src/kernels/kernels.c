@@ -9,6 +9,8 @@
  *   quantization (npuc_kernels.h)   avx512 > avx2 > ref
  *   magnitude / N:M (nm_kernels.h)  avx2 > ref
  *   range lanes (calib_lanes.h)     sse2 > ref
+ *   F16/BF16 widening (cvt_kernels.h) avx512 > f16c > ref, following the
+ *                                   quantization family's choice (below)
  * The choice never changes afterwards, and all of it sits in this file.
  */
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/calib_lanes.h"
+#include "kernels/cvt_kernels.h"
 #include "kernels/nm_kernels.h"
 #include "kernels/npuc_kernels.h"
 
@@ -54,4 +57,15 @@ const npuc_nm_kernel_table *npuc_nm_kernels(void) {
 const npuc_calib_kernel_table *npuc_calib_kernels(void) {
     pthread_once(&g_once, choose);
     return g_calib;
+}
+
+/* No table pointer of its own (no new mutable global: cli_no_globals): the
+ * reference when the quantization family runs its reference (NPUC_FORCE_REF,
+ * or no AVX2), else the fastest the CPU runs; the CPU checks are a few
+ * loads, and callers ask once per tensor. */
+const npuc_cvt_kernel_table *npuc_cvt_kernels(void) {
+    if (npuc_kernels() == npuc_kernels_ref()) return npuc_cvt_kernels_ref();
+    const npuc_cvt_kernel_table *t = npuc_cvt_kernels_avx512();
+    if (!t) t = npuc_cvt_kernels_f16c();
+    return t ? t : npuc_cvt_kernels_ref();
 }

@@ -13,6 +13,7 @@
 #endif
 
 #include "calib_linalg.h"
+#include "kernels/cvt_kernels.h"
 #include "passes/pass_util.h"
 
 npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const *src, size_t n,
@@ -123,6 +124,22 @@ void npuc__scratch_free(npuc_scratch *s) {
     s->cap = 0;
 }
 
+#define WIDEN_CHUNK ((size_t)1 << 18) /* elements: 1 MiB of output */
+
+void npuc__widen_f32(npuc_ctx *ctx, float *dst, const void *src, npuc_dtype dt, size_t n) {
+    const npuc_cvt_kernel_table *k = npuc_cvt_kernels();
+    const npuc_cvt_fn fn = dt == NPUC_DTYPE_F16 ? k->f16_to_f32 : k->bf16_to_f32;
+    const size_t nch = n / WIDEN_CHUNK + (n % WIDEN_CHUNK != 0);
+    int nt = ctx ? npuc__threads(ctx) : 1;
+    if ((size_t)nt > nch) nt = nch < 1 ? 1 : (int)nch;
+    const unsigned char *s = src;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (size_t c = 0; c < nch; c++) {
+        const size_t a = c * WIDEN_CHUNK, len = n - a < WIDEN_CHUNK ? n - a : WIDEN_CHUNK;
+        fn(dst + a, s + 2 * a, len);
+    }
+}
+
 npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
                            const float **out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -141,7 +158,10 @@ npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch 
         return npuc_fail(ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': too large", npuc_model_path(m), t->name);
     float *f = npuc__scratch(scr, nb);
     if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
-    npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
+    if (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16)
+        npuc__widen_f32(ctx, f, p, t->dtype, (size_t)t->numel);
+    else
+        npuc_convert(f, NPUC_DTYPE_F32, p, t->dtype, (size_t)t->numel);
     *out = f;
     return NPUC_OK;
 }

@@ -48,12 +48,22 @@ void *npuc__scratch(npuc_scratch *s, uint64_t n);
 void npuc__scratch_free(npuc_scratch *s);
 
 /* Float32 view of tensor i of m: the mapped bytes themselves when they are
- * aligned F32, else a converted copy in scr.  prefault: map a large mapped
- * tensor's pages in with one call first (the backend's prefetch hook:
- * MADV_POPULATE_READ), for passes that read it several times; a kernel
- * without it takes the page faults. */
+ * aligned F32, else a converted copy in scr.  F16 and BF16 go through the
+ * widening kernels (kernels/cvt_kernels.h), a large tensor split across the
+ * context's threads (one thread when ctx is NULL); the copy is bit-identical
+ * to npuc_convert's.  prefault: map a large mapped tensor's pages in with
+ * one call first (the backend's prefetch hook: MADV_POPULATE_READ), for
+ * passes that read it several times; a kernel without it takes the page
+ * faults. */
 npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
                            const float **out);
+
+/* dst[0..n) = the F16 or BF16 (dt) elements at src, widened by the kernels
+ * (kernels/cvt_kernels.h) in fixed chunks of 256K elements shared out among
+ * ctx's threads in contiguous runs (one thread when ctx is NULL).  Every
+ * element is converted on its own: the result is npuc_convert's, bit for
+ * bit, whatever the thread count. */
+void npuc__widen_f32(npuc_ctx *ctx, float *dst, const void *src, npuc_dtype dt, size_t n);
 
 /* x (numel floats) in dtype dt: x itself for F32, else a converted copy in
  * scr.  NPUC_ERR_NOMEM ("out of memory"). */
@@ -76,5 +86,15 @@ npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
  * full: the symmetric full grid (NPUC_GRID_FULL). */
 void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, int full, float *scale,
                                    float *inv, int32_t *zp);
+
+/* npuc_quantize_tensor on tensor t's F16 or BF16 bytes src (quantize.c):
+ * where the one-pass order takes the tensor in units of at most 64K values
+ * (contiguous groups: [out, in] or OIHW per channel, groups inside them)
+ * each worker widens a unit into its own buffer just before quantizing it;
+ * otherwise the whole tensor is widened into scr first.  Every output is
+ * that of npuc_quantize_tensor on the widened tensor. */
+npuc_status npuc__quantize_half(npuc_ctx *ctx, const npuc_tensor_info *t, const void *src, npuc_scratch *scr,
+                                const npuc_quant_params *p, uint8_t *codes, float *scales,
+                                int32_t *zero_points, float *deq, npuc_error_stats *err);
 
 #endif

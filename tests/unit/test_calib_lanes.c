@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/calib_lanes.h"
+#include "kernels/cvt_kernels.h"
 #include "kernels/nm_kernels.h"
 #include "kernels/npuc_kernels.h"
 
@@ -116,6 +117,7 @@ static void test_force_ref_reaches_every_family(void **state) {
     assert_ptr_equal(npuc_kernels(), npuc_kernels_ref());
     assert_ptr_equal(npuc_nm_kernels(), npuc_nm_kernels_ref());
     assert_ptr_equal(npuc_calib_kernels(), npuc_calib_kernels_ref());
+    assert_ptr_equal(npuc_cvt_kernels(), npuc_cvt_kernels_ref());
     /* And the choice is made once: changing the variable later changes nothing. */
     setenv("NPUC_FORCE_REF", "0", 1);
     assert_ptr_equal(npuc_calib_kernels(), npuc_calib_kernels_ref());

@@ -41,6 +41,14 @@
  * Other layouts (a channel strided through the tensor, or a group
  * too large for the cache) need every group's range before the first code:
  * they keep the two passes.
+ *
+ * F16 and BF16 tensors (npuc__quantize_half) are widened to F32 by the
+ * kernels of kernels/cvt_kernels.h: in the one-pass order a worker widens
+ * each unit of at most CHUNK values into its own buffer just before
+ * quantizing it, so the F32 copy is never written to memory; the other
+ * orders get the whole tensor widened first.  The kernels' output is the
+ * scalar conversion's bit for bit, so every result is that of quantizing
+ * the converted tensor.
  */
 #include <float.h>
 #include <math.h>
@@ -49,6 +57,7 @@
 #include <string.h>
 
 #include "codecs/codec.h"
+#include "kernels/cvt_kernels.h"
 #include "kernels/npuc_kernels.h"
 #include "kernels/qk_grid.h"
 #include "npuc_internal.h"
@@ -325,10 +334,16 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
 
 /* ---------------------------------------------------------------- codes */
 
-/* What the one-pass workers share. */
+/* What the one-pass workers share.  The values at sequence index i of the
+ * tensor are w[i - w0]: w is the whole tensor (w0 = 0), or, when the input
+ * is F16/BF16 widened unit by unit (widen set), a worker's own copy of one
+ * unit starting at w0. */
 typedef struct fuse_job {
     const npuc_kernel_table *k;
     const float *w;
+    uint64_t w0;
+    const unsigned char *src; /* the F16/BF16 bytes when widen is set */
+    npuc_cvt_fn widen;
     const npuc_quant_shape *qs;
     uint64_t G, chunks, numel;
     const npuc_quant_params *p;
@@ -346,6 +361,8 @@ typedef struct fuse_job {
  * one quant_run per group, whose fixed cost dominates at G = 32 (issue 18,
  * docs/quantization.md "Every scheme"). */
 #define GROUPS_MAX 256u
+
+static const float *vals(const fuse_job *j, uint64_t i) { return j->w + (i - j->w0); }
 
 static void group_params(const fuse_job *j, uint64_t idx, float lo, float hi) {
     npuc__quant_params_from_range(lo, hi, j->p->bits, j->p->symmetric, j->p->grid == NPUC_GRID_FULL,
@@ -410,7 +427,7 @@ static uint64_t grouped_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t
     if (j->p->range.method == NPUC_RANGE_MINMAX) return minmax_span(j, c, s, e);
     for (uint64_t g0 = s; g0 < e; g0 += G) {
         const uint64_t n = g0 + G < per ? G : per - g0;
-        const float *xg = j->w + base + g0;
+        const float *xg = vals(j, base + g0);
         float lo, hi;
         bad += j->k->minmax(xg, (size_t)n, &lo, &hi);
         if (j->p->range.method != NPUC_RANGE_MINMAX &&
@@ -422,12 +439,12 @@ static uint64_t grouped_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t
         const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < e ? (ch + 1) * CHUNK : e;
         const uint64_t whole = (end - q) / G, gi = idx0 + q / G;
         npuc_qsums *sums = &j->sums[c * j->chunks + ch];
-        j->k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, j->scales + gi, j->inv + gi,
+        j->k->quant_groups(vals(j, base + q), (size_t)whole, (size_t)G, j->scales + gi, j->inv + gi,
                            j->zero_points + gi, j->qmin, j->qmax, j->codes + base + q,
                            j->deq ? j->deq + base + q : NULL, sums, NULL);
         const uint64_t r = q + whole * G;
         if (r < end) /* the channel's last group, shorter than G */
-            j->k->quant_run(j->w + base + r, (size_t)(end - r), j->scales[gi + whole], j->inv[gi + whole],
+            j->k->quant_run(vals(j, base + r), (size_t)(end - r), j->scales[gi + whole], j->inv[gi + whole],
                             j->zero_points[gi + whole], j->qmin, j->qmax, j->codes + base + r,
                             j->deq ? j->deq + base + r : NULL, sums);
         q = end;
@@ -451,7 +468,7 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
     for (uint64_t g0 = s; g0 < e;) {
         const uint64_t g1 = g0 + G < per ? g0 + G : per;
         const uint64_t idx = c * j->qs->groups_per_channel + g0 / G;
-        const float *xg = j->w + base + g0;
+        const float *xg = vals(j, base + g0);
         float lo, hi;
         /* minmax gives 0, 0 when nothing is finite, as ranges_minmax does. */
         bad += j->k->minmax(xg, (size_t)(g1 - g0), &lo, &hi);
@@ -462,11 +479,12 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
         for (uint64_t q = g0; q < g1;) {
             const uint64_t ch = q / CHUNK, end = (ch + 1) * CHUNK < g1 ? (ch + 1) * CHUNK : g1;
             /* Read ahead the values as many as these (at least AHEAD_MIN)
-             * further on, which this thread most likely takes next. */
+             * further on, which this thread most likely takes next (not
+             * when the worker holds a widened copy of this unit only). */
             const uint64_t len = end - q, a0 = base + q + (len > AHEAD_MIN ? len : AHEAD_MIN);
-            const uint64_t an = a0 >= j->numel ? 0 : j->numel - a0 < len ? j->numel - a0 : len;
-            const npuc_qhint h = {an ? j->w + a0 : NULL, (size_t)an};
-            j->k->quant_run_hinted(j->w + base + q, (size_t)len, j->scales[idx], j->inv[idx],
+            const uint64_t an = j->widen || a0 >= j->numel ? 0 : j->numel - a0 < len ? j->numel - a0 : len;
+            const npuc_qhint h = {an ? vals(j, a0) : NULL, (size_t)an};
+            j->k->quant_run_hinted(vals(j, base + q), (size_t)len, j->scales[idx], j->inv[idx],
                                    j->zero_points[idx], j->qmin, j->qmax, j->codes + base + q,
                                    j->deq ? j->deq + base + q : NULL, &j->sums[c * j->chunks + ch], &h);
             q = end;
@@ -478,9 +496,14 @@ static uint64_t fused_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t e
 
 /* The one-pass order for groups that are contiguous (outer == 1) and fit in
  * a core's cache (G <= FUSE_MAX), any range method.  *sums gets one entry
- * per (channel, chunk) item, as in the two-pass order. */
+ * per (channel, chunk) item, as in the two-pass order.  With widen set (and
+ * units of at most CHUNK values: fusable()), w is NULL and each worker
+ * widens a unit's F16/BF16 bytes from src into its own buffer just before
+ * quantizing it, so the F32 copy never leaves the core's cache; the kernel
+ * calls, and so every result, are the same as on a widened tensor. */
 static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_kernel_table *k,
-                            const float *w, const npuc_quant_shape *qs, uint64_t G,
+                            const float *w, const unsigned char *src, npuc_cvt_fn widen,
+                            const npuc_quant_shape *qs, uint64_t G,
                             const npuc_quant_params *p, int32_t qmin, int32_t qmax, float *inv,
                             float *scales, int32_t *zero_points, uint8_t *codes, float *deq,
                             npuc_qsums **sums_out, uint64_t *items_out, int nth) {
@@ -495,8 +518,8 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
     const int grab = per == 0 || per >= CHUNK || !by_chunk ? 1 : (int)(CHUNK / per);
     const int est = p->range.method != NPUC_RANGE_MINMAX;
     const uint64_t gmax = G < per ? G : per;
-    fuse_job j = {.k = k, .w = w, .qs = qs, .G = G, .chunks = chunks, .numel = C * per, .p = p, .ro = p->range,
-                  .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
+    fuse_job j = {.k = k, .w = w, .src = src, .widen = widen, .qs = qs, .G = G, .chunks = chunks,
+                  .numel = C * per, .p = p, .ro = p->range, .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
                   .zero_points = zero_points, .codes = codes, .deq = deq};
     j.ro.bits = p->bits;
     j.ro.symmetric = p->symmetric;
@@ -512,14 +535,20 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
         void *scratch = NULL;
         npuc_ctx *tctx = NULL;
         int ok = 1;
+        fuse_job jw = j; /* this worker's view of a widened unit */
+        float *buf = NULL;
         if (est) {
             const size_t scr = npuc_range_scratch_size((size_t)gmax, &j.ro);
             scratch = scr ? malloc(scr) : NULL;
             ok = (!scr || scratch) && npuc_ctx_new(&tctx) == NPUC_OK;
-            if (!ok) {
+        }
+        if (ok && widen) {
+            jw.w = buf = malloc(sizeof(float) * (size_t)(per < CHUNK ? per : CHUNK));
+            ok = buf != NULL;
+        }
+        if (!ok) {
 #pragma omp atomic write
-                failed = 1;
-            }
+            failed = 1;
         }
 #pragma omp for schedule(dynamic, grab)
         for (int64_t u = 0; u < (int64_t)units; u++) {
@@ -530,7 +559,11 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                 e0 = s0 + CHUNK < per ? s0 + CHUNK : per;
             }
             npuc_status st = NPUC_OK;
-            bad += fused_span(&j, c, s0, e0, tctx, scratch, &st);
+            if (widen) {
+                jw.w0 = c * per + s0;
+                widen(buf, src + 2 * jw.w0, (size_t)(e0 - s0));
+            }
+            bad += fused_span(widen ? &jw : &j, c, s0, e0, tctx, scratch, &st);
             if (st != NPUC_OK) {
 #pragma omp critical(npuc_qfail)
                 {
@@ -544,6 +577,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
         }
         npuc_ctx_free(tctx);
         free(scratch);
+        free(buf);
     }
     /* The two-pass order's precedence: non-finite values first. */
     if (bad)
@@ -650,9 +684,20 @@ done:
     return st;
 }
 
-npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
-                                 const npuc_quant_params *p, uint8_t *codes, float *scales,
-                                 int32_t *zero_points, float *deq, npuc_error_stats *err) {
+/* Whether the one-pass order takes this tensor in units of at most CHUNK
+ * values, which a worker can widen from F16/BF16 on its own. */
+static int fusable(const npuc_quant_shape *qs, uint64_t G) {
+    const int runs = qs->inner != 1 || qs->channels <= 1;
+    return runs && qs->outer == 1 && qs->per_channel > 0 && G <= FUSE_MAX &&
+           (qs->per_channel <= CHUNK || CHUNK % G == 0);
+}
+
+/* npuc_quantize_tensor on w (F32), or, with half set, on src (t's F16/BF16
+ * bytes): widened unit by unit inside the one pass when fusable(), else
+ * whole into scr first. */
+static npuc_status quantize(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w, int half,
+                            const void *src, npuc_scratch *scr, const npuc_quant_params *p, uint8_t *codes,
+                            float *scales, int32_t *zero_points, float *deq, npuc_error_stats *err) {
     npuc_quant_shape qs;
     npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
     if (st != NPUC_OK) return st;
@@ -662,6 +707,19 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
     const uint64_t G = p->gran == NPUC_GRAN_GROUP ? p->group_size : (qs.per_channel ? qs.per_channel : 1);
     int32_t qmin, qmax;
     npuc_qk_code_range(p->bits, p->symmetric, p->grid == NPUC_GRID_FULL, &qmin, &qmax);
+    npuc_cvt_fn widen = NULL;
+    if (half) {
+        if (fusable(&qs, G)) {
+            const npuc_cvt_kernel_table *cv = npuc_cvt_kernels();
+            widen = t->dtype == NPUC_DTYPE_F16 ? cv->f16_to_f32 : cv->bf16_to_f32;
+        } else {
+            uint64_t nb;
+            float *f = npuc_mul_overflow(t->numel, sizeof(float), &nb) ? NULL : npuc__scratch(scr, nb);
+            if (!f) return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+            npuc__widen_f32(ctx, f, src, t->dtype, (size_t)t->numel);
+            w = f;
+        }
+    }
 
     float *inv = malloc(sizeof(float) * (size_t)(qs.nscales ? qs.nscales : 1));
     npuc_qsums *sums = NULL;
@@ -672,8 +730,8 @@ npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const
      * order's empty ranges). */
     const int runs = qs.inner != 1 || C <= 1;
     if (runs && qs.outer == 1 && qs.per_channel > 0 && G <= FUSE_MAX)
-        st = one_pass(ctx, t, k, w, &qs, G, p, qmin, qmax, inv, scales, zero_points, codes, deq, &sums,
-                      &items, nth);
+        st = one_pass(ctx, t, k, w, widen ? src : NULL, widen, &qs, G, p, qmin, qmax, inv, scales, zero_points,
+                      codes, deq, &sums, &items, nth);
     else
         st = two_pass(ctx, t, k, w, &qs, G, p, qmin, qmax, inv, scales, zero_points, codes, deq, &sums,
                       &items, nth);
@@ -696,6 +754,18 @@ done:
     free(inv);
     free(sums);
     return st;
+}
+
+npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
+                                 const npuc_quant_params *p, uint8_t *codes, float *scales,
+                                 int32_t *zero_points, float *deq, npuc_error_stats *err) {
+    return quantize(ctx, t, w, 0, NULL, NULL, p, codes, scales, zero_points, deq, err);
+}
+
+npuc_status npuc__quantize_half(npuc_ctx *ctx, const npuc_tensor_info *t, const void *src, npuc_scratch *scr,
+                                const npuc_quant_params *p, uint8_t *codes, float *scales,
+                                int32_t *zero_points, float *deq, npuc_error_stats *err) {
+    return quantize(ctx, t, NULL, 1, src, scr, p, codes, scales, zero_points, deq, err);
 }
 
 npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,

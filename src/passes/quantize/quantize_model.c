@@ -653,7 +653,16 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             continue;
         }
         const float *x = NULL;
-        if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) goto fail;
+        /* F16/BF16 weights quantized on their own (no N:M step, GPTQ or
+         * calibration, which need the F32 values) are widened inside the
+         * quantizer, unit by unit (npuc__quantize_half). */
+        const void *half = NULL;
+        const int fuse = !cal && !q->nm && !q->gptq && (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16);
+        if (fuse) {
+            if ((st = npuc_model_data(ctx, m, i, &half)) != NPUC_OK) goto fail;
+        } else if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) {
+            goto fail;
+        }
         const float *x0 = x; /* --pattern: sparsify first */
         if (q->nm && (st = nm_stream(ctx, dr.w, m, i, o, q, r, &x, &s_nm)) != NPUC_OK) goto fail;
         if (q->nm && !o->fake_quant) {
@@ -671,7 +680,8 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         npuc_quant_params pw = q->p;
         if (q->gptq) st = gptq_stream(ctx, m, cal, t, x, q, o, codes, scales, zps, deq, r, &s_h);
         else if (cal && (st = importance_of(ctx, cal, t, q, &pw, r, &s_imp)) != NPUC_OK) goto fail;
-        if (!q->gptq) st = npuc_quantize_tensor(ctx, t, x, &pw, codes, scales, zps, deq, &r->err);
+        if (fuse) st = npuc__quantize_half(ctx, t, half, &s_in, &pw, codes, scales, zps, deq, &r->err);
+        else if (!q->gptq) st = npuc_quantize_tensor(ctx, t, x, &pw, codes, scales, zps, deq, &r->err);
         if (st != NPUC_OK) {
             st = npuc__prefix_path(ctx, st, path);
             goto fail;
