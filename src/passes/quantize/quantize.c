@@ -394,20 +394,22 @@ static uint64_t minmax_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t 
         /* The ranges go where the scales and 1/scales will be (range_params
          * may work in place). */
         float *sc = j->scales + gi, *iv = j->inv + gi;
-        bad += k->minmax_groups(j->w + base + q, (size_t)whole, (size_t)G, sc, iv);
-        if (r < end) bad += k->minmax(j->w + base + r, (size_t)(end - r), &sc[whole], &iv[whole]);
+        bad += k->minmax_groups(vals(j, base + q), (size_t)whole, (size_t)G, sc, iv);
+        if (r < end) bad += k->minmax(vals(j, base + r), (size_t)(end - r), &sc[whole], &iv[whole]);
         k->range_params(sc, iv, (size_t)ng, j->p->bits, j->p->symmetric, full, sc, iv, j->zero_points + gi);
         if (j->p->scale_dtype != NPUC_DTYPE_F32)
             for (uint64_t g = 0; g < ng; g++) npuc__scale_round(j->p->scale_dtype, &sc[g], &iv[g]);
         npuc_qsums *sums = &j->sums[c * j->chunks + ch];
         /* While the codes are computed from cache, the next batch (which
-         * this thread most likely takes next) streams into it. */
-        const uint64_t a0 = base + end, an = a0 >= j->numel ? 0 : j->numel - a0 < BATCH ? j->numel - a0 : BATCH;
-        const npuc_qhint h = {an ? j->w + a0 : NULL, (size_t)an};
-        k->quant_groups(j->w + base + q, (size_t)whole, (size_t)G, sc, iv, j->zero_points + gi, j->qmin,
+         * this thread most likely takes next) streams into it (not when the
+         * worker holds a widened copy of this unit only). */
+        const uint64_t a0 = base + end;
+        const uint64_t an = j->widen || a0 >= j->numel ? 0 : j->numel - a0 < BATCH ? j->numel - a0 : BATCH;
+        const npuc_qhint h = {an ? vals(j, a0) : NULL, (size_t)an};
+        k->quant_groups(vals(j, base + q), (size_t)whole, (size_t)G, sc, iv, j->zero_points + gi, j->qmin,
                         j->qmax, j->codes + base + q, j->deq ? j->deq + base + q : NULL, sums, &h);
         if (r < end)
-            k->quant_run(j->w + base + r, (size_t)(end - r), sc[whole], iv[whole], j->zero_points[gi + whole],
+            k->quant_run(vals(j, base + r), (size_t)(end - r), sc[whole], iv[whole], j->zero_points[gi + whole],
                          j->qmin, j->qmax, j->codes + base + r, j->deq ? j->deq + base + r : NULL, sums);
         q = end;
     }
