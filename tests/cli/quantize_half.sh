@@ -70,6 +70,12 @@ assert ma == mb, (ma, mb)
 PY
 }
 
+# The memcheck pass (NPUC_VALGRIND=1) takes a test's first run, on a CPU that
+# then looks like one without AVX-512: this run only has to succeed (its error
+# sums come from other kernels, equal within NPUC_QSUM_RTOL, not bit for bit,
+# to those of the runs compared below).
+expect_rc 0 "$NPUC_BIN" quantize -q --bits 4 --group-size 32 -j 2 "$T/h.safetensors" -o "$T/vg.safetensors" -f
+
 for kind in h b; do
     dt=$([ $kind = h ] && echo F16 || echo BF16)
     for scheme in "--bits 8 --per-channel" "--bits 4 --group-size 32" "--bits 8 --per-tensor"; do
