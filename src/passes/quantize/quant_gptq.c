@@ -62,8 +62,9 @@ typedef struct gjob {
     const npuc_quant_shape *qs;
     const npuc_quant_params *p;
     uint64_t K, G; /* G: group length in columns (K per channel) */
-    const double *U;          /* K x K upper factor, permuted order */
-    const float *Uf;          /* U in float32, for the lazy batch update */
+    const double *Ud;         /* U's diagonal blocks: row a, columns [i1, i1 + BLOCK) of its block at Ud + a * BLOCK */
+    const float *Uf;          /* U in float32 (upper triangle), for the lazy batch update */
+    const double *R;          /* the Cholesky factor of the reversed Hd (inverse_factor), for the output error */
     const uint64_t *perm;     /* permuted column -> stored column (identity without act-order) */
     const unsigned char *dead;/* by stored column */
     int32_t qmin, qmax;
@@ -108,8 +109,10 @@ static void group_params(const gjob *J, const double *v, uint64_t n, uint64_t id
 
 /* GPTQ of rows [c0, c0 + R); W (R x K floats), W1 (R x BLOCK doubles),
  * E (R x BLOCK floats) and gv (G doubles) are scratch. */
-static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W1, float *E, double *gv) {
+static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W1, float *E, double *gv,
+                     double *e2out) {
     uint64_t clipped = 0;
+    double e2 = 0;
     const uint64_t K = J->K, G = J->G, gpc = J->qs->groups_per_channel;
     for (uint64_t r = 0; r < R; r++)
         for (uint64_t i = 0; i < K; i++) {
@@ -130,7 +133,7 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
                     const uint64_t c = c0 + r;
                     double *w1 = W1 + r * BLOCK;
                     const uint64_t col = i1 + i, j = J->perm[col];
-                    const double *u = J->U + col * K + i1; /* row col of U, from column i1 */
+                    const double *u = J->Ud + col * BLOCK; /* row col of U, from column i1 */
                     if (!J->static_groups && col % G == 0) {
                         const uint64_t n = K - col < G ? K - col : G;
                         for (uint64_t k = 0; k < n; k++) gv[k] = W[r * K + col + k];
@@ -147,70 +150,147 @@ static uint64_t tile(const gjob *J, uint64_t c0, uint64_t R, float *W, double *W
                     const double e = (x - (double)dq) / u[i];
                     axpy_neg(w1 + i + 1, u + i + 1, e, nb - i - 1);
                     E[r * BLOCK + i] = (float)e;
+                    e2 += e * e;
                 }
         if (i2 < K)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)(K - i2), (int)nb, -1.0f, E,
                         (int)BLOCK, J->Uf + i1 * K + i2, (int)K, 1.0f, W + i2, (int)K);
     }
+    *e2out = e2;
     return clipped;
 }
 
-/* U: the upper Cholesky factor of H^-1, row-major, written over H (K x K,
- * symmetric); Y is K x K scratch.  With P the reversal of the columns:
- * P H P = R^T R (R upper) gives H^-1 = P R^-1 R^-T P = U^T U with
- * U = P R^-T P upper, i.e. U(a, b) = R^-1(K-1-b, K-1-a).  P H P is H's
- * values in reverse order, and the column-major bytes of Y = R^-1 read
- * backwards are U row-major: no transposes.  The inverse is solved in
- * fixed column blocks (R[0:c1, 0:c1] Y[0:c1, c0:c1] = I) on the context's
- * threads, one single-threaded dtrsm each: the same bytes for any -j.
- * Returns 0, or the LAPACK info of the factorisation. */
-static int inverse_factor(npuc_ctx *ctx, double *H, double *Y, uint64_t K) {
-    const uint64_t KK = K * K;
-    for (uint64_t i = 0; i < KK / 2; i++) {
-        const double t = H[i];
-        H[i] = H[KK - 1 - i];
-        H[KK - 1 - i] = t;
+/* A = P Hd P, the dampened Hessian in (act-order) column order reversed,
+ * where Hd = f H (f = 2 / n) with the dead diagonal set to 1 (diag holds
+ * that diagonal, f H_jj or 1) and lam added to it:
+ *   A(a, b) = f H(x, y), x = perm[K-1-a], y = perm[K-1-b], a != b;
+ *   A(a, a) = diag[perm[K-1-a]] + lam.
+ * Without act-order A is H itself, reversed in place (row a swaps with row
+ * K-1-a reversed), else A is a separate buffer gathered from H.  Each
+ * element is rounded as the unfused steps would round it: one pass over
+ * the K x K values, on the context's threads. */
+static void reversed_hessian(npuc_ctx *ctx, double *H, double *A, uint64_t K, double f, const uint64_t *perm,
+                             const double *diag, double lam) {
+    if (A == H) {
+#pragma omp parallel for schedule(static) num_threads(npuc__threads(ctx)) if (K >= 256)
+        for (int64_t ai = 0; ai < (int64_t)((K + 1) / 2); ai++) {
+            const uint64_t a = (uint64_t)ai, m = K - 1 - a;
+            double *ra = H + a * K, *rm = H + m * K;
+            if (a < m) {
+                for (uint64_t b = 0; b < K; b++) {
+                    const double t = ra[b];
+                    ra[b] = f * rm[K - 1 - b];
+                    rm[K - 1 - b] = f * t;
+                }
+                ra[a] = diag[m] + lam;
+                rm[m] = diag[a] + lam;
+            } else { /* the middle row of an odd K: reversed within itself */
+                for (uint64_t b = 0; b < K / 2; b++) {
+                    const double t = ra[b];
+                    ra[b] = f * ra[K - 1 - b];
+                    ra[K - 1 - b] = f * t;
+                }
+                ra[a] = diag[a] + lam;
+            }
+        }
+        return;
     }
-    const int info = npuc__chol_upper(npuc__threads(ctx), H, K);
+#pragma omp parallel for schedule(static) num_threads(npuc__threads(ctx)) if (K >= 256)
+    for (int64_t ai = 0; ai < (int64_t)K; ai++) {
+        const uint64_t a = (uint64_t)ai;
+        const double *hx = H + perm[K - 1 - a] * K;
+        double *ra = A + a * K;
+        for (uint64_t b = 0; b < K; b++) ra[b] = f * hx[perm[K - 1 - b]];
+        ra[a] = diag[perm[K - 1 - a]] + lam;
+    }
+}
+
+/* U: the upper Cholesky factor of Hd^-1, from A = P Hd P (P the reversal
+ * of the columns), the reversed matrix in column-major order: A = R^T R (R
+ * upper) gives Hd^-1 = P R^-1 R^-T P = U^T U with U = P R^-T P upper, i.e.
+ * U(a, b) = R^-1(K-1-b, K-1-a): column j of R^-1 read backwards is row
+ * K-1-j of U.  R is written over A (and kept: the output error's W half
+ * multiplies by it).  R^-1 is solved in fixed column blocks (R[0:c1, 0:c1]
+ * Y = I[0:c1, c0:c1]) on the context's threads, one single-threaded dtrsm
+ * each, into a block of scratch per thread, and each block's columns go
+ * straight to their rows of Uf (float32) and Ud (U's 128-column diagonal
+ * blocks in double, all the column loop reads): no K x K double buffer
+ * besides A.  The same bytes for any -j.  Returns 0, the LAPACK info of the
+ * factorisation, or -1 when out of memory. */
+static int inverse_factor(npuc_ctx *ctx, double *A, uint64_t K, float *Uf, double *Ud) {
+    const int info = npuc__chol_upper(npuc__threads(ctx), A, K);
     if (info != 0) return info;
     const int64_t nblk = (int64_t)((K + INV_BLOCK - 1) / INV_BLOCK);
-#pragma omp parallel for num_threads(npuc__threads(ctx)) schedule(dynamic, 1)
-    for (int64_t bi = nblk - 1; bi >= 0; bi--) { /* the largest solves first */
-        const uint64_t c0 = (uint64_t)bi * INV_BLOCK, c1 = c0 + INV_BLOCK < K ? c0 + INV_BLOCK : K;
-        for (uint64_t j = c0; j < c1; j++) {
-            memset(Y + j * K, 0, sizeof(double) * (size_t)K);
-            Y[j * K + j] = 1;
+    int failed = 0;
+#pragma omp parallel num_threads(npuc__threads(ctx))
+    {
+        const uint64_t cols = K < INV_BLOCK ? K : INV_BLOCK;
+        double *Y = npuc__huge_alloc(sizeof(double) * (size_t)(K * cols));
+        if (!Y) {
+#pragma omp atomic write
+            failed = 1;
         }
-        cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasNoTrans, CblasNonUnit, (int)c1, (int)(c1 - c0), 1.0,
-                    H, (int)K, Y + c0 * K, (int)K);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bi = nblk - 1; bi >= 0; bi--) { /* the largest solves first */
+            if (!Y) continue;
+            const uint64_t c0 = (uint64_t)bi * INV_BLOCK, c1 = c0 + INV_BLOCK < K ? c0 + INV_BLOCK : K;
+            for (uint64_t j = c0; j < c1; j++) {
+                memset(Y + (j - c0) * K, 0, sizeof(double) * (size_t)c1);
+                Y[(j - c0) * K + j] = 1;
+            }
+            cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasNoTrans, CblasNonUnit, (int)c1, (int)(c1 - c0),
+                        1.0, A, (int)K, Y, (int)K);
+            for (uint64_t j = c0; j < c1; j++) {
+                const uint64_t a = K - 1 - j, i1 = a / BLOCK * BLOCK, i2 = i1 + BLOCK < K ? i1 + BLOCK : K;
+                const double *y = Y + (j - c0) * K + (K - 1); /* y[-b] = R^-1(K-1-b, j) = U(a, b) */
+                float *uf = Uf + a * K;
+                for (uint64_t b = a; b < K; b++) uf[b] = (float)y[-(int64_t)b];
+                for (uint64_t b = a; b < i2; b++) Ud[a * BLOCK + (b - i1)] = y[-(int64_t)b];
+            }
+        }
+        free(Y);
     }
-    for (uint64_t i = 0; i < KK; i++) H[i] = Y[KK - 1 - i];
-    return 0;
+    return failed ? -1 : 0;
 }
 
 /* The output error's sums (npuc__gptq_opts.out) from U, GPTQ's own factor.
  * GPTQ factored Hd = P (f H + sum_dead e_j e_j^T) P^T + lam I (f = 2 / n, P
  * the act-order permutation, lam the dampening) as Hd^-1 = U^T U, so
  * Hd = U^-1 U^-T and, for any rows T in permuted column order,
- *   tr(T H T^T) = (||T U^-1||^2 - lam ||T||^2 - sum_dead ||T_:,j||^2) / f,
- * exact in exact arithmetic.  Per tile of OTILE rows, the rows of D = W - W'
- * and of W are stacked and solved against U in place with one dtrsm (the
- * work of the dtrmm calib_out_error.c does after its own factorisation of
- * H, which this saves with the second read of H).  The subtraction cancels
- * lam ||T||^2 / ||T U^-1||^2 of the leading digits, at most a few when
- * GPTQ has pushed D into H's small directions; in doubles (dtrsm's
- * relative error about K 2^-53) the figure keeps more than eight.  Tiles
- * depend only on the tensor and are added in order: the same sums for any
- * -j.  Returns 0, or -1 when out of memory. */
+ *   tr(T H T^T) = (||T U^-1||^2 - lam ||T||^2 - sum_dead ||T_:,j||^2) / f.
+ *
+ * D = W - W': GPTQ's column loop already holds D U^-1.  With e_j = (w_j -
+ * q_j) / U_jj the error it feeds back (w_k -= e_j U_jk for k > j), q_j =
+ * w_j - sum_{i <= j} e_i U_ij, i.e. D' = E U for the rows D' = W_z - W'
+ * it quantized (W_z: dead columns zeroed), so ||D' U^-1||^2 = ||E||^2, the
+ * sum of the squared errors (tile() adds them up; the reference code's
+ * "Losses" are half of it).  Dead columns are decoupled in Hd (row and
+ * column j of H are 0; Hd_jj = 1 + lam) and hold D_:,j = W_:,j, so
+ *   tr(D H D^T) = (||E||^2 - lam ||D_live||^2) / f,
+ * over the live columns.  The identity is exact for the working values the
+ * loop quantized; those carry the float32 rounding of the lazy batch
+ * updates (W waits between blocks in float), which moves the figure by
+ * about 1e-9 relative (bench_gptq's 4096 x 4096: 306316.330086 by a dtrsm
+ * on the stored D, 306316.330390 from E).  ld2 = ||D_live||^2.
+ *
+ * W: ||W U^-1||^2 = ||W P R^T||^2 (U^-1 = P R^T P, R = inverse_factor's
+ * factor; P, the reversal, only reorders columns), a triangular product of
+ * W's rows in reversed column order with R^T, per tile of OTILE rows, one
+ * dtrmm each (the work calib_out_error.c does after its own factorisation
+ * of H, which this saves with the second read of H).  The subtraction of
+ * lam ||W||^2 cancels a fraction lam ||W||^2 / ||W U^-1||^2 of the leading
+ * digits, small unless W lies in H's null space.  Tiles depend only on the
+ * tensor and are added in order: the same sums for any -j.  Returns 0, or
+ * -1 when out of memory. */
 #define OTILE 256u
-static int out_sums(npuc_ctx *ctx, const gjob *J, double lam, double f, double *out) {
+static int out_sums(npuc_ctx *ctx, const gjob *J, double lam, double f, double e2, double ld2, double *out) {
     const uint64_t K = J->K, C = J->qs->channels, ntiles = (C + OTILE - 1) / OTILE;
-    double *ey = calloc(2 * ntiles, sizeof(double));
+    double *ey = calloc(ntiles, sizeof(double));
     int failed = !ey;
 #pragma omp parallel num_threads(npuc__threads(ctx)) if (!failed)
     {
         const uint64_t rows = C < OTILE ? C : OTILE;
-        double *B = npuc__huge_alloc(sizeof(double) * (size_t)(2 * rows * K));
+        double *B = npuc__huge_alloc(sizeof(double) * (size_t)(rows * K));
         if (!B) {
 #pragma omp atomic write
             failed = 1;
@@ -219,24 +299,20 @@ static int out_sums(npuc_ctx *ctx, const gjob *J, double lam, double f, double *
         for (int64_t ti = 0; ti < (int64_t)ntiles; ti++) {
             if (!B) continue;
             const uint64_t c0 = (uint64_t)ti * OTILE, nc = C - c0 < OTILE ? C - c0 : OTILE;
-            double *BD = B, *BW = B + nc * K, n2[2] = {0, 0}, dead2[2] = {0, 0};
+            double n2 = 0, dead2 = 0, s2 = 0;
             for (uint64_t r = 0; r < nc; r++)
                 for (uint64_t i = 0; i < K; i++) {
-                    const uint64_t j = J->perm[i], o = at(J->qs, c0 + r, j);
-                    const double x = J->w[o], d = x - (double)J->deq[o];
-                    BD[r * K + i] = d;
-                    BW[r * K + i] = x;
-                    n2[0] += d * d, n2[1] += x * x;
-                    if (J->dead[j]) dead2[0] += d * d, dead2[1] += x * x;
+                    const uint64_t j = J->perm[K - 1 - i];
+                    const double x = J->w[at(J->qs, c0 + r, j)];
+                    B[r * K + i] = x;
+                    n2 += x * x;
+                    if (J->dead[j]) dead2 += x * x;
                 }
-            cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)(2 * nc), (int)K,
-                        1.0, J->U, (int)K, B, (int)K);
-            for (int k = 0; k < 2; k++) {
-                const double *T = k ? BW : BD;
-                double s2 = 0;
-                for (uint64_t i = 0; i < nc * K; i++) s2 += T[i] * T[i];
-                ey[2 * ti + k] = (s2 - lam * n2[k] - dead2[k]) / f;
-            }
+            /* R column-major is R^T row-major: B := B R^T */
+            cblas_dtrmm(CblasRowMajor, CblasRight, CblasLower, CblasNoTrans, CblasNonUnit, (int)nc, (int)K, 1.0,
+                        J->R, (int)K, B, (int)K);
+            for (uint64_t i = 0; i < nc * K; i++) s2 += B[i] * B[i];
+            ey[ti] = (s2 - lam * n2 - dead2) / f;
         }
         free(B);
     }
@@ -244,8 +320,9 @@ static int out_sums(npuc_ctx *ctx, const gjob *J, double lam, double f, double *
         free(ey);
         return -1;
     }
-    out[0] = out[1] = 0;
-    for (uint64_t ti = 0; ti < ntiles; ti++) out[0] += ey[2 * ti], out[1] += ey[2 * ti + 1];
+    out[0] = (e2 - lam * ld2) / f;
+    out[1] = 0;
+    for (uint64_t ti = 0; ti < ntiles; ti++) out[1] += ey[ti];
     free(ey);
     return 0;
 }
@@ -283,24 +360,26 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
     uint64_t *perm = malloc(sizeof(uint64_t) * (size_t)K);
     unsigned char *dead = calloc((size_t)K, 1);
     double *diag = malloc(sizeof(double) * (size_t)K);
-    double *U = npuc__huge_alloc(sizeof(double) * (size_t)(K * K)); /* scratch: the permuted H, then R^-1 */
+    float *Uf = npuc__huge_alloc(sizeof(float) * (size_t)(K * K));
+    double *Ud = npuc__huge_alloc(sizeof(double) * (size_t)(K * BLOCK));
+    double *Ap = NULL; /* with act-order: the permuted matrix (H is permuted into it) */
     float *inv = malloc(sizeof(float) * (size_t)qs.nscales);
     float *deq = deq_out ? deq_out : malloc(sizeof(float) * (size_t)t->numel);
-    if (!perm || !dead || !diag || !U || !inv || !deq) {
+    if (!perm || !dead || !diag || !Uf || !Ud || !inv || !deq) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
         goto done;
     }
     /* H = 2 S / n (the scale does not change the result: dampening is
-     * relative); dead columns. */
+     * relative); dead columns.  Only the diagonal here: the rest is scaled
+     * as it is reversed (reversed_hessian). */
     const double f = 2.0 / n;
-    for (uint64_t i = 0; i < K * K; i++) H[i] *= f;
     for (uint64_t j = 0; j < K; j++) {
         perm[j] = j;
-        if (H[j * K + j] == 0) {
+        diag[j] = H[j * K + j] * f;
+        if (diag[j] == 0) {
             dead[j] = 1;
-            H[j * K + j] = 1;
+            diag[j] = 1;
         }
-        diag[j] = H[j * K + j];
     }
     gjob J = {.w = w, .qs = &qs, .p = p, .K = K, .G = G, .perm = perm, .dead = dead, .scales = scales,
               .inv = inv, .zp = zero_points, .codes = codes, .deq = deq};
@@ -334,30 +413,34 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         qsort(dc, (size_t)K, sizeof *dc, by_diag);
         for (uint64_t j = 0; j < K; j++) perm[j] = dc[j].j;
         free(dc);
-        for (uint64_t a = 0; a < K; a++)
-            for (uint64_t b = 0; b < K; b++) U[a * K + b] = H[perm[a] * K + perm[b]];
-        memcpy(H, U, sizeof(double) * (size_t)(K * K));
+        if (!(Ap = npuc__huge_alloc(sizeof(double) * (size_t)(K * K)))) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+            goto done;
+        }
     }
     double mean = 0;
-    for (uint64_t j = 0; j < K; j++) mean += H[j * K + j];
+    for (uint64_t j = 0; j < K; j++) mean += diag[perm[j]];
     mean /= (double)K;
     const double lam = o->damp * mean;
-    for (uint64_t j = 0; j < K; j++) H[j * K + j] += lam;
+    double *A = Ap ? Ap : H;
+    reversed_hessian(ctx, H, A, K, f, perm, diag, lam);
     const int blas = npuc__blas_enter();
-    int info = inverse_factor(ctx, H, U, K);
+    int info = inverse_factor(ctx, A, K, Uf, Ud);
     if (info != 0) {
         npuc__blas_leave(blas);
-        st = npuc_fail(ctx, NPUC_ERR_VALUE,
-                       "tensor '%s': the dampened Hessian is not positive definite (LAPACK info %d); raise --damp",
-                       t->name, info);
+        st = info < 0 ? npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name)
+                      : npuc_fail(ctx, NPUC_ERR_VALUE,
+                                  "tensor '%s': the dampened Hessian is not positive definite (LAPACK info %d); "
+                                  "raise --damp",
+                                  t->name, info);
         goto done;
     }
-    J.U = H;
-    float *Uf = (float *)U; /* R^-1 is no longer needed: its memory holds U in float */
-    for (uint64_t i = 0; i < K * K; i++) Uf[i] = (float)H[i];
+    J.R = A;
+    J.Ud = Ud;
     J.Uf = Uf;
     const uint64_t tiles = (C + TILE - 1) / TILE;
-    int failed = 0;
+    double *te2 = calloc((size_t)tiles, sizeof(double));
+    int failed = !te2;
     uint64_t clipped = 0; /* an integer sum: the same in any order */
 #pragma omp parallel num_threads(npuc__threads(ctx)) reduction(+ : clipped)
     {
@@ -373,11 +456,22 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         for (int64_t ti = 0; ti < (int64_t)tiles; ti++) {
             if (!ok) continue;
             const uint64_t c0 = (uint64_t)ti * TILE, R = C - c0 < TILE ? C - c0 : TILE;
-            clipped += tile(&J, c0, R, W, W1, E, gv);
+            clipped += tile(&J, c0, R, W, W1, E, gv, &te2[ti]);
         }
         free(W), free(W1), free(E), free(gv);
     }
-    if (!failed && o->out && out_sums(ctx, &J, lam, f, o->out) != 0) failed = 1;
+    if (!failed && o->out) {
+        double e2 = 0, ld2 = 0;
+        for (uint64_t ti = 0; ti < tiles; ti++) e2 += te2[ti];
+        for (uint64_t c = 0; c < C; c++)
+            for (uint64_t j = 0; j < K; j++) {
+                const uint64_t oi = at(&qs, c, j);
+                const double d = (double)w[oi] - (double)deq[oi];
+                if (!dead[j]) ld2 += d * d;
+            }
+        if (out_sums(ctx, &J, lam, f, e2, ld2, o->out) != 0) failed = 1;
+    }
+    free(te2);
     npuc__blas_leave(blas);
     if (failed) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory", t->name);
@@ -400,7 +494,7 @@ npuc_status npuc__gptq_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const fl
         npuc_error_from_sums(err, t->numel, w2, e2, wd, d2, mx, noise, clipped);
     }
 done:
-    free(perm), free(dead), free(diag), free(inv), free(U);
+    free(perm), free(dead), free(diag), free(inv), free(Uf), free(Ud), free(Ap);
     if (deq != deq_out) free(deq);
     return st;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The output error of reports (issue 17, item 4), checked against NumPy.
 
-    out_error_check.py make DIR     model.safetensors: fc.weight [48, 96] (Linear),
+    out_error_check.py make DIR     model.safetensors: fc.weight [48, 97] (Linear; K odd),
                                     conv.weight [16, 8, 3, 3] (OIHW, K = 72),
                                     emb.weight [32, 16] (no calibration data);
                                     calib.safetensors: W.input rows (conv: unfolded
@@ -50,24 +50,24 @@ def load(path):
 
 def cmd_make(d):
     rng = np.random.default_rng(4)
-    fc = rng.standard_normal((48, 96)).astype(np.float32)
+    fc = rng.standard_normal((48, 97)).astype(np.float32)
     conv = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
     emb = rng.standard_normal((32, 16)).astype(np.float32)
-    mix = np.eye(96) + 0.5 * rng.standard_normal((96, 96)) / np.sqrt(96)
-    x_fc = (rng.standard_normal((200, 96)) @ mix * rng.uniform(0.3, 2.0, 96)).astype(np.float32)
+    mix = np.eye(97) + 0.5 * rng.standard_normal((97, 97)) / np.sqrt(97)
+    x_fc = (rng.standard_normal((200, 97)) @ mix * rng.uniform(0.3, 2.0, 97)).astype(np.float32)
     # Unfolded 3x3 patches of an 8-channel image, in the weight's in*kh*kw order.
     img = rng.standard_normal((8, 12, 12)).astype(np.float32)
     x_conv = np.stack([img[:, i:i + 3, j:j + 3].reshape(-1) for i in range(10) for j in range(10)])
     x_conv = np.concatenate([x_conv, 0.5 * x_conv[:50]]).astype(np.float32)  # 150 rows
     write_st(d + "/model.safetensors", [("emb.weight", emb), ("conv.weight", conv), ("fc.weight", fc)])
-    write_st(d + "/calib.safetensors", [("fc.weight.input", x_fc.reshape(2, 100, 96)),
+    write_st(d + "/calib.safetensors", [("fc.weight.input", x_fc.reshape(2, 100, 97)),
                                         ("conv.weight.input", x_conv)])
     h_fc, h_conv = x_fc.astype(np.float64), x_conv.astype(np.float64)
     write_st(d + "/calib_h.safetensors", [("fc.weight.hessian", h_fc.T @ h_fc),
                                           ("fc.weight.hessian_count", np.array([200], dtype=np.int64)),
                                           ("conv.weight.hessian", h_conv.T @ h_conv),
                                           ("conv.weight.hessian_count", np.array(150, dtype=np.int64))])
-    # Semidefinite Hessians: fewer rows than K (fc 40 of 96, conv 30 of 72)
+    # Semidefinite Hessians: fewer rows than K (fc 40 of 97, conv 30 of 72)
     # and a dead input each; calib_r holds only W.hessian, calib_rx the rows.
     r_fc, r_conv = h_fc[:40].copy(), h_conv[:30].copy()
     r_fc[:, 7] = 0
@@ -78,7 +78,7 @@ def cmd_make(d):
                                           ("conv.weight.hessian_count", np.array(30, dtype=np.int64))])
     write_st(d + "/calib_rx.safetensors", [("fc.weight.input", r_fc), ("conv.weight.input", r_conv)])
     # An indefinite "Hessian" (not a sum of x x^T; the Cholesky fallback).
-    h_ind = np.diag(rng.uniform(0.5, 2.0, 96))
+    h_ind = np.diag(rng.uniform(0.5, 2.0, 97))
     h_ind[[3, 30, 60], [3, 30, 60]] = -0.1
     write_st(d + "/calib_i.safetensors", [("fc.weight.hessian", h_ind),
                                           ("fc.weight.hessian_count", np.array([1], dtype=np.int64))])
