@@ -77,6 +77,14 @@ int npuc_calib_has(const npuc_calib *c, const char *weight) {
 
 int npuc__calib_has_input(const npuc_calib *c, const char *weight) { return find(c, weight, ".input") >= 0; }
 
+/* 1 on a little-endian host, where an F64 payload's bytes are the doubles. */
+static int host_is_le(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
 static npuc_status bad(npuc_ctx *ctx, const npuc_calib *c, const npuc_tensor_info *t, const char *what) {
     return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", npuc_model_path(c->m), t->name, what);
 }
@@ -260,6 +268,31 @@ static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, cons
     if (npuc_convert(&cnt, NPUC_DTYPE_F64, data, tc->dtype, 1) != 0) cnt = -1;
     npuc_model_release(c->m, (size_t)ci);
     if (!(cnt > 0) || !isfinite(cnt)) return bad(ctx, c, tc, "the count of rows must be positive");
+    /* An F64 Hessian is read straight into H, a row block per thread, and
+     * checked there: one 4096 x 4096 Hessian is 128 MiB, which a load would
+     * copy into a buffer of its own on one thread first.  Any failure (a
+     * read error, a value that is not finite) falls through to the load
+     * below, which says what it is. */
+    if (t->dtype == NPUC_DTYPE_F64 && host_is_le() && npuc__model_can_read_range(c->m) && K >= 512) {
+        const int64_t nrb = (int64_t)((K + 63) / 64);
+        int okr = 1;
+#pragma omp parallel for schedule(static) num_threads(npuc__calib_threads(ctx))
+        for (int64_t rb = 0; rb < nrb; rb++) {
+            const uint64_t r0 = (uint64_t)rb * 64, r1 = r0 + 64 < K ? r0 + 64 : K;
+            double *h = H + r0 * K;
+            int good = npuc__model_read_range(NULL, c->m, idx, r0 * K * 8, (r1 - r0) * K * 8, h) == NPUC_OK;
+            for (uint64_t k = 0; good && k < (r1 - r0) * K; k++) good = isfinite(h[k]);
+            if (!good) {
+#pragma omp atomic write
+                okr = 0;
+            }
+        }
+        if (okr) {
+            if (!symmetrize(H, K, npuc__calib_threads(ctx))) return bad(ctx, c, t, "is not symmetric");
+            *n = cnt;
+            return NPUC_OK;
+        }
+    }
     if ((st = npuc_model_data(ctx, c->m, idx, &data)) != NPUC_OK) return st;
     /* Converted a row block at a time on the context's threads: one 4096 x
      * 4096 Hessian is 128 MiB to convert and check. */

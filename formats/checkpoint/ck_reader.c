@@ -162,7 +162,7 @@ static void ck_close(npuc_model *m) {
     m->be_state = NULL;
 }
 
-static const npuc_backend CK_BACKEND = {ck_load, ck_close, NULL, NULL};
+static const npuc_backend CK_BACKEND = {ck_load, ck_close, NULL, NULL, NULL};
 
 /* Each shard records in "npuc.layout" the layouts of its own tensors (the
  * safetensors reader refuses entries for tensors a file lacks); the model

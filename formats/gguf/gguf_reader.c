@@ -368,7 +368,7 @@ static void gg_prefetch(npuc_model *m, size_t i) {
 #endif
 }
 
-static const npuc_backend GG_BACKEND = {gg_load, gg_close, NULL, gg_prefetch};
+static const npuc_backend GG_BACKEND = {gg_load, gg_close, NULL, gg_prefetch, NULL};
 
 int npuc__gguf_model_type(const npuc_model *m, size_t i) {
     const gg_state *s = m->be_state;

@@ -58,7 +58,7 @@ typedef struct walker {
 
 static npuc_status h5_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned);
 static void h5_close(npuc_model *m);
-static const npuc_backend H5_BACKEND = {h5_load, h5_close, NULL, NULL};
+static const npuc_backend H5_BACKEND = {h5_load, h5_close, NULL, NULL, NULL};
 
 /* ------------------------------------------------------------ addrset */
 

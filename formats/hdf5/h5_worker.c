@@ -66,7 +66,7 @@ typedef struct h5_worker {
 static npuc_status w_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned);
 static void w_close(npuc_model *m);
 static void w_release(npuc_model *m, size_t i, void *data);
-static const npuc_backend WORKER_BACKEND = {w_load, w_close, w_release, NULL};
+static const npuc_backend WORKER_BACKEND = {w_load, w_close, w_release, NULL, NULL};
 
 /* ------------------------------------------------------------ the child's end */
 

@@ -184,6 +184,21 @@ static int read_at(npuc_ctx *ctx, int fd, int sparse, void *dst, uint64_t n, uin
     return 0;
 }
 
+/* The error of a failed read_at of tensor t (e: its errno; 0 for a file
+ * that ended early). */
+static npuc_status read_failed(npuc_ctx *ctx, const npuc_model *m, const npuc_tensor_info *t, int e) {
+    const st_state *s = m->be_state;
+    if (e == 0) {
+        struct stat sb;
+        unsigned long long now = fstat(s->fd, &sb) == 0 ? (unsigned long long)sb.st_size : 0;
+        return npuc_fail(ctx, NPUC_ERR_IO,
+                         "%s: tensor '%s': the file shrank from %llu to %llu bytes while npuc was "
+                         "reading it (truncated or rewritten in place?)",
+                         m->path, t->name, (unsigned long long)m->file_size, now);
+    }
+    return npuc_fail(ctx, NPUC_ERR_IO, "%s: tensor '%s': read: %s", m->path, t->name, strerror(e));
+}
+
 static npuc_status st_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, int *owned) {
     st_state *s = m->be_state;
     const npuc_tensor_info *t = &m->t[i];
@@ -192,15 +207,7 @@ static npuc_status st_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     if (read_at(ctx, s->fd, s->sparse, p, t->nbytes, s->data_start + m->offset[i]) != 0) {
         int e = errno;
         buf_put(s, p);
-        if (e == 0) {
-            struct stat sb;
-            unsigned long long now = fstat(s->fd, &sb) == 0 ? (unsigned long long)sb.st_size : 0;
-            return npuc_fail(ctx, NPUC_ERR_IO,
-                             "%s: tensor '%s': the file shrank from %llu to %llu bytes while npuc was "
-                             "reading it (truncated or rewritten in place?)",
-                             m->path, t->name, (unsigned long long)m->file_size, now);
-        }
-        return npuc_fail(ctx, NPUC_ERR_IO, "%s: tensor '%s': read: %s", m->path, t->name, strerror(e));
+        return read_failed(ctx, m, t, e);
     }
     *data = p;
     *owned = 0;
@@ -235,7 +242,17 @@ static void st_prefetch(npuc_model *m, size_t i) {
 #endif
 }
 
-static const npuc_backend ST_BACKEND = {st_load, st_close, st_release, st_prefetch};
+/* Bytes [off, off + n) of tensor i into the caller's dst: pread(2) on the
+ * shared fd, which keeps no file position, so threads may read disjoint
+ * ranges at once (no progress is reported: ctx may be NULL). */
+static npuc_status st_read_range(npuc_ctx *ctx, npuc_model *m, size_t i, uint64_t off, uint64_t n, void *dst) {
+    const st_state *s = m->be_state;
+    if (read_at(NULL, s->fd, s->sparse, dst, n, s->data_start + m->offset[i] + off) != 0)
+        return read_failed(ctx, m, &m->t[i], errno);
+    return NPUC_OK;
+}
+
+static const npuc_backend ST_BACKEND = {st_load, st_close, st_release, st_prefetch, st_read_range};
 
 /* Dtypes the format defines (huggingface/safetensors, Dtype) that npuc has no
  * representation for: such a file is well-formed but unsupported. */

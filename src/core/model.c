@@ -437,6 +437,15 @@ void npuc__model_prefetch(npuc_model *m, size_t i) {
     if (i < m->n && m->be && m->be->prefetch) m->be->prefetch(m, i);
 }
 
+int npuc__model_can_read_range(const npuc_model *m) { return m->be && m->be->read_range; }
+
+npuc_status npuc__model_read_range(npuc_ctx *ctx, npuc_model *m, size_t i, uint64_t off, uint64_t n, void *dst) {
+    if (i >= m->n || !npuc__model_can_read_range(m) || off > m->t[i].nbytes || n > m->t[i].nbytes - off)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: cannot read bytes [%llu, +%llu) of tensor %zu", m->path,
+                         (unsigned long long)off, (unsigned long long)n, i);
+    return m->be->read_range(ctx, m, i, off, n, dst);
+}
+
 void npuc_model_release(npuc_model *m, size_t i) {
     if (i >= m->n) return;
     if (m->owned[i]) free(m->buf[i]);

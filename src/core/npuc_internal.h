@@ -100,6 +100,11 @@ typedef struct npuc_backend {
      * is in use, so it must touch no state that loading changes.  NULL when
      * the backend has no such thing. */
     void (*prefetch)(npuc_model *m, size_t i);
+    /* Optional: reads bytes [off, off + n) of tensor i's payload, as stored,
+     * into dst (the caller's memory; nothing is loaded or kept).  Callable
+     * from several threads at once on disjoint ranges (with ctx NULL there:
+     * npuc_fail then only returns the status).  NULL when the backend cannot. */
+    npuc_status (*read_range)(npuc_ctx *ctx, npuc_model *m, size_t i, uint64_t off, uint64_t n, void *dst);
 } npuc_backend;
 
 struct npuc_model {
@@ -135,6 +140,12 @@ npuc_model *npuc__model_new(const char *path, npuc_format fmt);
  * the backend has none or i is out of range. */
 int npuc__model_can_prefetch(const npuc_model *m);
 void npuc__model_prefetch(npuc_model *m, size_t i);
+/* The backend's read_range hook (npuc_backend): 1 if the model has one.
+ * npuc__model_read_range reads bytes [off, off + n) of tensor i's payload
+ * into dst (NPUC_ERR_ARG for a range outside it or a model without the
+ * hook); thread-safe for disjoint ranges with ctx NULL. */
+int npuc__model_can_read_range(const npuc_model *m);
+npuc_status npuc__model_read_range(npuc_ctx *ctx, npuc_model *m, size_t i, uint64_t off, uint64_t n, void *dst);
 /* Appends a tensor; copies name (and group when non-NULL).  Checks rank and
  * shape, computes numel/nbytes with overflow checks. */
 npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc_dtype dt,

@@ -270,7 +270,7 @@ static void pm_close(npuc_model *m) {
     pthread_mutex_unlock(&p->mu);
 }
 
-static const npuc_backend PIPE_MODEL_BACKEND = {pm_load, pm_close, pm_release, NULL};
+static const npuc_backend PIPE_MODEL_BACKEND = {pm_load, pm_close, pm_release, NULL, NULL};
 
 npuc_status npuc__pipe_open(npuc_ctx *ctx, npuc__pipe *p, npuc_model **out) {
     *out = NULL;

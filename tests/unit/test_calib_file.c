@@ -137,10 +137,90 @@ static void test_stored_and_missing(void **state) {
     npuc_ctx_free(ctx);
 }
 
+/* A stored F64 Hessian of K >= 512 is read straight into the caller's H
+ * in row blocks on the context's threads (hessian_stored): the values as
+ * written, the upper triangle taken from the lower one (an asymmetry far
+ * below the tolerance is evened out), at 1 and 2 threads; one NaN anywhere
+ * is refused with the tensor's name. */
+#define KB 520 /* not a multiple of the 64-row blocks */
+static void write_big(const char *path, const double *h, int with_count) {
+    const size_t nh = sizeof(double) * KB * KB;
+    char hdr[512];
+    int n = with_count ? snprintf(hdr, sizeof hdr,
+                                  "{\"w.hessian\":{\"dtype\":\"F64\",\"shape\":[%d,%d],\"data_offsets\":[0,%zu]},"
+                                  "\"w.hessian_count\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[%zu,%zu]}}",
+                                  KB, KB, nh, nh, nh + 8)
+                       : 0;
+    while (n % 8) hdr[n++] = ' ';
+    const size_t total = 8 + (size_t)n + nh + 8;
+    unsigned char *buf = calloc(1, total), *p = buf;
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++) *p++ = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(p, hdr, (size_t)n), p += n;
+    memcpy(p, h, nh), p += nh;
+    const int64_t count = 7;
+    memcpy(p, &count, 8);
+    npuc_test_write_file(path, buf, total);
+    free(buf);
+}
+
+static void test_stored_large(void **state) {
+    (void)state;
+    double *h = malloc(sizeof(double) * KB * KB), *H = malloc(sizeof(double) * KB * KB);
+    assert_non_null(h);
+    assert_non_null(H);
+    uint64_t rng = 5;
+    for (size_t a = 0; a < KB; a++)
+        for (size_t b = 0; b <= a; b++) {
+            const double v = a == b ? 50.0 + (double)a : (double)npuc_test_randn(&rng);
+            h[a * KB + b] = v;
+            h[b * KB + a] = a == b ? v : v * (1 + 1e-12); /* within the symmetry tolerance */
+        }
+    const char *path = npuc_test_path("big_h.safetensors");
+    write_big(path, h, 1);
+    for (int threads = 1; threads <= 2; threads++) {
+        npuc_ctx *ctx;
+        npuc_calib *c;
+        assert_int_equal(npuc_ctx_new(&ctx), NPUC_OK);
+        npuc_ctx_set_threads(ctx, threads);
+        assert_int_equal(npuc_calib_open(ctx, path, &c), NPUC_OK);
+        double n = 0;
+        int found = 0;
+        memset(H, 0, sizeof(double) * KB * KB);
+        assert_int_equal(npuc_calib_hessian(ctx, c, "w", KB, H, &n, &found), NPUC_OK);
+        assert_int_equal(found, 1);
+        assert_true(n == 7);
+        for (size_t a = 0; a < KB; a++)
+            for (size_t b = 0; b < KB; b++) {
+                const double want = a >= b ? h[a * KB + b] : h[b * KB + a];
+                if (H[a * KB + b] != want) fail_msg("H[%zu, %zu] = %.17g, want %.17g", a, b, H[a * KB + b], want);
+            }
+        npuc_calib_close(c);
+        npuc_ctx_free(ctx);
+    }
+    h[300 * KB + 7] = NAN;
+    write_big(path, h, 1);
+    npuc_ctx *ctx;
+    npuc_calib *c;
+    assert_int_equal(npuc_ctx_new(&ctx), NPUC_OK);
+    npuc_ctx_set_threads(ctx, 2);
+    assert_int_equal(npuc_calib_open(ctx, path, &c), NPUC_OK);
+    double n = 0;
+    int found = 0;
+    assert_int_equal(npuc_calib_hessian(ctx, c, "w", KB, H, &n, &found), NPUC_ERR_FORMAT);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "w.hessian"));
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "NaN"));
+    npuc_calib_close(c);
+    npuc_ctx_free(ctx);
+    free(h);
+    free(H);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_chunks_threads),
         cmocka_unit_test(test_stored_and_missing),
+        cmocka_unit_test(test_stored_large),
     };
     return cmocka_run_group_tests_name("calib_file", tests, NULL, NULL);
 }
