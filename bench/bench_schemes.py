@@ -18,7 +18,9 @@ tensors take the row's bit width too:
   - --range mse at every granularity, bits 4 and 8 (symmetric) and int4
     g32 asymmetric: the ratio to the same scheme's minmax row;
   - F16 and BF16 inputs for int8 per channel and int4 g32: the ratio of
-    seconds per input byte to the F32 input's;
+    seconds per input byte to the F32 input's, beside the same ratio of
+    the two inputs' I/O floors (the codes written are as large from F16 as
+    from F32, so the floor itself is not the same per byte read);
   - prune --sparsity 0.5 and sparsify (2:4), against the I/O floor;
   - GGUF q8_0/q4_0/q4_1 (npuc convert --gguf-type), against npuc's int8
     per channel / int4 g32 sym / int4 g32 asym rows (full grid for Q4_0);
@@ -298,7 +300,9 @@ def main():
                     ok.append(ratio <= 3)
                 elif r.kind == "dtype":
                     per_byte = (t / nbytes[r.inp]) / (rr.med() / nbytes[rr.inp])
-                    vs = f"{per_byte:.2f}x F32 s/byte in"
+                    # The I/O floor's own ratio: the output (codes) is as large as from F32.
+                    fpb = (floor_of(r) / nbytes[r.inp]) / (floor_of(rr) / nbytes[rr.inp])
+                    vs = f"{per_byte:.2f}x F32 s/B (floor {fpb:.2f}x)"
                     ok.append(per_byte <= 1.1)
                 else:
                     vs = f"{ratio:.2f}x {rr.name[:14]}"
