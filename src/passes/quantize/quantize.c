@@ -340,11 +340,13 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
  * are still in its cache: every group of eight wholly inside the range, so
  * workers write disjoint bytes.  The groups that straddle the end of a range
  * (b not a multiple of 8, the tensor's last partial group included) are
- * packed once every worker is done (pack_seam), by the same function, so
- * the bytes are npuc_pack_bits' on the whole tensor. */
-static void pack_inside(const uint8_t *codes, uint64_t a, uint64_t b, int bits, uint8_t *packed) {
+ * packed once every worker is done (pack_seam).  Each piece starts on a
+ * byte boundary, so the bytes are npuc_pack_bits' on the whole tensor (the
+ * kernel table's pack_bits is npuc_pack_bits byte for byte). */
+static void pack_inside(const npuc_kernel_table *k, const uint8_t *codes, uint64_t a, uint64_t b, int bits,
+                        uint8_t *packed) {
     const uint64_t s = (a + 7) / 8 * 8, e = b / 8 * 8;
-    if (packed && s < e) npuc_pack_bits(codes + s, (size_t)(e - s), bits, packed + s / 8 * (uint64_t)bits);
+    if (packed && s < e) k->pack_bits(codes + s, (size_t)(e - s), bits, packed + s / 8 * (uint64_t)bits);
 }
 
 /* The group of eight that holds code b - 1 when a range ends at b inside it
@@ -357,12 +359,13 @@ static void pack_seam(const uint8_t *codes, uint64_t b, uint64_t numel, int bits
 
 /* Whole-tensor packing where a unit's codes are not one range (runs with
  * outer > 1): blocks of CHUNK codes in parallel, after the codes. */
-static void pack_all(const uint8_t *codes, uint64_t numel, int bits, uint8_t *packed, int nth) {
+static void pack_all(const npuc_kernel_table *k, const uint8_t *codes, uint64_t numel, int bits, uint8_t *packed,
+                     int nth) {
     const int64_t blocks = (int64_t)((numel + CHUNK - 1) / CHUNK);
 #pragma omp parallel for schedule(static) num_threads(nth)
     for (int64_t b = 0; b < blocks; b++) {
         const uint64_t s = (uint64_t)b * CHUNK, n = numel - s < CHUNK ? numel - s : CHUNK;
-        npuc_pack_bits(codes + s, (size_t)n, bits, packed + s / 8 * (uint64_t)bits);
+        k->pack_bits(codes + s, (size_t)n, bits, packed + s / 8 * (uint64_t)bits);
     }
 }
 
@@ -600,7 +603,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                 widen(buf, src + 2 * jw.w0, (size_t)(e0 - s0));
             }
             bad += fused_span(widen ? &jw : &j, c, s0, e0, tctx, scratch, &st);
-            pack_inside(codes, c * per + s0, c * per + e0, p->bits, packed);
+            pack_inside(k, codes, c * per + s0, c * per + e0, p->bits, packed);
             if (st != NPUC_OK) {
 #pragma omp critical(npuc_qfail)
                 {
@@ -684,7 +687,7 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                              qmax, codes + off, deq ? deq + off : NULL, &sums[it]);
                 j = end;
             }
-            if (qs.outer == 1) pack_inside(codes, c * per + s, c * per + e, p->bits, packed);
+            if (qs.outer == 1) pack_inside(k, codes, c * per + s, c * per + e, p->bits, packed);
         }
         if (packed && qs.outer == 1)
             for (uint64_t it = 0; it < items; it++) {
@@ -693,7 +696,7 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                           packed);
             }
         else if (packed)
-            pack_all(codes, t->numel, p->bits, packed, nth); /* a channel's codes are strided */
+            pack_all(k, codes, t->numel, p->bits, packed, nth); /* a channel's codes are strided */
     } else {
         /* Per-column parameters, transposed to [group][C] so a row reads them
          * contiguously. */
@@ -722,7 +725,7 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                               &sums[it]);
                 r = re;
             }
-            pack_inside(codes, r0 * C, r1 * C, p->bits, packed);
+            pack_inside(k, codes, r0 * C, r1 * C, p->bits, packed);
         }
         for (uint64_t it = 0; packed && it < items; it++)
             pack_seam(codes, ((uint64_t)it * rb + rb < rows ? (uint64_t)it * rb + rb : rows) * C, t->numel, p->bits,
