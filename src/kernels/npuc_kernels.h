@@ -147,6 +147,10 @@ typedef struct npuc_kernel_table {
     void (*quant_rows)(const float *x, size_t rows, size_t cols, size_t ld, const float *scale,
                        const float *inv_scale, const int32_t *zp, int32_t qmin, int32_t qmax,
                        uint8_t *codes, float *deq, npuc_qsums *s);
+
+    /* npuc_pack_bits (below), byte for byte: codes[0..n) packed into out
+     * from a byte boundary.  The reference is npuc_pack_bits itself. */
+    void (*pack_bits)(const uint8_t *codes, size_t n, int bits, uint8_t *out);
 } npuc_kernel_table;
 
 /* The table in use (chosen once, thread-safe after the first call). */

@@ -87,14 +87,28 @@ npuc_status npuc__prefix_path(npuc_ctx *ctx, npuc_status st, const char *path);
 void npuc__quant_params_from_range(float lo, float hi, int bits, int symmetric, int full, float *scale,
                                    float *inv, int32_t *zp);
 
-/* npuc_quantize_tensor on tensor t's F16 or BF16 bytes src (quantize.c):
- * where the one-pass order takes the tensor in units of at most 64K values
- * (contiguous groups: [out, in] or OIHW per channel, groups inside them)
- * each worker widens a unit into its own buffer just before quantizing it;
- * otherwise the whole tensor is widened into scr first.  Every output is
- * that of npuc_quantize_tensor on the widened tensor. */
-npuc_status npuc__quantize_half(npuc_ctx *ctx, const npuc_tensor_info *t, const void *src, npuc_scratch *scr,
-                                const npuc_quant_params *p, uint8_t *codes, float *scales,
-                                int32_t *zero_points, float *deq, npuc_error_stats *err);
+/* Where npuc__quantize puts one tensor's results: codes, scales,
+ * zero_points, deq and err as npuc_quantize_tensor's arguments of those
+ * names (deq and err may be NULL); packed NULL, or npuc_packed_size(numel,
+ * bits) bytes that get the codes bit-packed exactly as npuc_pack_bits on
+ * the whole of codes would, packed by the quantizer's workers while their
+ * codes are still in cache (issue 18). */
+typedef struct npuc__qout {
+    uint8_t *codes;
+    uint8_t *packed;
+    float *scales;
+    int32_t *zero_points;
+    float *deq;
+    npuc_error_stats *err;
+} npuc__qout;
+
+/* npuc_quantize_tensor on w (F32), or, with half set (w unused), on tensor
+ * t's F16 or BF16 bytes half (quantize.c): where the one-pass order takes the tensor in
+ * units of at most 64K values (contiguous groups: [out, in] or OIHW per
+ * channel, groups inside them) each worker widens a unit into its own buffer
+ * just before quantizing it; otherwise the whole tensor is widened into scr
+ * first.  Every output is that of npuc_quantize_tensor on the F32 values. */
+npuc_status npuc__quantize(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w, const void *half,
+                           npuc_scratch *scr, const npuc_quant_params *p, const npuc__qout *out);
 
 #endif

@@ -1080,6 +1080,32 @@ static void test_pack_vs_bitwise(void **state) {
     free(codes), free(got), free(want);
 }
 
+/* The table's pack_bits (AVX2: 4 and 2 bits 64/128 codes at a time, the
+ * rest by npuc_pack_bits) against npuc_pack_bits: every width, every length
+ * up to three 2-bit blocks and some odd larger ones, codes of whole random
+ * bytes (the masking), pointers off alignment, nothing written past the
+ * packed size. */
+static void test_fast_pack(void **state) {
+    REQUIRE_FAST(t, state);
+    uint64_t rng = 181;
+    enum { NMAX = 4099 };
+    uint8_t *codes = malloc(NMAX + 1), *got = malloc(NMAX + 2), *want = malloc(NMAX + 2);
+    assert_true(codes && got && want);
+    static const size_t big[] = {511, 1024, 2049, 4096, 4099};
+    for (int bits = 1; bits <= 8; bits++)
+        for (size_t k = 0; k < 390 + N(big); k++) {
+            const size_t n = k < 390 ? k : big[k - 390];
+            for (size_t i = 0; i < n + 1; i++) codes[i] = (uint8_t)npuc_test_rand(&rng);
+            const uint64_t psz = npuc_packed_size(n, bits);
+            memset(want, 0xEE, NMAX + 2);
+            memset(got, 0xEE, NMAX + 2);
+            npuc_pack_bits(codes + 1, n, bits, want + 1);
+            t->pack_bits(codes + 1, n, bits, got + 1);
+            assert_memory_equal(got, want, psz + 2);
+        }
+    free(codes), free(got), free(want);
+}
+
 /* One entry per fast table; the state names it. */
 #define FAST_TESTS(f)                                                                    \
     {#f "_avx2", f, NULL, NULL, (void *)"avx2"}, {#f "_avx512", f, NULL, NULL, (void *)"avx512"}
@@ -1108,6 +1134,7 @@ int main(void) {
         cmocka_unit_test(test_packed_size),
         cmocka_unit_test(test_pack_roundtrip),
         cmocka_unit_test(test_pack_vs_bitwise),
+        FAST_TESTS(test_fast_pack),
     };
     return cmocka_run_group_tests_name("qkernels", tests, NULL, NULL);
 }

@@ -119,6 +119,7 @@ static const npuc_kernel_table g_ref = {
     .quant_groups = quant_groups_ref,
     .quant_vec = quant_vec_ref,
     .quant_rows = quant_rows_ref,
+    .pack_bits = npuc_pack_bits,
 };
 
 const npuc_kernel_table *npuc_kernels_ref(void) { return &g_ref; }

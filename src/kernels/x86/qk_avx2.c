@@ -867,6 +867,7 @@ static const npuc_kernel_table g_avx2 = {
     .quant_groups = npuc__qk_quant_groups_avx2,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
+    .pack_bits = npuc__qk_pack_bits_avx2,
 };
 
 /* libgcc fills the CPU model in a constructor that runs before main, and its

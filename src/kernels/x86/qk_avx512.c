@@ -601,6 +601,7 @@ static const npuc_kernel_table g_avx512 = {
     .quant_groups = quant_groups_avx512,
     .quant_vec = npuc__qk_quant_vec_avx2,
     .quant_rows = npuc__qk_quant_rows_avx2,
+    .pack_bits = npuc__qk_pack_bits_avx2,
 };
 
 const npuc_kernel_table *npuc_kernels_avx512(void) {

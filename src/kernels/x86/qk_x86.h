@@ -154,5 +154,7 @@ void npuc__qk_quant_rows_avx2(const float *x, size_t rows, size_t cols, size_t l
                               const float *scale, const float *inv_scale, const int32_t *zp,
                               int32_t qmin, int32_t qmax, uint8_t *codes, float *deq,
                               npuc_qsums *s);
+/* pack_avx2.c: npuc_pack_bits with 4- and 2-bit codes packed 64/128 at a time. */
+void npuc__qk_pack_bits_avx2(const uint8_t *codes, size_t n, int bits, uint8_t *out);
 
 #endif

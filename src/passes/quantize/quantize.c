@@ -42,7 +42,7 @@
  * too large for the cache) need every group's range before the first code:
  * they keep the two passes.
  *
- * F16 and BF16 tensors (npuc__quantize_half) are widened to F32 by the
+ * F16 and BF16 tensors (npuc__quantize with half set) are widened to F32 by the
  * kernels of kernels/cvt_kernels.h: in the one-pass order a worker widens
  * each unit of at most CHUNK values into its own buffer just before
  * quantizing it, so the F32 copy is never written to memory; the other
@@ -334,6 +334,42 @@ static npuc_status ranges_estimate(npuc_ctx *ctx, const float *x, const npuc_qua
 
 /* ---------------------------------------------------------------- codes */
 
+/* Packed codes (bits < 8; the layout of npuc_pack_bits: eight codes fill
+ * exactly `bits` bytes, so code i's group of eight starts at byte i/8*bits).
+ * A worker packs the code range [a, b) it has just produced while the codes
+ * are still in its cache: every group of eight wholly inside the range, so
+ * workers write disjoint bytes.  The groups that straddle the end of a range
+ * (b not a multiple of 8, the tensor's last partial group included) are
+ * packed once every worker is done (pack_seam).  Each piece starts on a
+ * byte boundary, so the bytes are npuc_pack_bits' on the whole tensor (the
+ * kernel table's pack_bits is npuc_pack_bits byte for byte). */
+static void pack_inside(const npuc_kernel_table *k, const uint8_t *codes, uint64_t a, uint64_t b, int bits,
+                        uint8_t *packed) {
+    const uint64_t s = (a + 7) / 8 * 8, e = b / 8 * 8;
+    if (packed && s < e) k->pack_bits(codes + s, (size_t)(e - s), bits, packed + s / 8 * (uint64_t)bits);
+}
+
+/* The group of eight that holds code b - 1 when a range ends at b inside it
+ * (numel: the tensor's, so the last group may be shorter). */
+static void pack_seam(const uint8_t *codes, uint64_t b, uint64_t numel, int bits, uint8_t *packed) {
+    if (!packed || b % 8 == 0) return;
+    const uint64_t g = b / 8 * 8, n = numel - g < 8 ? numel - g : 8;
+    npuc_pack_bits(codes + g, (size_t)n, bits, packed + g / 8 * (uint64_t)bits);
+}
+
+/* Whole-tensor packing where a unit's codes are not one range (runs with
+ * outer > 1): blocks of CHUNK codes in parallel, after the codes. */
+static void pack_all(const npuc_kernel_table *k, const uint8_t *codes, uint64_t numel, int bits, uint8_t *packed,
+                     int nth) {
+    const int64_t blocks = (int64_t)((numel + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint64_t s = (uint64_t)b * CHUNK, n = numel - s < CHUNK ? numel - s : CHUNK;
+        k->pack_bits(codes + s, (size_t)n, bits, packed + s / 8 * (uint64_t)bits);
+    }
+}
+
+
 /* What the one-pass workers share.  The values at sequence index i of the
  * tensor are w[i - w0]: w is the whole tensor (w0 = 0), or, when the input
  * is F16/BF16 widened unit by unit (widen set), a worker's own copy of one
@@ -352,6 +388,7 @@ typedef struct fuse_job {
     float *scales, *inv;
     int32_t *zero_points;
     uint8_t *codes;
+    uint8_t *packed; /* NULL, or the bit-packed codes (pack_inside) */
     float *deq;
     npuc_qsums *sums;
 } fuse_job;
@@ -507,7 +544,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                             const float *w, const unsigned char *src, npuc_cvt_fn widen,
                             const npuc_quant_shape *qs, uint64_t G,
                             const npuc_quant_params *p, int32_t qmin, int32_t qmax, float *inv,
-                            float *scales, int32_t *zero_points, uint8_t *codes, float *deq,
+                            float *scales, int32_t *zero_points, uint8_t *codes, uint8_t *packed, float *deq,
                             npuc_qsums **sums_out, uint64_t *items_out, int nth) {
     const uint64_t C = qs->channels, per = qs->per_channel;
     const uint64_t chunks = per ? (per + CHUNK - 1) / CHUNK : 0;
@@ -522,7 +559,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
     const uint64_t gmax = G < per ? G : per;
     fuse_job j = {.k = k, .w = w, .src = src, .widen = widen, .qs = qs, .G = G, .chunks = chunks,
                   .numel = C * per, .p = p, .ro = p->range, .qmin = qmin, .qmax = qmax, .scales = scales, .inv = inv,
-                  .zero_points = zero_points, .codes = codes, .deq = deq};
+                  .zero_points = zero_points, .codes = codes, .packed = packed, .deq = deq};
     j.ro.bits = p->bits;
     j.ro.symmetric = p->symmetric;
     *items_out = C * chunks;
@@ -566,6 +603,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                 widen(buf, src + 2 * jw.w0, (size_t)(e0 - s0));
             }
             bad += fused_span(widen ? &jw : &j, c, s0, e0, tctx, scratch, &st);
+            pack_inside(k, codes, c * per + s0, c * per + e0, p->bits, packed);
             if (st != NPUC_OK) {
 #pragma omp critical(npuc_qfail)
                 {
@@ -581,6 +619,11 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
         free(scratch);
         free(buf);
     }
+    if (packed)
+        for (uint64_t u = 0; u < units; u++) {
+            const uint64_t c = by_chunk ? u / chunks : u, ch = by_chunk ? u % chunks : chunks - 1;
+            pack_seam(codes, c * per + ((ch + 1) * CHUNK < per ? (ch + 1) * CHUNK : per), C * per, p->bits, packed);
+        }
     /* The two-pass order's precedence: non-finite values first. */
     if (bad)
         return npuc_fail(ctx, NPUC_ERR_VALUE, "tensor '%s': %llu NaN or Inf value%s; cannot quantize",
@@ -595,7 +638,7 @@ static npuc_status one_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
 static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc_kernel_table *k,
                             const float *w, const npuc_quant_shape *qsp, uint64_t G,
                             const npuc_quant_params *p, int32_t qmin, int32_t qmax, float *inv,
-                            float *scales, int32_t *zero_points, uint8_t *codes, float *deq,
+                            float *scales, int32_t *zero_points, uint8_t *codes, uint8_t *packed, float *deq,
                             npuc_qsums **sums_out, uint64_t *items_out, int nth) {
     const npuc_quant_shape qs = *qsp;
     const uint64_t C = qs.channels, gpc = qs.groups_per_channel;
@@ -644,7 +687,16 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                              qmax, codes + off, deq ? deq + off : NULL, &sums[it]);
                 j = end;
             }
+            if (qs.outer == 1) pack_inside(k, codes, c * per + s, c * per + e, p->bits, packed);
         }
+        if (packed && qs.outer == 1)
+            for (uint64_t it = 0; it < items; it++) {
+                const uint64_t c = it / chunks, ch = it % chunks;
+                pack_seam(codes, c * per + ((ch + 1) * CHUNK < per ? (ch + 1) * CHUNK : per), t->numel, p->bits,
+                          packed);
+            }
+        else if (packed)
+            pack_all(k, codes, t->numel, p->bits, packed, nth); /* a channel's codes are strided */
     } else {
         /* Per-column parameters, transposed to [group][C] so a row reads them
          * contiguously. */
@@ -673,7 +725,11 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
                               &sums[it]);
                 r = re;
             }
+            pack_inside(k, codes, r0 * C, r1 * C, p->bits, packed);
         }
+        for (uint64_t it = 0; packed && it < items; it++)
+            pack_seam(codes, ((uint64_t)it * rb + rb < rows ? (uint64_t)it * rb + rb : rows) * C, t->numel, p->bits,
+                      packed);
     }
 done:
     free(lo); free(hi); free(vs); free(vinv); free(vzp);
@@ -694,12 +750,16 @@ static int fusable(const npuc_quant_shape *qs, uint64_t G) {
            (qs->per_channel <= CHUNK || CHUNK % G == 0);
 }
 
-/* npuc_quantize_tensor on w (F32), or, with half set, on src (t's F16/BF16
+/* npuc_quantize_tensor on w (F32), or, with half set, on half (t's F16/BF16
  * bytes): widened unit by unit inside the one pass when fusable(), else
- * whole into scr first. */
-static npuc_status quantize(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w, int half,
-                            const void *src, npuc_scratch *scr, const npuc_quant_params *p, uint8_t *codes,
-                            float *scales, int32_t *zero_points, float *deq, npuc_error_stats *err) {
+ * whole into scr first (pass_util.h). */
+npuc_status npuc__quantize(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w, const void *half,
+                           npuc_scratch *scr, const npuc_quant_params *p, const npuc__qout *out) {
+    const void *src = half;
+    uint8_t *codes = out->codes, *packed = out->packed;
+    float *scales = out->scales, *deq = out->deq;
+    int32_t *zero_points = out->zero_points;
+    npuc_error_stats *err = out->err;
     npuc_quant_shape qs;
     npuc_status st = npuc_quant_shape_of(ctx, t, p, &qs);
     if (st != NPUC_OK) return st;
@@ -733,9 +793,9 @@ static npuc_status quantize(npuc_ctx *ctx, const npuc_tensor_info *t, const floa
     const int runs = qs.inner != 1 || C <= 1;
     if (runs && qs.outer == 1 && qs.per_channel > 0 && G <= FUSE_MAX)
         st = one_pass(ctx, t, k, w, widen ? src : NULL, widen, &qs, G, p, qmin, qmax, inv, scales, zero_points,
-                      codes, deq, &sums, &items, nth);
+                      codes, packed, deq, &sums, &items, nth);
     else
-        st = two_pass(ctx, t, k, w, &qs, G, p, qmin, qmax, inv, scales, zero_points, codes, deq, &sums,
+        st = two_pass(ctx, t, k, w, &qs, G, p, qmin, qmax, inv, scales, zero_points, codes, packed, deq, &sums,
                       &items, nth);
     if (st != NPUC_OK) goto done;
     if (err) {
@@ -761,13 +821,8 @@ done:
 npuc_status npuc_quantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t, const float *w,
                                  const npuc_quant_params *p, uint8_t *codes, float *scales,
                                  int32_t *zero_points, float *deq, npuc_error_stats *err) {
-    return quantize(ctx, t, w, 0, NULL, NULL, p, codes, scales, zero_points, deq, err);
-}
-
-npuc_status npuc__quantize_half(npuc_ctx *ctx, const npuc_tensor_info *t, const void *src, npuc_scratch *scr,
-                                const npuc_quant_params *p, uint8_t *codes, float *scales,
-                                int32_t *zero_points, float *deq, npuc_error_stats *err) {
-    return quantize(ctx, t, NULL, 1, src, scr, p, codes, scales, zero_points, deq, err);
+    const npuc__qout out = {codes, NULL, scales, zero_points, deq, err};
+    return npuc__quantize(ctx, t, w, NULL, NULL, p, &out);
 }
 
 npuc_status npuc_dequantize_tensor(npuc_ctx *ctx, const npuc_tensor_info *t,

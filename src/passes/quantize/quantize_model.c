@@ -655,7 +655,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         const float *x = NULL;
         /* F16/BF16 weights quantized on their own (no N:M step, GPTQ or
          * calibration, which need the F32 values) are widened inside the
-         * quantizer, unit by unit (npuc__quantize_half). */
+         * quantizer, unit by unit (npuc__quantize). */
         const void *half = NULL;
         const int fuse = !cal && !q->nm && !q->gptq && (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16);
         if (fuse) {
@@ -677,11 +677,19 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
             goto fail;
         }
+        /* Packed codes come from the quantizer's workers (GPTQ's are packed
+         * after it). */
+        uint8_t *pk = NULL;
+        const uint64_t pb = q->packed && !o->fake_quant ? npuc_packed_size(t->numel, q->p.bits) : 0;
+        if (q->packed && !o->fake_quant && !(pk = npuc__scratch(&s_pack, pb))) {
+            st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name);
+            goto fail;
+        }
+        const npuc__qout qo = {codes, pk, scales, zps, deq, &r->err};
         npuc_quant_params pw = q->p;
         if (q->gptq) st = gptq_stream(ctx, m, cal, t, x, q, o, codes, scales, zps, deq, r, &s_h);
         else if (cal && (st = importance_of(ctx, cal, t, q, &pw, r, &s_imp)) != NPUC_OK) goto fail;
-        if (fuse) st = npuc__quantize_half(ctx, t, half, &s_in, &pw, codes, scales, zps, deq, &r->err);
-        else if (!q->gptq) st = npuc_quantize_tensor(ctx, t, x, &pw, codes, scales, zps, deq, &r->err);
+        else st = npuc__quantize(ctx, t, x, half, &s_in, &pw, &qo);
         if (st != NPUC_OK) {
             st = npuc__prefix_path(ctx, st, path);
             goto fail;
@@ -693,10 +701,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
             if ((st = npuc__f32_as(ctx, t->dtype, deq, t->numel, &s_cast, &outp)) != NPUC_OK) goto fail;
             st = npuc__drive_write(&dr, outp, t->nbytes);
         } else if (q->packed) {
-            uint64_t pb = npuc_packed_size(t->numel, q->p.bits);
-            uint8_t *pk = npuc__scratch(&s_pack, pb);
-            if (!pk) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-            npuc_pack_bits(codes, (size_t)t->numel, q->p.bits, pk);
+            if (q->gptq) npuc_pack_bits(codes, (size_t)t->numel, q->p.bits, pk);
             st = npuc__drive_write(&dr, pk, pb);
         } else {
             st = npuc__drive_write(&dr, codes, t->numel);
