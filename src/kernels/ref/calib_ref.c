@@ -40,10 +40,17 @@ static void lanes_sqerr_ref(const float *x, size_t nblocks, const npuc_lane_q *q
     }
 }
 
+static void group_sqerr_ref(const float *x, size_t n, const npuc_lane_q *q, const float *bnd, size_t k,
+                            double *out) {
+    npuc_group_sqerr_lanes(lanes_sqerr_ref, x, n, q, bnd, k, out);
+}
+
 static const npuc_calib_kernel_table g_ref = {
     .name = "ref",
     .lanes_minmax = lanes_minmax_ref,
     .lanes_sqerr = lanes_sqerr_ref,
+    .group_sqerr = group_sqerr_ref,
+    .batch = 1,
 };
 
 const npuc_calib_kernel_table *npuc_calib_kernels_ref(void) { return &g_ref; }

@@ -1,0 +1,181 @@
+/*
+ * calib_avx512.c - AVX-512 version of the range estimators' lane loops
+ * (calib_lanes.h), for the MSE range search's exact mode: group_sqerr
+ * evaluates two candidates per pass over the group, candidate 0 in the low
+ * 8 lanes of a 16-lane register and candidate 1 in the high 8, each block
+ * of 8 values broadcast to both halves.  So lane j of either half sums the
+ * values of index j mod 8 in index order, exactly as the reference's lane j
+ * does, with the same operations (MINPS/MAXPS keep the reference's operand
+ * order; no FMA: the build is ISO C, -ffp-contract=off, and the intrinsics
+ * below are separate multiplies and adds); the tail of a block is a masked
+ * load whose dead lanes are left out of the sums by masked adds.  The lanes
+ * go to double by the reference's pairwise order (npuc_lanes_sum) in
+ * packed double adds, each an IEEE add of the same two operands.  So every
+ * sum is the reference's double, bit for bit.  lanes_minmax and lanes_sqerr
+ * are the same loops on one 8-lane register.
+ *
+ * Only the functions below are compiled for AVX-512 (function-level target
+ * attributes); the table is handed out only when the CPU reports AVX-512F
+ * and DQ.
+ */
+#include "kernels/calib_lanes.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define CALIB_AVX512 __attribute__((target("avx512f,avx512dq,avx2")))
+#define CALIB_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,avx2")))
+
+CALIB_AVX512 static void lanes_minmax_avx512(const float *x, size_t nblocks, float l[8], float h[8],
+                                             float z[8]) {
+    __m256 lv = _mm256_loadu_ps(l), hv = _mm256_loadu_ps(h), zv = _mm256_loadu_ps(z);
+    const __m256 zero = _mm256_setzero_ps();
+    for (size_t b = 0; b < nblocks; b++, x += 8) {
+        const __m256 v = _mm256_loadu_ps(x);
+        lv = _mm256_min_ps(v, lv); /* v < l ? v : l */
+        hv = _mm256_max_ps(v, hv); /* v > h ? v : h */
+        zv = _mm256_add_ps(zv, _mm256_mul_ps(v, zero));
+    }
+    _mm256_storeu_ps(l, lv);
+    _mm256_storeu_ps(h, hv);
+    _mm256_storeu_ps(z, zv);
+}
+
+/* One block of 8 values (in both halves of xv) for two candidates: the
+ * reference's operations per lane, accumulated into e (and cl, ch when wb)
+ * in the lanes of mask k only. */
+CALIB_AVX512_INLINE void step2(__m512 xv, __mmask16 k, __m512 inv, __m512 sc, __m512 lo, __m512 hi,
+                               __m512 ba, __m512 bb, int wb, __m512 *e, __m512 *cl, __m512 *ch) {
+    const __m512 magic = _mm512_set1_ps(NPUC_RINT_MAGIC), z = _mm512_setzero_ps();
+    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, inv), lo), hi);
+    v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+    const __m512 d = _mm512_sub_ps(_mm512_mul_ps(v, sc), xv);
+    *e = _mm512_mask_add_ps(*e, k, *e, _mm512_mul_ps(d, d));
+    if (wb) {
+        const __m512 o = _mm512_max_ps(_mm512_sub_ps(ba, xv), z);
+        const __m512 u = _mm512_max_ps(_mm512_sub_ps(xv, bb), z);
+        *cl = _mm512_mask_add_ps(*cl, k, *cl, _mm512_mul_ps(o, o));
+        *ch = _mm512_mask_add_ps(*ch, k, *ch, _mm512_mul_ps(u, u));
+    }
+}
+
+/* npuc_lanes_sum of both halves of v: candidate 0's in element 0, 1's in 1. */
+CALIB_AVX512_INLINE __m128d lanes_sum2(__m512 v) {
+    const __m512d p = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    const __m512d q = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+    /* [p0+p1, q0+q1, p2+p3, q2+q3, p4+p5, q4+q5, p6+p7, q6+q7] */
+    const __m512d s = _mm512_add_pd(_mm512_unpacklo_pd(p, q), _mm512_unpackhi_pd(p, q));
+    /* element 0: (p0+p1) + (p2+p3), 4: (p4+p5) + (p6+p7) (1, 5: q's) */
+    const __m512d t = _mm512_add_pd(s, _mm512_permutex_pd(s, 0x4E));
+    /* element 0: the two halves' sums added, as npuc_lanes_sum does */
+    const __m512d u = _mm512_add_pd(t, _mm512_shuffle_f64x2(t, t, 0x4E));
+    return _mm512_castpd512_pd128(u);
+}
+
+CALIB_AVX512_INLINE __m512 two(float a, float b) {
+    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+/* Candidates q0 (bounds b0) and q1 (b1) over x[0..n); wb: with bounds. */
+CALIB_AVX512_INLINE void pair_sqerr(const float *x, size_t n, const npuc_lane_q *q0, const npuc_lane_q *q1,
+                                    const float *b0, const float *b1, int wb, double *o0, double *o1) {
+    const __m512 inv = two(q0->inv_scale, q1->inv_scale), sc = two(q0->scale, q1->scale);
+    const __m512 lo = two(q0->vmin, q1->vmin), hi = two(q0->vmax, q1->vmax);
+    const __m512 ba = wb ? two(b0[0], b1[0]) : _mm512_setzero_ps();
+    const __m512 bb = wb ? two(b0[1], b1[1]) : _mm512_setzero_ps();
+    __m128d tot = _mm_setzero_pd(), tl = tot, th = tot;
+    for (size_t i0 = 0; i0 < n; i0 += NPUC_SQERR_BLOCK) {
+        const size_t m = n - i0 < NPUC_SQERR_BLOCK ? n - i0 : NPUC_SQERR_BLOCK;
+        const float *xb = x + i0;
+        __m512 e = _mm512_setzero_ps(), cl = e, ch = e;
+        const size_t nb = m / 8;
+        for (size_t b = 0; b < nb; b++) {
+            const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 8 * b));
+            step2(xv, (__mmask16)0xFFFF, inv, sc, lo, hi, ba, bb, wb, &e, &cl, &ch);
+        }
+        if (m % 8) {
+            const unsigned k8 = (1u << (m % 8)) - 1u;
+            const __m512 t = _mm512_maskz_loadu_ps((__mmask16)k8, xb + 8 * nb);
+            const __m512 xv = _mm512_shuffle_f32x4(t, t, 0x44); /* low 8 to both halves */
+            step2(xv, (__mmask16)(k8 | k8 << 8), inv, sc, lo, hi, ba, bb, wb, &e, &cl, &ch);
+        }
+        tot = _mm_add_pd(tot, lanes_sum2(e));
+        if (wb) {
+            tl = _mm_add_pd(tl, lanes_sum2(cl));
+            th = _mm_add_pd(th, lanes_sum2(ch));
+        }
+    }
+    double a[2], l[2], h[2];
+    _mm_storeu_pd(a, tot);
+    _mm_storeu_pd(l, tl);
+    _mm_storeu_pd(h, th);
+    o0[0] = a[0], o0[1] = l[0], o0[2] = h[0];
+    if (o1) o1[0] = a[1], o1[1] = l[1], o1[2] = h[1];
+}
+
+CALIB_AVX512 static void group_sqerr_avx512(const float *x, size_t n, const npuc_lane_q *q,
+                                            const float *bnd, size_t k, double *out) {
+    for (size_t c = 0; c < k; c += 2) {
+        /* An odd last candidate runs in both halves; the copy is dropped. */
+        const size_t c1 = c + 1 < k ? c + 1 : c;
+        double *o1 = c + 1 < k ? out + 3 * c1 : NULL;
+        if (bnd)
+            pair_sqerr(x, n, &q[c], &q[c1], bnd + 2 * c, bnd + 2 * c1, 1, out + 3 * c, o1);
+        else
+            pair_sqerr(x, n, &q[c], &q[c1], NULL, NULL, 0, out + 3 * c, o1);
+    }
+}
+
+/* The 8 lanes in one register: lanes_sqerr with AVX2 operations. */
+CALIB_AVX512 static void lanes_sqerr_avx512(const float *x, size_t nblocks, const npuc_lane_q *q, float e[8],
+                                            const float *bnd, float cl[8], float ch[8]) {
+    const __m256 inv = _mm256_set1_ps(q->inv_scale), sc = _mm256_set1_ps(q->scale);
+    const __m256 lo = _mm256_set1_ps(q->vmin), hi = _mm256_set1_ps(q->vmax);
+    const __m256 magic = _mm256_set1_ps(NPUC_RINT_MAGIC), z = _mm256_setzero_ps();
+    const __m256 ba = _mm256_set1_ps(bnd ? bnd[0] : 0.0f), bb = _mm256_set1_ps(bnd ? bnd[1] : 0.0f);
+    __m256 ev = _mm256_loadu_ps(e), lv = z, hv = z;
+    if (bnd) {
+        lv = _mm256_loadu_ps(cl);
+        hv = _mm256_loadu_ps(ch);
+    }
+    for (size_t b = 0; b < nblocks; b++, x += 8) {
+        const __m256 xv = _mm256_loadu_ps(x);
+        __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(xv, inv), lo), hi);
+        v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
+        const __m256 d = _mm256_sub_ps(_mm256_mul_ps(v, sc), xv);
+        ev = _mm256_add_ps(ev, _mm256_mul_ps(d, d));
+        if (bnd) {
+            const __m256 o = _mm256_max_ps(_mm256_sub_ps(ba, xv), z);
+            const __m256 u = _mm256_max_ps(_mm256_sub_ps(xv, bb), z);
+            lv = _mm256_add_ps(lv, _mm256_mul_ps(o, o));
+            hv = _mm256_add_ps(hv, _mm256_mul_ps(u, u));
+        }
+    }
+    _mm256_storeu_ps(e, ev);
+    if (bnd) {
+        _mm256_storeu_ps(cl, lv);
+        _mm256_storeu_ps(ch, hv);
+    }
+}
+
+static const npuc_calib_kernel_table g_avx512 = {
+    .name = "avx512",
+    .lanes_minmax = lanes_minmax_avx512,
+    .lanes_sqerr = lanes_sqerr_avx512,
+    .group_sqerr = group_sqerr_avx512,
+    .batch = 2,
+};
+
+const npuc_calib_kernel_table *npuc_calib_kernels_avx512(void) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512dq"))
+        return &g_avx512;
+    return NULL;
+}
+
+#else
+
+const npuc_calib_kernel_table *npuc_calib_kernels_avx512(void) { return NULL; }
+
+#endif
