@@ -95,6 +95,8 @@ void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, floa
  * npuc_calib_kernels()): every table chooses the same range, bit for bit;
  * the reference table (batch 1) evaluates one candidate at a time, the
  * specification of the search. */
+/* The MSE search's grid factor exp2(j / 3) from its table (NAN outside it). */
+double npuc__range_mse_grid(int j);
 void npuc__range_mse_k(const npuc_calib_kernel_table *K, const float *x, size_t n, int bits,
                        int symmetric, float lo0, float hi0, float *lo, float *hi, void *scratch);
 

@@ -85,6 +85,43 @@
 #define MSE_SIDE_REFINE1 3
 #define MSE_SIDE_REFINE2 2
 
+/* exp2((double)j / MSE_STEPS_PER_OCTAVE) for j = MSE_SIDE_UP down to
+ * -(MSE_COARSE_N - 1), as glibc's exp2 gives it (test_calib_lanes checks
+ * the libm in use agrees): the grid's factors without a libm call per
+ * point, and the same on every libm. */
+static const double mse_pow_tab[MSE_SIDE_UP + MSE_COARSE_N] = {
+    0x1.428a2f98d728bp+0, /* j = 1 */
+    0x1p+0, /* j = 0 */
+    0x1.965fea53d6e3dp-1, /* j = -1 */
+    0x1.428a2f98d728bp-1, /* j = -2 */
+    0x1p-1, /* j = -3 */
+    0x1.965fea53d6e3dp-2, /* j = -4 */
+    0x1.428a2f98d728bp-2, /* j = -5 */
+    0x1p-2, /* j = -6 */
+    0x1.965fea53d6e3cp-3, /* j = -7 */
+    0x1.428a2f98d728bp-3, /* j = -8 */
+    0x1p-3, /* j = -9 */
+    0x1.965fea53d6e3cp-4, /* j = -10 */
+    0x1.428a2f98d728bp-4, /* j = -11 */
+    0x1p-4, /* j = -12 */
+    0x1.965fea53d6e3ep-5, /* j = -13 */
+    0x1.428a2f98d728ap-5, /* j = -14 */
+    0x1p-5, /* j = -15 */
+    0x1.965fea53d6e3ep-6, /* j = -16 */
+    0x1.428a2f98d728ap-6, /* j = -17 */
+    0x1p-6, /* j = -18 */
+    0x1.965fea53d6e3ep-7, /* j = -19 */
+    0x1.428a2f98d728ap-7, /* j = -20 */
+    0x1p-7, /* j = -21 */
+    0x1.965fea53d6e3ep-8, /* j = -22 */
+    0x1.428a2f98d728ap-8, /* j = -23 */
+    0x1p-8, /* j = -24 */
+};
+
+double npuc__range_mse_grid(int j) {
+    return j <= MSE_SIDE_UP && j > -MSE_COARSE_N ? mse_pow_tab[MSE_SIDE_UP - j] : NAN;
+}
+
 /* Relative margin by which a clipped range must beat minmax (exactly). */
 #define MSE_MARGIN 1e-5
 
@@ -116,7 +153,9 @@ int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
     if (!(scale >= FLT_MIN) || !(scale <= FLT_MAX)) return 0;
     float inv = 1.0f / scale;
     if (!(inv >= FLT_MIN) || !(inv <= FLT_MAX)) return 0;
-    float z = rintf(-lo / scale);
+    /* rint(v) for 0 <= v <= qmax + 1 < 2^22 (v = -lo / scale), as rintf
+     * gives it apart from the sign of a zero, which the (int32_t) below drops. */
+    float z = (-lo / scale + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
     z = z < 0.0f ? 0.0f : z;
     z = z > (float)qmax ? (float)qmax : z;
     p->scale = scale;
@@ -343,15 +382,16 @@ static void mse_visit(mse_search *m, const mse_cand *c) {
 
 /* Visits the points t[0..np) along d in order, stopping after the first
  * whose clipping bound reaches the best error so far (every later point
- * clips at least as much, so none can win); points with given[i] set are
- * not evaluated (error e0, bound 0).  Their errors go to err[]; returns how
- * many were visited.  The points are evaluated m->batch at a time ahead of
+ * clips at least as much, so none can win: *stop is then set); points with
+ * given[i] set are not evaluated (error e0, bound 0).  Their errors go to
+ * err[]; returns how many were visited.  The points are evaluated m->batch at a time ahead of
  * the visits: a point past the stop is evaluated and dropped unvisited, so
  * the visits, and with them every decision, are those of evaluating one
  * point at a time (batch 1, as NPUC_FORCE_REF runs it). */
 static int mse_scan(mse_search *m, mse_dir d, double al0, double ah0, const double *t,
-                    const unsigned char *given, double e0, int np, double *err) {
+                    const unsigned char *given, double e0, int np, double *err, int *stop) {
     int v = 0;
+    *stop = 0;
     while (v < np) {
         mse_cand c[MSE_BATCH_MAX];
         int k = 0, end = v;
@@ -370,7 +410,10 @@ static int mse_scan(mse_search *m, mse_dir d, double al0, double ah0, const doub
                 clip = c[ci].clip;
                 ci++;
             }
-            if (clip >= m->best_err) return i + 1;
+            if (clip >= m->best_err) {
+                *stop = 1;
+                return i + 1;
+            }
         }
         v = end;
     }
@@ -386,7 +429,8 @@ static double refine(mse_search *m, mse_dir d, double al0, double ah0, double lo
     double t[MSE_EXACT_REFINE1], err[MSE_EXACT_REFINE1];
     int np = 0;
     for (int k = npts; k >= 1 && np < MSE_EXACT_REFINE1; k--) t[np++] = lo + h * k;
-    const int nv = mse_scan(m, d, al0, ah0, t, NULL, 0.0, np, err);
+    int stop;
+    const int nv = mse_scan(m, d, al0, ah0, t, NULL, 0.0, np, err, &stop);
     for (int i = 0; i < nv; i++) {
         if (err[i] < *eb) {
             *eb = err[i];
@@ -402,23 +446,38 @@ static double refine(mse_search *m, mse_dir d, double al0, double ah0, double lo
  * the clipping bound reaches the best error, then the two refinements. */
 static void line_search(mse_search *m, mse_dir d, double al0, double ah0, double t0, double e0,
                         int jup, int n1, int n2) {
-    const double ratio = exp2(1.0 / MSE_STEPS_PER_OCTAVE);
-    const double tmin = t0 * exp2(-(double)(MSE_COARSE_N - 1) / MSE_STEPS_PER_OCTAVE);
+    const double ratio = mse_pow_tab[MSE_SIDE_UP - 1]; /* exp2(1/3) */
+    const double tmin = t0 * mse_pow_tab[MSE_SIDE_UP + MSE_COARSE_N - 1];
     double grid[MSE_COARSE_N + 8], err[MSE_COARSE_N + 8];
     unsigned char given[MSE_COARSE_N + 8];
-    /* The grid points down to tmin: they depend on t0 alone; the pruning
-     * in mse_scan decides where the scan stops. */
-    int np = 0;
-    for (int j = jup; j > -MSE_COARSE_N && np < MSE_COARSE_N + 8; j--) {
-        double t = t0 * exp2((double)j / MSE_STEPS_PER_OCTAVE);
-        if (t > 1.0 || (np > 0 && t >= grid[np - 1])) continue;
-        grid[np] = t;
-        given[np] = j == 0 && jup > 0;
-        np++;
-        if (t <= tmin) break;
+    /* The grid from the top, made m->batch evaluations at a time (the
+     * points depend on t0 alone) and scanned; the scan ends where the
+     * pruning stops it, at tmin or when the table is full. */
+    int np = 0, g = 0, j = jup, end = 0;
+    while (!end) {
+        const int start = np;
+        for (int k = 0; k < m->batch;) {
+            if (j <= -MSE_COARSE_N || np >= MSE_COARSE_N + 8) {
+                end = 1;
+                break;
+            }
+            const double t = t0 * mse_pow_tab[MSE_SIDE_UP - j];
+            const int gv = j == 0 && jup > 0;
+            j--;
+            if (t > 1.0 || (np > 0 && t >= grid[np - 1])) continue;
+            grid[np] = t;
+            given[np] = (unsigned char)gv;
+            np++;
+            k += !gv;
+            if (t <= tmin) {
+                end = 1;
+                break;
+            }
+        }
+        int stop;
+        g = start + mse_scan(m, d, al0, ah0, grid + start, given + start, e0, np - start, err + start, &stop);
+        if (stop) break;
     }
-    const int g = mse_scan(m, d, al0, ah0, grid, given, e0, np, err);
-    if (g == 0) return;
     int b = 0;
     for (int k = 1; k < g; k++)
         if (err[k] < err[b]) b = k;

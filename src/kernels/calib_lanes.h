@@ -18,7 +18,7 @@
  * NPUC_SQERR_BLOCK values, the tail of a block in its lanes by the same
  * scalar operations, the 8 lanes to double in npuc_lanes_sum's order, the
  * blocks added in order), which the ref and SSE2 tables run as is; the
- * AVX-512 table (x86/calib_avx512.c) evaluates two candidates per pass in
+ * AVX-512 table (x86/calib_avx512.c) evaluates two candidates per register in
  * the two halves of a 16-lane register with the same operations per lane,
  * so every sum is the same double.
  */
@@ -118,7 +118,7 @@ const npuc_calib_kernel_table *npuc_calib_kernels(void);
 const npuc_calib_kernel_table *npuc_calib_kernels_ref(void);
 /* The SSE2 table where the build targets SSE2, else NULL. */
 const npuc_calib_kernel_table *npuc_calib_kernels_sse2(void);
-/* The AVX-512 table (AVX2 lane loops, two candidates per pass in
+/* The AVX-512 table (AVX2 lane loops, up to four candidates per pass in
  * group_sqerr) when the CPU has AVX-512F and DQ, else NULL. */
 const npuc_calib_kernel_table *npuc_calib_kernels_avx512(void);
 

@@ -235,6 +235,17 @@ static void test_range_mse_fast_matches_ref(void **state) {
     free(scratch);
 }
 
+/* The MSE search's table of grid factors is this libm's exp2(j / 3), the
+ * factors the search used to compute per point. */
+static void test_range_mse_grid_is_exp2(void **state) {
+    (void)state;
+    for (int j = 1; j > -25; j--) {
+        const double want = exp2((double)j / 3);
+        if (npuc__range_mse_grid(j) != want) fail_msg("j=%d: %a != exp2 %a", j, npuc__range_mse_grid(j), want);
+    }
+    assert_true(isnan(npuc__range_mse_grid(2)) && isnan(npuc__range_mse_grid(-25)));
+}
+
 /* main sets NPUC_FORCE_REF=1 before any kernel accessor runs. */
 static void test_force_ref_reaches_every_family(void **state) {
     (void)state;
@@ -255,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_lanes_match_ref),
         cmocka_unit_test(test_group_sqerr_matches_ref),
         cmocka_unit_test(test_range_mse_fast_matches_ref),
+        cmocka_unit_test(test_range_mse_grid_is_exp2),
         cmocka_unit_test(test_force_ref_reaches_every_family),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

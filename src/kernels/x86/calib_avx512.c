@@ -1,9 +1,10 @@
 /*
  * calib_avx512.c - AVX-512 version of the range estimators' lane loops
  * (calib_lanes.h), for the MSE range search's exact mode: group_sqerr
- * evaluates two candidates per pass over the group, candidate 0 in the low
- * 8 lanes of a 16-lane register and candidate 1 in the high 8, each block
- * of 8 values broadcast to both halves.  So lane j of either half sums the
+ * evaluates up to four candidates per pass over the group, two per 16-lane
+ * register (one in the low 8 lanes, one in the high 8), each block of 8
+ * values broadcast to both halves; two registers side by side, since one
+ * pass over a small group is bound by latency, not throughput.  So lane j of either half sums the
  * values of index j mod 8 in index order, exactly as the reference's lane j
  * does, with the same operations (MINPS/MAXPS keep the reference's operand
  * order; no FMA: the build is ISO C, -ffp-contract=off, and the intrinsics
@@ -77,53 +78,82 @@ CALIB_AVX512_INLINE __m512 two(float a, float b) {
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 
-/* Candidates q0 (bounds b0) and q1 (b1) over x[0..n); wb: with bounds. */
-CALIB_AVX512_INLINE void pair_sqerr(const float *x, size_t n, const npuc_lane_q *q0, const npuc_lane_q *q1,
-                                    const float *b0, const float *b1, int wb, double *o0, double *o1) {
-    const __m512 inv = two(q0->inv_scale, q1->inv_scale), sc = two(q0->scale, q1->scale);
-    const __m512 lo = two(q0->vmin, q1->vmin), hi = two(q0->vmax, q1->vmax);
-    const __m512 ba = wb ? two(b0[0], b1[0]) : _mm512_setzero_ps();
-    const __m512 bb = wb ? two(b0[1], b1[1]) : _mm512_setzero_ps();
-    __m128d tot = _mm_setzero_pd(), tl = tot, th = tot;
+/* Candidates q[0..2P) (bounds bnd[0..4P) when wb) over x[0..n), P pairs
+ * of them side by side (independent chains, so the latency of one pass is
+ * shared); out[3c..3c+2] for c < nout. */
+CALIB_AVX512_INLINE void pairs_sqerr(const float *x, size_t n, const npuc_lane_q *q, const float *bnd,
+                                     int wb, int P, double *out, size_t nout) {
+    __m512 inv[2], sc[2], lo[2], hi[2], ba[2], bb[2];
+    __m128d tot[2], tl[2], th[2];
+    for (int p = 0; p < P; p++) {
+        const npuc_lane_q *q0 = &q[2 * p], *q1 = &q[2 * p + 1];
+        inv[p] = two(q0->inv_scale, q1->inv_scale);
+        sc[p] = two(q0->scale, q1->scale);
+        lo[p] = two(q0->vmin, q1->vmin);
+        hi[p] = two(q0->vmax, q1->vmax);
+        ba[p] = wb ? two(bnd[4 * p], bnd[4 * p + 2]) : _mm512_setzero_ps();
+        bb[p] = wb ? two(bnd[4 * p + 1], bnd[4 * p + 3]) : _mm512_setzero_ps();
+        tot[p] = tl[p] = th[p] = _mm_setzero_pd();
+    }
     for (size_t i0 = 0; i0 < n; i0 += NPUC_SQERR_BLOCK) {
         const size_t m = n - i0 < NPUC_SQERR_BLOCK ? n - i0 : NPUC_SQERR_BLOCK;
         const float *xb = x + i0;
-        __m512 e = _mm512_setzero_ps(), cl = e, ch = e;
+        __m512 e[2], cl[2], ch[2];
+        for (int p = 0; p < P; p++) e[p] = cl[p] = ch[p] = _mm512_setzero_ps();
         const size_t nb = m / 8;
         for (size_t b = 0; b < nb; b++) {
             const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 8 * b));
-            step2(xv, (__mmask16)0xFFFF, inv, sc, lo, hi, ba, bb, wb, &e, &cl, &ch);
+            for (int p = 0; p < P; p++)
+                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wb, &e[p], &cl[p], &ch[p]);
         }
         if (m % 8) {
             const unsigned k8 = (1u << (m % 8)) - 1u;
             const __m512 t = _mm512_maskz_loadu_ps((__mmask16)k8, xb + 8 * nb);
             const __m512 xv = _mm512_shuffle_f32x4(t, t, 0x44); /* low 8 to both halves */
-            step2(xv, (__mmask16)(k8 | k8 << 8), inv, sc, lo, hi, ba, bb, wb, &e, &cl, &ch);
+            for (int p = 0; p < P; p++)
+                step2(xv, (__mmask16)(k8 | k8 << 8), inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wb, &e[p],
+                      &cl[p], &ch[p]);
         }
-        tot = _mm_add_pd(tot, lanes_sum2(e));
-        if (wb) {
-            tl = _mm_add_pd(tl, lanes_sum2(cl));
-            th = _mm_add_pd(th, lanes_sum2(ch));
+        for (int p = 0; p < P; p++) {
+            tot[p] = _mm_add_pd(tot[p], lanes_sum2(e[p]));
+            if (wb) {
+                tl[p] = _mm_add_pd(tl[p], lanes_sum2(cl[p]));
+                th[p] = _mm_add_pd(th[p], lanes_sum2(ch[p]));
+            }
         }
     }
-    double a[2], l[2], h[2];
-    _mm_storeu_pd(a, tot);
-    _mm_storeu_pd(l, tl);
-    _mm_storeu_pd(h, th);
-    o0[0] = a[0], o0[1] = l[0], o0[2] = h[0];
-    if (o1) o1[0] = a[1], o1[1] = l[1], o1[2] = h[1];
+    for (int p = 0; p < P; p++) {
+        double a[2], l[2], h[2];
+        _mm_storeu_pd(a, tot[p]);
+        _mm_storeu_pd(l, tl[p]);
+        _mm_storeu_pd(h, th[p]);
+        for (int c = 0; c < 2; c++) {
+            if ((size_t)(2 * p + c) >= nout) break;
+            double *o = out + 3 * (2 * p + c);
+            o[0] = a[c], o[1] = l[c], o[2] = h[c];
+        }
+    }
 }
 
 CALIB_AVX512 static void group_sqerr_avx512(const float *x, size_t n, const npuc_lane_q *q,
                                             const float *bnd, size_t k, double *out) {
-    for (size_t c = 0; c < k; c += 2) {
-        /* An odd last candidate runs in both halves; the copy is dropped. */
-        const size_t c1 = c + 1 < k ? c + 1 : c;
-        double *o1 = c + 1 < k ? out + 3 * c1 : NULL;
-        if (bnd)
-            pair_sqerr(x, n, &q[c], &q[c1], bnd + 2 * c, bnd + 2 * c1, 1, out + 3 * c, o1);
+    /* Up to four candidates per pass; missing ones repeat the last and are
+     * dropped. */
+    for (size_t c = 0; c < k; c += 4) {
+        const size_t r = k - c < 4 ? k - c : 4;
+        npuc_lane_q qq[4];
+        float bq[8] = {0};
+        for (size_t i = 0; i < 4; i++) {
+            const size_t src = c + (i < r ? i : r - 1);
+            qq[i] = q[src];
+            if (bnd) bq[2 * i] = bnd[2 * src], bq[2 * i + 1] = bnd[2 * src + 1];
+        }
+        if (r > 2)
+            pairs_sqerr(x, n, qq, bq, bnd != NULL, 2, out + 3 * c, r);
+        else if (bnd)
+            pairs_sqerr(x, n, qq, bq, 1, 1, out + 3 * c, r);
         else
-            pair_sqerr(x, n, &q[c], &q[c1], NULL, NULL, 0, out + 3 * c, o1);
+            pairs_sqerr(x, n, qq, bq, 0, 1, out + 3 * c, r);
     }
 }
 
@@ -164,7 +194,7 @@ static const npuc_calib_kernel_table g_avx512 = {
     .lanes_minmax = lanes_minmax_avx512,
     .lanes_sqerr = lanes_sqerr_avx512,
     .group_sqerr = group_sqerr_avx512,
-    .batch = 2,
+    .batch = 4,
 };
 
 const npuc_calib_kernel_table *npuc_calib_kernels_avx512(void) {
