@@ -84,6 +84,8 @@
 #define MSE_SIDE_UP 1
 #define MSE_SIDE_REFINE1 3
 #define MSE_SIDE_REFINE2 2
+/* Evaluations in the first batch of a one-end scan (exact mode). */
+#define MSE_SIDE_FIRST 2
 
 /* exp2((double)j / MSE_STEPS_PER_OCTAVE) for j = MSE_SIDE_UP down to
  * -(MSE_COARSE_N - 1), as glibc's exp2 gives it (test_calib_lanes checks
@@ -345,6 +347,11 @@ static void mse_eval(const mse_search *m, mse_dir d, mse_cand *c, int k) {
             b = hc + 0.5f * p.scale;
         }
         if (m->exact) {
+            /* A one-end scan reads one clipping sum: an infinite bound on
+             * the other side makes that sum +0, which the kernels may give
+             * without computing it. */
+            if (d == DIR_HI) a = -INFINITY;
+            if (d == DIR_LO) b = INFINITY;
             q[nq] = lane_q(&p);
             bnd[2 * nq] = a;
             bnd[2 * nq + 1] = b;
@@ -456,7 +463,10 @@ static void line_search(mse_search *m, mse_dir d, double al0, double ah0, double
     int np = 0, g = 0, j = jup, end = 0;
     while (!end) {
         const int start = np;
-        for (int k = 0; k < m->batch;) {
+        /* One-end scans start next to their optimum and mostly stop
+         * within a point or two: a smaller first batch wastes less. */
+        const int want = start == 0 && d != DIR_JOINT && m->batch > MSE_SIDE_FIRST ? MSE_SIDE_FIRST : m->batch;
+        for (int k = 0; k < want;) {
             if (j <= -MSE_COARSE_N || np >= MSE_COARSE_N + 8) {
                 end = 1;
                 break;

@@ -155,11 +155,19 @@ static void test_group_sqerr_matches_ref(void **state) {
                     bnd[2 * c] = -w - 0.1f * (float)c;
                     bnd[2 * c + 1] = w;
                 }
-                for (size_t k = 1; k <= 3; k++)
-                    for (int with_bnd = 0; with_bnd < 2; with_bnd++) {
-                        double o1[9], o2[9];
-                        r->group_sqerr(x, sizes[si], q, with_bnd ? bnd : NULL, k, o1);
-                        f->group_sqerr(x, sizes[si], q, with_bnd ? bnd : NULL, k, o2);
+                const npuc_lane_q qk[5] = {q[0], q[1], q[2], q[1], q[0]};
+                /* Bounds: none, finite, or one side infinite on every
+                 * candidate (what the MSE search's one-end scans pass). */
+                for (size_t k = 1; k <= 5; k++)
+                    for (int with_bnd = 0; with_bnd < 4; with_bnd++) {
+                        float b[10];
+                        for (int c = 0; c < 5; c++) {
+                            b[2 * c] = with_bnd == 2 ? -INFINITY : bnd[2 * (c % 3)];
+                            b[2 * c + 1] = with_bnd == 3 ? INFINITY : bnd[2 * (c % 3) + 1];
+                        }
+                        double o1[15], o2[15];
+                        r->group_sqerr(x, sizes[si], qk, with_bnd ? b : NULL, k, o1);
+                        f->group_sqerr(x, sizes[si], qk, with_bnd ? b : NULL, k, o2);
                         assert_doubles_bits(o1, o2, 3 * k, f->name);
                     }
             }

@@ -24,6 +24,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
+#include <math.h>
 
 #define CALIB_AVX512 __attribute__((target("avx512f,avx512dq,avx2")))
 #define CALIB_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,avx2")))
@@ -44,19 +45,21 @@ CALIB_AVX512 static void lanes_minmax_avx512(const float *x, size_t nblocks, flo
 }
 
 /* One block of 8 values (in both halves of xv) for two candidates: the
- * reference's operations per lane, accumulated into e (and cl, ch when wb)
- * in the lanes of mask k only. */
+ * reference's operations per lane, accumulated into e (and cl when wl, ch
+ * when wh) in the lanes of mask k only. */
 CALIB_AVX512_INLINE void step2(__m512 xv, __mmask16 k, __m512 inv, __m512 sc, __m512 lo, __m512 hi,
-                               __m512 ba, __m512 bb, int wb, __m512 *e, __m512 *cl, __m512 *ch) {
+                               __m512 ba, __m512 bb, int wl, int wh, __m512 *e, __m512 *cl, __m512 *ch) {
     const __m512 magic = _mm512_set1_ps(NPUC_RINT_MAGIC), z = _mm512_setzero_ps();
     __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, inv), lo), hi);
     v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
     const __m512 d = _mm512_sub_ps(_mm512_mul_ps(v, sc), xv);
     *e = _mm512_mask_add_ps(*e, k, *e, _mm512_mul_ps(d, d));
-    if (wb) {
+    if (wl) {
         const __m512 o = _mm512_max_ps(_mm512_sub_ps(ba, xv), z);
-        const __m512 u = _mm512_max_ps(_mm512_sub_ps(xv, bb), z);
         *cl = _mm512_mask_add_ps(*cl, k, *cl, _mm512_mul_ps(o, o));
+    }
+    if (wh) {
+        const __m512 u = _mm512_max_ps(_mm512_sub_ps(xv, bb), z);
         *ch = _mm512_mask_add_ps(*ch, k, *ch, _mm512_mul_ps(u, u));
     }
 }
@@ -78,55 +81,63 @@ CALIB_AVX512_INLINE __m512 two(float a, float b) {
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 
-/* Candidates q[0..2P) (bounds bnd[0..4P) when wb) over x[0..n), P pairs
- * of them side by side (independent chains, so the latency of one pass is
- * shared); out[3c..3c+2] for c < nout. */
+/* Candidates q[0..2P) (bounds bnd[0..4P)) over x[0..n), P pairs of them
+ * side by side (independent chains, so the latency of one pass is shared);
+ * out[3c..3c+2] for c < nout.  wl = 0 (wh = 0): every low (high) bound is
+ * -Inf (+Inf) or there are no bounds, so that clipping sum is +0, which it
+ * gives without computing it. */
 CALIB_AVX512_INLINE void pairs_sqerr(const float *x, size_t n, const npuc_lane_q *q, const float *bnd,
-                                     int wb, int P, double *out, size_t nout) {
+                                     int wl, int wh, int P, double *out, size_t nout) {
     __m512 inv[2], sc[2], lo[2], hi[2], ba[2], bb[2];
     __m128d tot[2], tl[2], th[2];
+    #pragma GCC unroll 2
     for (int p = 0; p < P; p++) {
         const npuc_lane_q *q0 = &q[2 * p], *q1 = &q[2 * p + 1];
         inv[p] = two(q0->inv_scale, q1->inv_scale);
         sc[p] = two(q0->scale, q1->scale);
         lo[p] = two(q0->vmin, q1->vmin);
         hi[p] = two(q0->vmax, q1->vmax);
-        ba[p] = wb ? two(bnd[4 * p], bnd[4 * p + 2]) : _mm512_setzero_ps();
-        bb[p] = wb ? two(bnd[4 * p + 1], bnd[4 * p + 3]) : _mm512_setzero_ps();
+        ba[p] = wl ? two(bnd[4 * p], bnd[4 * p + 2]) : _mm512_setzero_ps();
+        bb[p] = wh ? two(bnd[4 * p + 1], bnd[4 * p + 3]) : _mm512_setzero_ps();
         tot[p] = tl[p] = th[p] = _mm_setzero_pd();
     }
     for (size_t i0 = 0; i0 < n; i0 += NPUC_SQERR_BLOCK) {
         const size_t m = n - i0 < NPUC_SQERR_BLOCK ? n - i0 : NPUC_SQERR_BLOCK;
         const float *xb = x + i0;
         __m512 e[2], cl[2], ch[2];
+        #pragma GCC unroll 2
         for (int p = 0; p < P; p++) e[p] = cl[p] = ch[p] = _mm512_setzero_ps();
         const size_t nb = m / 8;
         for (size_t b = 0; b < nb; b++) {
             const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 8 * b));
+            #pragma GCC unroll 2
             for (int p = 0; p < P; p++)
-                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wb, &e[p], &cl[p], &ch[p]);
+                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh, &e[p], &cl[p],
+                      &ch[p]);
         }
         if (m % 8) {
             const unsigned k8 = (1u << (m % 8)) - 1u;
             const __m512 t = _mm512_maskz_loadu_ps((__mmask16)k8, xb + 8 * nb);
             const __m512 xv = _mm512_shuffle_f32x4(t, t, 0x44); /* low 8 to both halves */
+            #pragma GCC unroll 2
             for (int p = 0; p < P; p++)
-                step2(xv, (__mmask16)(k8 | k8 << 8), inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wb, &e[p],
-                      &cl[p], &ch[p]);
+                step2(xv, (__mmask16)(k8 | k8 << 8), inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh,
+                      &e[p], &cl[p], &ch[p]);
         }
+        #pragma GCC unroll 2
         for (int p = 0; p < P; p++) {
             tot[p] = _mm_add_pd(tot[p], lanes_sum2(e[p]));
-            if (wb) {
-                tl[p] = _mm_add_pd(tl[p], lanes_sum2(cl[p]));
-                th[p] = _mm_add_pd(th[p], lanes_sum2(ch[p]));
-            }
+            if (wl) tl[p] = _mm_add_pd(tl[p], lanes_sum2(cl[p]));
+            if (wh) th[p] = _mm_add_pd(th[p], lanes_sum2(ch[p]));
         }
     }
+    #pragma GCC unroll 2
     for (int p = 0; p < P; p++) {
         double a[2], l[2], h[2];
         _mm_storeu_pd(a, tot[p]);
         _mm_storeu_pd(l, tl[p]);
         _mm_storeu_pd(h, th[p]);
+#pragma GCC unroll 2
         for (int c = 0; c < 2; c++) {
             if ((size_t)(2 * p + c) >= nout) break;
             double *o = out + 3 * (2 * p + c);
@@ -148,12 +159,25 @@ CALIB_AVX512 static void group_sqerr_avx512(const float *x, size_t n, const npuc
             qq[i] = q[src];
             if (bnd) bq[2 * i] = bnd[2 * src], bq[2 * i + 1] = bnd[2 * src + 1];
         }
-        if (r > 2)
-            pairs_sqerr(x, n, qq, bq, bnd != NULL, 2, out + 3 * c, r);
-        else if (bnd)
-            pairs_sqerr(x, n, qq, bq, 1, 1, out + 3 * c, r);
-        else
-            pairs_sqerr(x, n, qq, bq, 0, 1, out + 3 * c, r);
+        /* Which clipping sums can be nonzero (a -Inf low or +Inf high
+         * bound, as one-end scans pass, adds only zeros). */
+        int wl = 0, wh = 0;
+        for (size_t i = 0; bnd && i < r; i++) {
+            wl |= bq[2 * i] != -INFINITY;
+            wh |= bq[2 * i + 1] != INFINITY;
+        }
+        const int w = wl * 2 + wh;
+        if (r > 2) {
+            if (w == 3) pairs_sqerr(x, n, qq, bq, 1, 1, 2, out + 3 * c, r);
+            else if (w == 2) pairs_sqerr(x, n, qq, bq, 1, 0, 2, out + 3 * c, r);
+            else if (w == 1) pairs_sqerr(x, n, qq, bq, 0, 1, 2, out + 3 * c, r);
+            else pairs_sqerr(x, n, qq, bq, 0, 0, 2, out + 3 * c, r);
+        } else {
+            if (w == 3) pairs_sqerr(x, n, qq, bq, 1, 1, 1, out + 3 * c, r);
+            else if (w == 2) pairs_sqerr(x, n, qq, bq, 1, 0, 1, out + 3 * c, r);
+            else if (w == 1) pairs_sqerr(x, n, qq, bq, 0, 1, 1, out + 3 * c, r);
+            else pairs_sqerr(x, n, qq, bq, 0, 0, 1, out + 3 * c, r);
+        }
     }
 }
 
