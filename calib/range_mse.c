@@ -128,7 +128,7 @@ double npuc__range_mse_grid(int j) {
 #define MSE_MARGIN 1e-5
 
 /* Candidates evaluated together at most (kernels' batch, exact mode). */
-#define MSE_BATCH_MAX 4
+#define MSE_BATCH_MAX 8
 
 /* ------------------------------------------------------------ quantizer */
 

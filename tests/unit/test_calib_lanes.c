@@ -158,16 +158,28 @@ static void test_group_sqerr_matches_ref(void **state) {
                 const npuc_lane_q qk[5] = {q[0], q[1], q[2], q[1], q[0]};
                 /* Bounds: none, finite, or one side infinite on every
                  * candidate (what the MSE search's one-end scans pass). */
+                /* 4: symmetric clips {-B, B}, B = vmax * scale, as the
+                 * symmetric search passes (a shortcut in the AVX-512 kernel). */
+                npuc_lane_q qs[5];
+                for (int c = 0; c < 5; c++) {
+                    qs[c] = qk[c];
+                    qs[c].vmin = -qs[c].vmax;
+                }
                 for (size_t k = 1; k <= 5; k++)
-                    for (int with_bnd = 0; with_bnd < 4; with_bnd++) {
+                    for (int with_bnd = 0; with_bnd < 5; with_bnd++) {
                         float b[10];
                         for (int c = 0; c < 5; c++) {
                             b[2 * c] = with_bnd == 2 ? -INFINITY : bnd[2 * (c % 3)];
                             b[2 * c + 1] = with_bnd == 3 ? INFINITY : bnd[2 * (c % 3) + 1];
+                            if (with_bnd == 4) {
+                                b[2 * c + 1] = qs[c].vmax * qs[c].scale;
+                                b[2 * c] = -b[2 * c + 1];
+                            }
                         }
+                        const npuc_lane_q *qq = with_bnd == 4 ? qs : qk;
                         double o1[15], o2[15];
-                        r->group_sqerr(x, sizes[si], qk, with_bnd ? b : NULL, k, o1);
-                        f->group_sqerr(x, sizes[si], qk, with_bnd ? b : NULL, k, o2);
+                        r->group_sqerr(x, sizes[si], qq, with_bnd ? b : NULL, k, o1);
+                        f->group_sqerr(x, sizes[si], qq, with_bnd ? b : NULL, k, o2);
                         assert_doubles_bits(o1, o2, 3 * k, f->name);
                     }
             }

@@ -23,6 +23,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -48,12 +49,21 @@ CALIB_AVX512 static void lanes_minmax_avx512(const float *x, size_t nblocks, flo
  * reference's operations per lane, accumulated into e (and cl when wl, ch
  * when wh) in the lanes of mask k only. */
 CALIB_AVX512_INLINE void step2(__m512 xv, __mmask16 k, __m512 inv, __m512 sc, __m512 lo, __m512 hi,
-                               __m512 ba, __m512 bb, int wl, int wh, __m512 *e, __m512 *cl, __m512 *ch) {
+                               __m512 ba, __m512 bb, int wl, int wh, int symc, __m512 *e, __m512 *cl,
+                               __m512 *ch) {
     const __m512 magic = _mm512_set1_ps(NPUC_RINT_MAGIC), z = _mm512_setzero_ps();
     __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, inv), lo), hi);
     v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
     const __m512 d = _mm512_sub_ps(_mm512_mul_ps(v, sc), xv);
-    *e = _mm512_mask_add_ps(*e, k, *e, _mm512_mul_ps(d, d));
+    const __m512 dd = _mm512_mul_ps(d, d);
+    *e = _mm512_mask_add_ps(*e, k, *e, dd);
+    if (symc) {
+        /* Symmetric clip (see group_sqerr_avx512): beyond a bound, the
+         * clipping term is the error term; elsewhere it is +0. */
+        *cl = _mm512_mask_add_ps(*cl, _mm512_mask_cmp_ps_mask(k, xv, ba, _CMP_LT_OQ), *cl, dd);
+        *ch = _mm512_mask_add_ps(*ch, _mm512_mask_cmp_ps_mask(k, xv, bb, _CMP_GT_OQ), *ch, dd);
+        return;
+    }
     if (wl) {
         const __m512 o = _mm512_max_ps(_mm512_sub_ps(ba, xv), z);
         *cl = _mm512_mask_add_ps(*cl, k, *cl, _mm512_mul_ps(o, o));
@@ -87,7 +97,7 @@ CALIB_AVX512_INLINE __m512 two(float a, float b) {
  * -Inf (+Inf) or there are no bounds, so that clipping sum is +0, which it
  * gives without computing it. */
 CALIB_AVX512_INLINE void pairs_sqerr(const float *x, size_t n, const npuc_lane_q *q, const float *bnd,
-                                     int wl, int wh, int P, double *out, size_t nout) {
+                                     int wl, int wh, int symc, int P, double *out, size_t nout) {
     __m512 inv[2], sc[2], lo[2], hi[2], ba[2], bb[2];
     __m128d tot[2], tl[2], th[2];
     #pragma GCC unroll 2
@@ -112,7 +122,7 @@ CALIB_AVX512_INLINE void pairs_sqerr(const float *x, size_t n, const npuc_lane_q
             const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 8 * b));
             #pragma GCC unroll 2
             for (int p = 0; p < P; p++)
-                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh, &e[p], &cl[p],
+                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh, symc, &e[p], &cl[p],
                       &ch[p]);
         }
         if (m % 8) {
@@ -122,7 +132,7 @@ CALIB_AVX512_INLINE void pairs_sqerr(const float *x, size_t n, const npuc_lane_q
             #pragma GCC unroll 2
             for (int p = 0; p < P; p++)
                 step2(xv, (__mmask16)(k8 | k8 << 8), inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh,
-                      &e[p], &cl[p], &ch[p]);
+                      symc, &e[p], &cl[p], &ch[p]);
         }
         #pragma GCC unroll 2
         for (int p = 0; p < P; p++) {
@@ -166,17 +176,35 @@ CALIB_AVX512 static void group_sqerr_avx512(const float *x, size_t n, const npuc
             wl |= bq[2 * i] != -INFINITY;
             wh |= bq[2 * i + 1] != INFINITY;
         }
-        const int w = wl * 2 + wh;
+        /* Symmetric clips: every bound pair is {-B, B} with B = vmax * scale
+         * (the float product the error term forms for a clipped value),
+         * vmin = -vmax in [-32767, -1], scale normal and inv_scale within
+         * 2^-20 of 1 / scale.  Then a value x > B has x * inv_scale above
+         * vmax (1 - 2^-20 - 3 * 2^-24) > vmax - 1/2 (or +Inf), so its code
+         * is vmax, deq = B, and d = B - x is
+         * exactly -(x - B): the clipping term max(x - B, 0)^2 equals d^2
+         * bit for bit; likewise d = -B - x = A - x below A = -B; everywhere
+         * else (NaN included) the clipping term is +0, which leaves a sum of
+         * nonnegative terms unchanged.  So the error terms, added under the
+         * masks x > B and x < A, give the reference's clipping sums. */
+        int symc = bnd != NULL;
+        for (size_t i = 0; symc && i < 4; i++)
+            symc = bq[2 * i + 1] == qq[i].vmax * qq[i].scale && bq[2 * i] == -bq[2 * i + 1] &&
+                   qq[i].vmin == -qq[i].vmax && qq[i].vmax >= 1.0f && qq[i].vmax <= 32767.0f &&
+                   qq[i].scale >= FLT_MIN && fabsf(qq[i].inv_scale * qq[i].scale - 1.0f) <= 0x1p-20f;
+        const int w = symc ? 4 : wl * 2 + wh;
         if (r > 2) {
-            if (w == 3) pairs_sqerr(x, n, qq, bq, 1, 1, 2, out + 3 * c, r);
-            else if (w == 2) pairs_sqerr(x, n, qq, bq, 1, 0, 2, out + 3 * c, r);
-            else if (w == 1) pairs_sqerr(x, n, qq, bq, 0, 1, 2, out + 3 * c, r);
-            else pairs_sqerr(x, n, qq, bq, 0, 0, 2, out + 3 * c, r);
+            if (w == 4) pairs_sqerr(x, n, qq, bq, 1, 1, 1, 2, out + 3 * c, r);
+            else if (w == 3) pairs_sqerr(x, n, qq, bq, 1, 1, 0, 2, out + 3 * c, r);
+            else if (w == 2) pairs_sqerr(x, n, qq, bq, 1, 0, 0, 2, out + 3 * c, r);
+            else if (w == 1) pairs_sqerr(x, n, qq, bq, 0, 1, 0, 2, out + 3 * c, r);
+            else pairs_sqerr(x, n, qq, bq, 0, 0, 0, 2, out + 3 * c, r);
         } else {
-            if (w == 3) pairs_sqerr(x, n, qq, bq, 1, 1, 1, out + 3 * c, r);
-            else if (w == 2) pairs_sqerr(x, n, qq, bq, 1, 0, 1, out + 3 * c, r);
-            else if (w == 1) pairs_sqerr(x, n, qq, bq, 0, 1, 1, out + 3 * c, r);
-            else pairs_sqerr(x, n, qq, bq, 0, 0, 1, out + 3 * c, r);
+            if (w == 4) pairs_sqerr(x, n, qq, bq, 1, 1, 1, 1, out + 3 * c, r);
+            else if (w == 3) pairs_sqerr(x, n, qq, bq, 1, 1, 0, 1, out + 3 * c, r);
+            else if (w == 2) pairs_sqerr(x, n, qq, bq, 1, 0, 0, 1, out + 3 * c, r);
+            else if (w == 1) pairs_sqerr(x, n, qq, bq, 0, 1, 0, 1, out + 3 * c, r);
+            else pairs_sqerr(x, n, qq, bq, 0, 0, 0, 1, out + 3 * c, r);
         }
     }
 }
@@ -218,7 +246,7 @@ static const npuc_calib_kernel_table g_avx512 = {
     .lanes_minmax = lanes_minmax_avx512,
     .lanes_sqerr = lanes_sqerr_avx512,
     .group_sqerr = group_sqerr_avx512,
-    .batch = 4,
+    .batch = 8,
 };
 
 const npuc_calib_kernel_table *npuc_calib_kernels_avx512(void) {
