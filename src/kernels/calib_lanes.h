@@ -69,12 +69,31 @@ static inline double npuc_lanes_sum(const float l[8]) {
            (((double)l[4] + l[5]) + ((double)l[6] + l[7]));
 }
 
+/* One element's terms as the reference forms them: e += (deq(x) - x)^2
+ * and, with bnd = {A, B}, cl += max(A - x, 0)^2, ch += max(x - B, 0)^2
+ * (MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b). */
+static inline void npuc_sqerr_elem(float xv, const npuc_lane_q *q, const float *bnd, float *e, float *cl,
+                                   float *ch) {
+    float v = xv * q->inv_scale;
+    v = v > q->vmin ? v : q->vmin;
+    v = v < q->vmax ? v : q->vmax;
+    const float r = (v + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
+    const float d = r * q->scale - xv;
+    *e += d * d;
+    if (bnd) {
+        float o = bnd[0] - xv, u = xv - bnd[1];
+        o = o > 0.0f ? o : 0.0f;
+        u = u > 0.0f ? u : 0.0f;
+        *cl += o * o;
+        *ch += u * u;
+    }
+}
+
 /* The specification of group_sqerr, on a lane kernel f. */
 static inline void npuc_group_sqerr_lanes(npuc_lanes_sqerr_fn f, const float *x, size_t n,
                                           const npuc_lane_q *q, const float *bnd, size_t k,
                                           double *out) {
     for (size_t c = 0; c < k; c++) {
-        const float inv = q[c].inv_scale, sc = q[c].scale, vmin = q[c].vmin, vmax = q[c].vmax;
         const float *bc = bnd ? bnd + 2 * c : NULL;
         double tot = 0.0, tl = 0.0, th = 0.0;
         for (size_t i0 = 0; i0 < n; i0 += NPUC_SQERR_BLOCK) {
@@ -82,24 +101,9 @@ static inline void npuc_group_sqerr_lanes(npuc_lanes_sqerr_fn f, const float *x,
             const float *xb = x + i0;
             float e[8] = {0}, cl[8] = {0}, ch[8] = {0};
             f(xb, m / 8, &q[c], e, bc, cl, ch);
-            /* The tail, by the same operations: MAXPS(a, b) = a > b ? a : b,
-             * MINPS(a, b) = a < b ? a : b. */
-            for (size_t i = m / 8 * 8; i < m; i++) {
-                const float xv = xb[i];
-                float v = xv * inv;
-                v = v > vmin ? v : vmin;
-                v = v < vmax ? v : vmax;
-                const float r = (v + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
-                const float d = r * sc - xv;
-                e[i & 7] += d * d;
-                if (bc) {
-                    float o = bc[0] - xv, u = xv - bc[1];
-                    o = o > 0.0f ? o : 0.0f;
-                    u = u > 0.0f ? u : 0.0f;
-                    cl[i & 7] += o * o;
-                    ch[i & 7] += u * u;
-                }
-            }
+            /* The tail, by the same operations, in its lanes. */
+            for (size_t i = m / 8 * 8; i < m; i++)
+                npuc_sqerr_elem(xb[i], &q[c], bc, &e[i & 7], &cl[i & 7], &ch[i & 7]);
             tot += npuc_lanes_sum(e);
             if (bc) {
                 tl += npuc_lanes_sum(cl);

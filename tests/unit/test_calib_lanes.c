@@ -261,7 +261,8 @@ static void test_range_mse_grid_is_exp2(void **state) {
     (void)state;
     for (int j = 1; j > -25; j--) {
         const double want = exp2((double)j / 3);
-        if (npuc__range_mse_grid(j) != want) fail_msg("j=%d: %a != exp2 %a", j, npuc__range_mse_grid(j), want);
+        if (npuc__range_mse_grid(j) != want)
+            fail_msg("j=%d: %a != exp2 %a", j, npuc__range_mse_grid(j), want);
     }
     assert_true(isnan(npuc__range_mse_grid(2)) && isnan(npuc__range_mse_grid(-25)));
 }

@@ -122,8 +122,8 @@ CALIB_AVX512_INLINE void pairs_sqerr(const float *x, size_t n, const npuc_lane_q
             const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 8 * b));
             #pragma GCC unroll 2
             for (int p = 0; p < P; p++)
-                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh, symc, &e[p], &cl[p],
-                      &ch[p]);
+                step2(xv, (__mmask16)0xFFFF, inv[p], sc[p], lo[p], hi[p], ba[p], bb[p], wl, wh, symc, &e[p],
+                      &cl[p], &ch[p]);
         }
         if (m % 8) {
             const unsigned k8 = (1u << (m % 8)) - 1u;
