@@ -91,6 +91,14 @@ void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo
                      float *lo, float *hi, void *scratch);
 void npuc__range_entropy(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
                          float *lo, float *hi, void *scratch);
+/* npuc__range_mse on the kernel table K (npuc__range_mse passes
+ * npuc_calib_kernels()): every table chooses the same range, bit for bit;
+ * the reference table (batch 1) evaluates one candidate at a time, the
+ * specification of the search. */
+/* The MSE search's grid factor exp2(j / 3) from its table (NAN outside it). */
+double npuc__range_mse_grid(int j);
+void npuc__range_mse_k(const npuc_calib_kernel_table *K, const float *x, size_t n, int bits,
+                       int symmetric, float lo0, float hi0, float *lo, float *hi, void *scratch);
 
 /* The entropy method's histogram and its KL search (range_entropy.c), shared
  * with activation calibration (act_*.c): h holds NPUC_KL_BINS counts of

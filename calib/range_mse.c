@@ -52,10 +52,28 @@
  * measured by the same function, and the same margin applies.  The result
  * always lies within [lo, hi] of minmax.
  *
+ * Speed of exact mode.  Every decision of the search (which candidate is
+ * best, where a scan stops) depends only on the candidates' errors and
+ * clipping bounds, and a candidate's point depends only on the decisions
+ * before its scan, so a scan's next points can be evaluated together before
+ * they are visited: mse_scan evaluates up to the kernel table's batch of
+ * them in one call of group_sqerr (kernels/calib_lanes.h) and then visits
+ * them in order, dropping those past the stop.  The visits are those of
+ * the one-at-a-time search (the reference table's batch is 1, so
+ * NPUC_FORCE_REF=1 runs exactly that), and the AVX-512 kernel forms every
+ * sum bit for bit as the reference does, two candidates per 16-lane
+ * register; test_calib_lanes compares the chosen ranges.  At groups of 32
+ * (int4, 1 thread, in memory) that takes the search from ~740 to ~490 ns
+ * per group symmetric and ~1600 to ~1000 ns asymmetric; what remains is
+ * mostly latency: about 3 (symmetric) or 9 (asymmetric) dependent rounds
+ * of quantizer parameters (two or three divisions), one kernel pass
+ * (~100 cycles of dependent adds and the fixed-order reduction to double)
+ * and the visits.
+ *
  * Cost, per value (bench/bench_calib.c): the histogram pass (a scatter,
  * ~1.3 cycles, the bulk of it), ~12-15 candidates (symmetric) or ~25-35
  * (asymmetric) x cells on the histogram, amortised over the group, and two
- * exact SSE2 passes (~0.3 cycles each) on data already in cache.
+ * exact SIMD passes (~0.3 cycles each) on data already in cache.
  */
 #include <float.h>
 #include <math.h>
@@ -84,12 +102,51 @@
 #define MSE_SIDE_UP 1
 #define MSE_SIDE_REFINE1 3
 #define MSE_SIDE_REFINE2 2
+/* Evaluations in the first batch of a one-end scan (exact mode). */
+#define MSE_SIDE_FIRST 2
+
+/* exp2((double)j / MSE_STEPS_PER_OCTAVE) for j = MSE_SIDE_UP down to
+ * -(MSE_COARSE_N - 1), as glibc's exp2 gives it (test_calib_lanes checks
+ * the libm in use agrees): the grid's factors without a libm call per
+ * point, and the same on every libm. */
+static const double mse_pow_tab[MSE_SIDE_UP + MSE_COARSE_N] = {
+    0x1.428a2f98d728bp+0, /* j = 1 */
+    0x1p+0, /* j = 0 */
+    0x1.965fea53d6e3dp-1, /* j = -1 */
+    0x1.428a2f98d728bp-1, /* j = -2 */
+    0x1p-1, /* j = -3 */
+    0x1.965fea53d6e3dp-2, /* j = -4 */
+    0x1.428a2f98d728bp-2, /* j = -5 */
+    0x1p-2, /* j = -6 */
+    0x1.965fea53d6e3cp-3, /* j = -7 */
+    0x1.428a2f98d728bp-3, /* j = -8 */
+    0x1p-3, /* j = -9 */
+    0x1.965fea53d6e3cp-4, /* j = -10 */
+    0x1.428a2f98d728bp-4, /* j = -11 */
+    0x1p-4, /* j = -12 */
+    0x1.965fea53d6e3ep-5, /* j = -13 */
+    0x1.428a2f98d728ap-5, /* j = -14 */
+    0x1p-5, /* j = -15 */
+    0x1.965fea53d6e3ep-6, /* j = -16 */
+    0x1.428a2f98d728ap-6, /* j = -17 */
+    0x1p-6, /* j = -18 */
+    0x1.965fea53d6e3ep-7, /* j = -19 */
+    0x1.428a2f98d728ap-7, /* j = -20 */
+    0x1p-7, /* j = -21 */
+    0x1.965fea53d6e3ep-8, /* j = -22 */
+    0x1.428a2f98d728ap-8, /* j = -23 */
+    0x1p-8, /* j = -24 */
+};
+
+double npuc__range_mse_grid(int j) {
+    return j <= MSE_SIDE_UP && j > -MSE_COARSE_N ? mse_pow_tab[MSE_SIDE_UP - j] : NAN;
+}
 
 /* Relative margin by which a clipped range must beat minmax (exactly). */
 #define MSE_MARGIN 1e-5
 
-/* Exact sums are formed in float over blocks of this many values. */
-#define MSE_BLOCK 256
+/* Candidates evaluated together at most (kernels' batch, exact mode). */
+#define MSE_BATCH_MAX 8
 
 /* ------------------------------------------------------------ quantizer */
 
@@ -116,7 +173,9 @@ int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
     if (!(scale >= FLT_MIN) || !(scale <= FLT_MAX)) return 0;
     float inv = 1.0f / scale;
     if (!(inv >= FLT_MIN) || !(inv <= FLT_MAX)) return 0;
-    float z = rintf(-lo / scale);
+    /* rint(v) for 0 <= v <= qmax + 1 < 2^22 (v = -lo / scale), as rintf
+     * gives it apart from the sign of a zero, which the (int32_t) below drops. */
+    float z = (-lo / scale + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
     z = z < 0.0f ? 0.0f : z;
     z = z > (float)qmax ? (float)qmax : z;
     p->scale = scale;
@@ -129,73 +188,22 @@ int npuc__qparams_asym(float lo, float hi, int bits, npuc__qparams *p) {
 
 /* ------------------------------------------------------- exact error */
 
-/* NPUC_RINT_MAGIC (kernels/calib_lanes.h) rounds like rintf for |v| <= 2^22;
- * unlike rintf it is two packed adds on any x86-64. */
-
-/* Adds the squared error of x[0..m) (m <= MSE_BLOCK) under p into 8 float
- * lanes e (lane = index mod 8) and, when bnd = {A, B} is given, the squared
- * distance of the values below A to A into cl and of those above B to B
- * into ch.  The lane kernels (SSE2 and scalar) perform the same float
- * operations in the same order per lane, so the sums are bit-identical
- * across builds and with NPUC_FORCE_REF. */
-static void block_err(const npuc_calib_kernel_table *K, const float *x, size_t m, const npuc__qparams *p,
-                      float e[8], const float *bnd, float cl[8], float ch[8]) {
-    const float inv = p->inv_scale, sc = p->scale, vmin = p->vmin, vmax = p->vmax;
-    /* Whole blocks of 8 in the lane kernel (kernels/calib_lanes.h), the tail
-     * here with the same operations. */
-    const npuc_lane_q q = {sc, inv, vmin, vmax};
-    size_t i = m / 8 * 8;
-    K->lanes_sqerr(x, m / 8, &q, e, bnd, cl, ch);
-    /* The same per element: MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b. */
-    for (; i < m; i++) {
-        const float xv = x[i];
-        float v = xv * inv;
-        v = v > vmin ? v : vmin;
-        v = v < vmax ? v : vmax;
-        const float r = (v + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
-        const float d = r * sc - xv;
-        e[i & 7] += d * d;
-        if (bnd) {
-            float o = bnd[0] - xv, u = xv - bnd[1];
-            o = o > 0.0f ? o : 0.0f;
-            u = u > 0.0f ? u : 0.0f;
-            cl[i & 7] += o * o;
-            ch[i & 7] += u * u;
-        }
-    }
-}
-
-/* Sums 8 float lanes into double in a fixed order. */
-static double lanes_sum(const float l[8]) {
-    return (((double)l[0] + l[1]) + ((double)l[2] + l[3])) +
-           (((double)l[4] + l[5]) + ((double)l[6] + l[7]));
-}
-
-/* Sum of squared errors of x[0..n) under p; with bnd = {A, B}, also the
- * clipping sums of block_err in *clo and *chi. */
-static double sse_clip(const float *x, size_t n, const npuc__qparams *p, const float *bnd,
-                       double *clo, double *chi) {
-    double tot = 0.0, tl = 0.0, th = 0.0;
-    const npuc_calib_kernel_table *K = npuc_calib_kernels(); /* once, not per block */
-    for (size_t i = 0; i < n; i += MSE_BLOCK) {
-        size_t m = n - i < MSE_BLOCK ? n - i : MSE_BLOCK;
-        float e[8] = {0}, cl[8] = {0}, ch[8] = {0};
-        block_err(K, x + i, m, p, e, bnd, cl, ch);
-        tot += lanes_sum(e);
-        if (bnd) {
-            tl += lanes_sum(cl);
-            th += lanes_sum(ch);
-        }
-    }
-    if (bnd) {
-        *clo = tl;
-        *chi = th;
-    }
-    return tot;
+/* The exact sums are the kernels' group_sqerr (kernels/calib_lanes.h): the
+ * squared error of x[0..n) under each candidate and, with bounds {A, B},
+ * the squared distances of the values below A to A and of those above B to
+ * B, in float per lane (lane = index mod 8) over blocks of NPUC_SQERR_BLOCK
+ * values, lanes and blocks to double in a fixed order.  Every table forms
+ * them with the same float operations in the same order per lane, so the
+ * sums are bit-identical across builds and with NPUC_FORCE_REF. */
+static npuc_lane_q lane_q(const npuc__qparams *p) {
+    return (npuc_lane_q){p->scale, p->inv_scale, p->vmin, p->vmax};
 }
 
 double npuc__range_sse(const float *x, size_t n, const npuc__qparams *p) {
-    return sse_clip(x, n, p, NULL, NULL, NULL);
+    const npuc_lane_q q = lane_q(p);
+    double out[3];
+    npuc_calib_kernels()->group_sqerr(x, n, &q, NULL, 1, out);
+    return out[0];
 }
 
 /* ------------------------------------------------------------ search */
@@ -217,6 +225,8 @@ typedef struct mse_search {
     const float *x;
     size_t n;
     int bits, sym, exact;
+    const npuc_calib_kernel_table *K;
+    int batch; /* candidates evaluated per pass (1 unless exact) */
     float amax; /* symmetric: max |x| */
     float L, H; /* asymmetric: extremes widened to include 0 */
     /* histogram */
@@ -310,60 +320,129 @@ static double hist_err(const mse_search *m, double s, int r0, int r1) {
 
 typedef enum { DIR_JOINT, DIR_HI, DIR_LO } mse_dir;
 
-/* Evaluates the candidate (al, ah) (factors on the low and high extremes);
- * returns its error (+inf when it cannot be quantized) and, in *clip, a
- * lower bound on the clipping error that can only grow as direction d
- * moves inwards: the values beyond the clip ends pushed out by half a step
- * (the zero point's rounding moves the representable ends by up to that),
- * on the side(s) d moves. */
-static double mse_eval(mse_search *m, mse_dir d, double al, double ah, double *clip) {
-    npuc__qparams p;
-    float a, b;
+/* One candidate (al, ah) (factors on the low and high extremes) and what
+ * evaluating it gave: ok = 0 when it cannot be quantized; its error e; and
+ * clip, a lower bound on the clipping error that can only grow as the
+ * search direction moves inwards: the values beyond the clip ends pushed
+ * out by half a step (the zero point's rounding moves the representable
+ * ends by up to that), on the side(s) the direction moves. */
+typedef struct mse_cand {
+    double al, ah, e, clip;
     int ok;
-    const float lc = (float)(al * m->L), hc = (float)(ah * m->H);
-    if (m->sym)
-        ok = npuc__qparams_sym((float)(ah * m->amax), m->bits, &p);
-    else
-        ok = npuc__qparams_asym(lc, hc, m->bits, &p);
-    if (!ok) {
-        *clip = INFINITY;
-        return INFINITY;
-    }
-    if (m->sym) {
-        b = p.vmax * p.scale;
-        a = -b;
-    } else {
-        a = lc - 0.5f * p.scale;
-        b = hc + 0.5f * p.scale;
-    }
-    double e, cl, ch;
-    const float bnd[2] = {a, b};
-    if (m->exact) {
-        e = sse_clip(m->x, m->n, &p, bnd, &cl, &ch);
-    } else {
-        const double s = (double)p.scale;
-        e = hist_err(m, s, m->sym ? 0 : (int)p.vmin, (int)p.vmax);
-        if (e < 0.0) e = 0.0; /* cancellation in the histogram form */
-        ch = hist_clip_hi(m, (double)b);
-        cl = m->sym ? 0.0 : hist_clip_lo(m, (double)a);
-    }
-    *clip = d == DIR_HI ? ch : d == DIR_LO ? cl : cl + ch;
-    if (al == 1.0 && ah == 1.0) m->err_mm = e;
-    if (e < m->best_err) {
-        m->best_err = e;
-        m->best_al = al;
-        m->best_ah = ah;
-    }
-    return e;
+} mse_cand;
+
+/* The candidate at t along direction d from (al0, ah0). */
+static mse_cand dir_cand(mse_dir d, double t, double al0, double ah0) {
+    mse_cand c = {t, t, INFINITY, INFINITY, 0};
+    if (d == DIR_HI) c.al = al0;
+    if (d == DIR_LO) c.ah = ah0;
+    return c;
 }
 
-static double dir_eval(mse_search *m, mse_dir d, double t, double al0, double ah0, double *clip) {
-    switch (d) {
-    case DIR_JOINT: return mse_eval(m, d, t, t, clip);
-    case DIR_HI: return mse_eval(m, d, al0, t, clip);
-    case DIR_LO: return mse_eval(m, d, t, ah0, clip);
+/* Evaluates c[0..k) (k <= MSE_BATCH_MAX) along d: a pure function of the
+ * candidates, so evaluating some ahead of the search's need (speculation,
+ * mse_scan) changes nothing but time.  In exact mode the candidates share
+ * one call of the kernels' group_sqerr. */
+static void mse_eval(const mse_search *m, mse_dir d, mse_cand *c, int k) {
+    npuc_lane_q q[MSE_BATCH_MAX];
+    float bnd[2 * MSE_BATCH_MAX];
+    int idx[MSE_BATCH_MAX], nq = 0;
+    for (int i = 0; i < k; i++) {
+        npuc__qparams p;
+        float a, b;
+        const float lc = (float)(c[i].al * m->L), hc = (float)(c[i].ah * m->H);
+        c[i].ok = m->sym ? npuc__qparams_sym((float)(c[i].ah * m->amax), m->bits, &p)
+                         : npuc__qparams_asym(lc, hc, m->bits, &p);
+        if (!c[i].ok) {
+            c[i].e = c[i].clip = INFINITY;
+            continue;
+        }
+        if (m->sym) {
+            b = p.vmax * p.scale;
+            a = -b;
+        } else {
+            a = lc - 0.5f * p.scale;
+            b = hc + 0.5f * p.scale;
+        }
+        if (m->exact) {
+            /* A one-end scan reads one clipping sum: an infinite bound on
+             * the other side makes that sum +0, which the kernels may give
+             * without computing it. */
+            if (d == DIR_HI) a = -INFINITY;
+            if (d == DIR_LO) b = INFINITY;
+            q[nq] = lane_q(&p);
+            bnd[2 * nq] = a;
+            bnd[2 * nq + 1] = b;
+            idx[nq++] = i;
+            continue;
+        }
+        const double s = (double)p.scale;
+        double e = hist_err(m, s, m->sym ? 0 : (int)p.vmin, (int)p.vmax);
+        if (e < 0.0) e = 0.0; /* cancellation in the histogram form */
+        const double ch = hist_clip_hi(m, (double)b);
+        const double cl = m->sym ? 0.0 : hist_clip_lo(m, (double)a);
+        c[i].e = e;
+        c[i].clip = d == DIR_HI ? ch : d == DIR_LO ? cl : cl + ch;
     }
-    return INFINITY;
+    if (nq == 0) return;
+    double out[3 * MSE_BATCH_MAX];
+    m->K->group_sqerr(m->x, m->n, q, bnd, (size_t)nq, out);
+    for (int j = 0; j < nq; j++) {
+        const double cl = out[3 * j + 1], ch = out[3 * j + 2];
+        c[idx[j]].e = out[3 * j];
+        c[idx[j]].clip = d == DIR_HI ? ch : d == DIR_LO ? cl : cl + ch;
+    }
+}
+
+/* The search's visit of an evaluated candidate, in the search's order. */
+static void mse_visit(mse_search *m, const mse_cand *c) {
+    if (!c->ok) return;
+    if (c->al == 1.0 && c->ah == 1.0) m->err_mm = c->e;
+    if (c->e < m->best_err) {
+        m->best_err = c->e;
+        m->best_al = c->al;
+        m->best_ah = c->ah;
+    }
+}
+
+/* Visits the points t[0..np) along d in order, stopping after the first
+ * whose clipping bound reaches the best error so far (every later point
+ * clips at least as much, so none can win: *stop is then set); points with
+ * given[i] set are not evaluated (error e0, bound 0).  Their errors go to
+ * err[]; returns how many were visited.  The points are evaluated m->batch at a time ahead of
+ * the visits: a point past the stop is evaluated and dropped unvisited, so
+ * the visits, and with them every decision, are those of evaluating one
+ * point at a time (batch 1, as NPUC_FORCE_REF runs it). */
+static int mse_scan(mse_search *m, mse_dir d, double al0, double ah0, const double *t,
+                    const unsigned char *given, double e0, int np, double *err, int *stop) {
+    int v = 0;
+    *stop = 0;
+    while (v < np) {
+        mse_cand c[MSE_BATCH_MAX];
+        int k = 0, end = v;
+        while (end < np && k < m->batch) {
+            if (!(given && given[end])) c[k++] = dir_cand(d, t[end], al0, ah0);
+            end++;
+        }
+        mse_eval(m, d, c, k);
+        for (int i = v, ci = 0; i < end; i++) {
+            double clip = 0.0;
+            if (given && given[i]) {
+                err[i] = e0;
+            } else {
+                mse_visit(m, &c[ci]);
+                err[i] = c[ci].e;
+                clip = c[ci].clip;
+                ci++;
+            }
+            if (clip >= m->best_err) {
+                *stop = 1;
+                return i + 1;
+            }
+        }
+        v = end;
+    }
+    return np;
 }
 
 /* Linear refinement: npts points strictly inside (lo, hi), from the top
@@ -372,15 +451,16 @@ static double dir_eval(mse_search *m, mse_dir d, double t, double al0, double ah
 static double refine(mse_search *m, mse_dir d, double al0, double ah0, double lo, double hi,
                      int npts, double tb, double *eb) {
     double h = (hi - lo) / (npts + 1);
-    double clip;
-    for (int k = npts; k >= 1; k--) {
-        double t = lo + h * k;
-        double e = dir_eval(m, d, t, al0, ah0, &clip);
-        if (e < *eb) {
-            *eb = e;
-            tb = t;
+    double t[MSE_EXACT_REFINE1], err[MSE_EXACT_REFINE1];
+    int np = 0;
+    for (int k = npts; k >= 1 && np < MSE_EXACT_REFINE1; k--) t[np++] = lo + h * k;
+    int stop;
+    const int nv = mse_scan(m, d, al0, ah0, t, NULL, 0.0, np, err, &stop);
+    for (int i = 0; i < nv; i++) {
+        if (err[i] < *eb) {
+            *eb = err[i];
+            tb = t[i];
         }
-        if (clip >= m->best_err) break;
     }
     return tb;
 }
@@ -391,21 +471,42 @@ static double refine(mse_search *m, mse_dir d, double al0, double ah0, double lo
  * the clipping bound reaches the best error, then the two refinements. */
 static void line_search(mse_search *m, mse_dir d, double al0, double ah0, double t0, double e0,
                         int jup, int n1, int n2) {
-    const double ratio = exp2(1.0 / MSE_STEPS_PER_OCTAVE);
-    const double tmin = t0 * exp2(-(double)(MSE_COARSE_N - 1) / MSE_STEPS_PER_OCTAVE);
+    const double ratio = mse_pow_tab[MSE_SIDE_UP - 1]; /* exp2(1/3) */
+    const double tmin = t0 * mse_pow_tab[MSE_SIDE_UP + MSE_COARSE_N - 1];
     double grid[MSE_COARSE_N + 8], err[MSE_COARSE_N + 8];
-    int g = 0;
-    for (int j = jup; j > -MSE_COARSE_N && g < MSE_COARSE_N + 8; j--) {
-        double t = t0 * exp2((double)j / MSE_STEPS_PER_OCTAVE);
-        if (t > 1.0 || (g > 0 && t >= grid[g - 1])) continue;
-        double clip = 0.0;
-        grid[g] = t;
-        err[g] = (j == 0 && jup > 0) ? e0 : dir_eval(m, d, t, al0, ah0, &clip);
-        g++;
-        if (clip >= m->best_err) break; /* every smaller t clips at least this much */
-        if (t <= tmin) break;
+    unsigned char given[MSE_COARSE_N + 8];
+    /* The grid from the top, made m->batch evaluations at a time (the
+     * points depend on t0 alone) and scanned; the scan ends where the
+     * pruning stops it, at tmin or when the table is full. */
+    int np = 0, g = 0, j = jup, end = 0;
+    while (!end) {
+        const int start = np;
+        /* One-end scans start next to their optimum and mostly stop
+         * within a point or two: a smaller first batch wastes less. */
+        const int want =
+            start == 0 && d != DIR_JOINT && m->batch > MSE_SIDE_FIRST ? MSE_SIDE_FIRST : m->batch;
+        for (int k = 0; k < want;) {
+            if (j <= -MSE_COARSE_N || np >= MSE_COARSE_N + 8) {
+                end = 1;
+                break;
+            }
+            const double t = t0 * mse_pow_tab[MSE_SIDE_UP - j];
+            const int gv = j == 0 && jup > 0;
+            j--;
+            if (t > 1.0 || (np > 0 && t >= grid[np - 1])) continue;
+            grid[np] = t;
+            given[np] = (unsigned char)gv;
+            np++;
+            k += !gv;
+            if (t <= tmin) {
+                end = 1;
+                break;
+            }
+        }
+        int stop;
+        g = start + mse_scan(m, d, al0, ah0, grid + start, given + start, e0, np - start, err + start, &stop);
+        if (stop) break;
     }
-    if (g == 0) return;
     int b = 0;
     for (int k = 1; k < g; k++)
         if (err[k] < err[b]) b = k;
@@ -499,11 +600,20 @@ static int mse_build(mse_search *m, void *scratch) {
 static double exact_err(const mse_search *m, float lo, float hi) {
     npuc__qparams p;
     int ok = m->sym ? npuc__qparams_sym(hi, m->bits, &p) : npuc__qparams_asym(lo, hi, m->bits, &p);
-    return ok ? sse_clip(m->x, m->n, &p, NULL, NULL, NULL) : INFINITY;
+    if (!ok) return INFINITY;
+    const npuc_lane_q q = lane_q(&p);
+    double out[3];
+    m->K->group_sqerr(m->x, m->n, &q, NULL, 1, out);
+    return out[0];
 }
 
 void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo0, float hi0,
                      float *lo, float *hi, void *scratch) {
+    npuc__range_mse_k(npuc_calib_kernels(), x, n, bits, symmetric, lo0, hi0, lo, hi, scratch);
+}
+
+void npuc__range_mse_k(const npuc_calib_kernel_table *K, const float *x, size_t n, int bits,
+                       int symmetric, float lo0, float hi0, float *lo, float *hi, void *scratch) {
     *lo = lo0;
     *hi = hi0;
     mse_search m;
@@ -519,6 +629,8 @@ void npuc__range_mse(const float *x, size_t n, int bits, int symmetric, float lo
     m.err_mm = INFINITY;
     m.best_al = m.best_ah = 1.0;
     m.exact = mse_exact_mode(n, bits, symmetric);
+    m.K = K;
+    m.batch = !m.exact ? 1 : m.K->batch < MSE_BATCH_MAX ? m.K->batch : MSE_BATCH_MAX;
 
     npuc__qparams p0;
     if (symmetric ? !npuc__qparams_sym(hi0, bits, &p0) : !npuc__qparams_asym(lo0, hi0, bits, &p0))

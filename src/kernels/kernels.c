@@ -8,7 +8,7 @@
  * the fastest version the CPU supports.  The families:
  *   quantization (npuc_kernels.h)   avx512 > avx2 > ref
  *   magnitude / N:M (nm_kernels.h)  avx2 > ref
- *   range lanes (calib_lanes.h)     sse2 > ref
+ *   range lanes (calib_lanes.h)     avx512 > sse2 > ref
  *   F16/BF16 widening (cvt_kernels.h) avx512 > f16c > ref, following the
  *                                   quantization family's choice (below)
  * The choice never changes afterwards, and all of it sits in this file.
@@ -40,7 +40,8 @@ static void choose(void) {
     g_quant = q ? q : npuc_kernels_ref();
     const npuc_nm_kernel_table *nm = npuc_nm_kernels_avx2();
     g_nm = nm ? nm : npuc_nm_kernels_ref();
-    const npuc_calib_kernel_table *c = npuc_calib_kernels_sse2();
+    const npuc_calib_kernel_table *c = npuc_calib_kernels_avx512();
+    if (!c) c = npuc_calib_kernels_sse2();
     g_calib = c ? c : npuc_calib_kernels_ref();
 }
 

@@ -50,9 +50,12 @@ for src in "$mlp" "$keras"; do
         done
     done
     # The other grouped minmax schemes (minmax_groups, range_params, quant_groups
-    # kernels): asymmetric, the full grid, f16 scales; SIMD -j 1 against reference -j 2.
+    # kernels): asymmetric, the full grid, f16 scales; and the MSE range search
+    # (its exact mode evaluates several candidates per pass with AVX-512; the
+    # reference one at a time): SIMD -j 1 against reference -j 2.
     for scheme in "--bits 4 --group-size 32 --asymmetric" "--bits 3 --group-size 128 --grid full" \
-                  "--bits 8 --group-size 64 --scale-dtype f16"; do
+                  "--bits 8 --group-size 64 --scale-dtype f16" "--bits 4 --group-size 32 --range mse" \
+                  "--bits 4 --group-size 32 --asymmetric --range mse" "--bits 3 --asymmetric --range mse"; do
         "$NPUC_BIN" quantize -q $scheme -j 1 "$src" -o "$T/g1.$ext" -f >/dev/null
         NPUC_FORCE_REF=1 "$NPUC_BIN" quantize -q $scheme -j 2 "$src" -o "$T/g2.$ext" -f >/dev/null
         cmp "$T/g1.$ext" "$T/g2.$ext" || fail "$src $scheme: SIMD -j 1 and reference -j 2 artifacts differ"

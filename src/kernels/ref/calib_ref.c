@@ -19,31 +19,21 @@ static void lanes_minmax_ref(const float *x, size_t nblocks, float l[8], float h
 
 static void lanes_sqerr_ref(const float *x, size_t nblocks, const npuc_lane_q *q, float e[8],
                             const float *bnd, float cl[8], float ch[8]) {
-    const float inv = q->inv_scale, sc = q->scale, vmin = q->vmin, vmax = q->vmax;
-    for (size_t b = 0; b < nblocks; b++, x += 8) {
-        for (int j = 0; j < 8; j++) {
-            const float xv = x[j];
-            float v = xv * inv;
-            v = v > vmin ? v : vmin;
-            v = v < vmax ? v : vmax;
-            const float r = (v + NPUC_RINT_MAGIC) - NPUC_RINT_MAGIC;
-            const float d = r * sc - xv;
-            e[j] += d * d;
-            if (bnd) {
-                float o = bnd[0] - xv, u = xv - bnd[1];
-                o = o > 0.0f ? o : 0.0f;
-                u = u > 0.0f ? u : 0.0f;
-                cl[j] += o * o;
-                ch[j] += u * u;
-            }
-        }
-    }
+    for (size_t b = 0; b < nblocks; b++, x += 8)
+        for (int j = 0; j < 8; j++) npuc_sqerr_elem(x[j], q, bnd, &e[j], &cl[j], &ch[j]);
+}
+
+static void group_sqerr_ref(const float *x, size_t n, const npuc_lane_q *q, const float *bnd, size_t k,
+                            double *out) {
+    npuc_group_sqerr_lanes(lanes_sqerr_ref, x, n, q, bnd, k, out);
 }
 
 static const npuc_calib_kernel_table g_ref = {
     .name = "ref",
     .lanes_minmax = lanes_minmax_ref,
     .lanes_sqerr = lanes_sqerr_ref,
+    .group_sqerr = group_sqerr_ref,
+    .batch = 1,
 };
 
 const npuc_calib_kernel_table *npuc_calib_kernels_ref(void) { return &g_ref; }

@@ -80,10 +80,17 @@ static void lanes_sqerr_sse2(const float *x, size_t nblocks, const npuc_lane_q *
     _mm_storeu_ps(e + 4, a1);
 }
 
+static void group_sqerr_sse2(const float *x, size_t n, const npuc_lane_q *q, const float *bnd, size_t k,
+                             double *out) {
+    npuc_group_sqerr_lanes(lanes_sqerr_sse2, x, n, q, bnd, k, out);
+}
+
 static const npuc_calib_kernel_table g_sse2 = {
     .name = "sse2",
     .lanes_minmax = lanes_minmax_sse2,
     .lanes_sqerr = lanes_sqerr_sse2,
+    .group_sqerr = group_sqerr_sse2,
+    .batch = 1,
 };
 
 const npuc_calib_kernel_table *npuc_calib_kernels_sse2(void) { return &g_sse2; }
