@@ -77,13 +77,13 @@ int npuc_calib_has(const npuc_calib *c, const char *weight) {
 
 int npuc__calib_has_input(const npuc_calib *c, const char *weight) { return find(c, weight, ".input") >= 0; }
 
-/* 1 on a little-endian host, where an F64 payload's bytes are the doubles. */
-static int host_is_le(void) {
-    const uint16_t one = 1;
-    unsigned char b;
-    memcpy(&b, &one, 1);
-    return b == 1;
-}
+/* 1 on a little-endian host, where an F64 payload's bytes are the doubles
+ * (the compile-time test src/kernels/ref/qk_ref.c uses too). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HOST_LE 1
+#else
+#define HOST_LE 0
+#endif
 
 static npuc_status bad(npuc_ctx *ctx, const npuc_calib *c, const npuc_tensor_info *t, const char *what) {
     return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': %s", npuc_model_path(c->m), t->name, what);
@@ -273,7 +273,7 @@ static npuc_status hessian_stored(npuc_ctx *ctx, npuc_calib *c, size_t idx, cons
      * copy into a buffer of its own on one thread first.  Any failure (a
      * read error, a value that is not finite) falls through to the load
      * below, which says what it is. */
-    if (t->dtype == NPUC_DTYPE_F64 && host_is_le() && npuc__model_can_read_range(c->m) && K >= 512) {
+    if (t->dtype == NPUC_DTYPE_F64 && HOST_LE && npuc__model_can_read_range(c->m) && K >= 512) {
         const int64_t nrb = (int64_t)((K + 63) / 64);
         int okr = 1;
 #pragma omp parallel for schedule(static) num_threads(npuc__calib_threads(ctx))
