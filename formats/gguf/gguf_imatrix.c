@@ -487,27 +487,44 @@ npuc_status npuc__imatrix_load(npuc_ctx *ctx, const char *path, npuc__imatrix **
 
 /* ------------------------------------------------------------- lookup */
 
-npuc_status npuc__imatrix_lookup(npuc_ctx *ctx, npuc__imatrix *im, const char *name, const char *alt,
-                                 uint64_t n_per_row, uint64_t n_mat, const float **imp) {
-    *imp = NULL;
+/* The entry for tensor name (the candidates npuc__imatrix_lookup lists), or
+ * NULL; -1 in *oom when out of memory. */
+static im_entry *entry_for(const npuc__imatrix *im, const char *name, const char *alt, int *oom) {
     im_entry *e = find(im, name);
     if (!e && alt) e = find(im, alt);
-    size_t stem;
+    size_t stem, n = strlen(name);
+    char *s = NULL;
     if (!e && ends_with(name, ".weight", &stem)) {
-        char *s = strndup(name, stem);
-        if (!s) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        if (!(s = strndup(name, stem))) goto nomem;
         e = find(im, s);
         free(s);
     }
     if (!e) {
-        size_t n = strlen(name);
-        char *s = malloc(n + 8);
-        if (!s) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        if (!(s = malloc(n + 8))) goto nomem;
         memcpy(s, name, n);
         memcpy(s + n, ".weight", 8);
         e = find(im, s);
         free(s);
     }
+    return e;
+nomem:
+    *oom = -1;
+    return NULL;
+}
+
+int npuc__imatrix_mark(npuc__imatrix *im, const char *name, const char *alt) {
+    int oom = 0;
+    im_entry *e = entry_for(im, name, alt, &oom);
+    if (e) e->matched = 1;
+    return e != NULL;
+}
+
+npuc_status npuc__imatrix_lookup(npuc_ctx *ctx, npuc__imatrix *im, const char *name, const char *alt,
+                                 uint64_t n_per_row, uint64_t n_mat, const float **imp) {
+    *imp = NULL;
+    int oom = 0;
+    im_entry *e = entry_for(im, name, alt, &oom);
+    if (oom) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     if (!e) return NPUC_OK;
     e->matched = 1;
     uint64_t want;

@@ -58,6 +58,9 @@ int64_t npuc__imatrix_chunks(const npuc__imatrix *im);
  * ctx and *imp = NULL.  A found entry is marked matched. */
 npuc_status npuc__imatrix_lookup(npuc_ctx *ctx, npuc__imatrix *im, const char *name, const char *alt,
                                  uint64_t n_per_row, uint64_t n_mat, const float **imp);
+/* Marks the entry of tensor name matched, as a lookup would, without
+ * checking its length (a tensor written unquantized); 1 when there is one. */
+int npuc__imatrix_mark(npuc__imatrix *im, const char *name, const char *alt);
 /* Entries no lookup matched so far: how many, and the k-th of them. */
 size_t npuc__imatrix_unmatched_count(const npuc__imatrix *im);
 const char *npuc__imatrix_unmatched(const npuc__imatrix *im, size_t k);
