@@ -235,6 +235,8 @@ NPUC_API npuc_status npuc_trt_cache_export(npuc_ctx *ctx, const char *calib_path
 NPUC_API npuc_status npuc_aimet_export(npuc_ctx *ctx, const char *calib_path, const char *artifact_path,
                                        const char *version, const char *out, int overwrite);
 
+typedef struct npuc_model npuc_model; /* model.h */
+
 /* ------------------------------------------- importance matrix for llama.cpp
  *
  * llama.cpp's legacy importance matrix (the .dat that llama-imatrix writes
@@ -254,7 +256,6 @@ NPUC_API npuc_status npuc_aimet_export(npuc_ctx *ctx, const char *calib_path, co
  * row or a sum beyond float32 (NPUC_ERR_VALUE), more than 2^31-1 rows or
  * values (NPUC_ERR_UNSUPPORTED: the format's counts are int32),
  * NPUC_ERR_EXISTS, NPUC_ERR_IO. */
-typedef struct npuc_model npuc_model; /* model.h */
 NPUC_API npuc_status npuc_imatrix_from_calib(npuc_ctx *ctx, npuc_model *const *files, size_t nfiles,
                                              const char *out, int overwrite, size_t *nentries);
 

@@ -13,23 +13,13 @@
 source "$(dirname "$0")/lib/cli_test.bash"
 "$PY" -c "import numpy" 2>/dev/null || skip "numpy is not installed"
 
-"$PY" - "$T" <<'PY' || fail "could not write the test files"
-import json, struct, sys
+"$PY" - "$T" "$TESTLIB" <<'PY' || fail "could not write the test files"
+import sys
 import numpy as np
 d = sys.argv[1]
-def write_st(path, tensors):
-    hdr, off, blobs = {}, 0, []
-    for name, a in tensors:
-        a = np.ascontiguousarray(a)
-        dt = {"float32": "F32", "float16": "F16"}[str(a.dtype)]
-        b = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        hdr[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+sys.path.insert(0, sys.argv[2])
+import io_models
+write_st = lambda path, tensors: io_models.write(path, tensors, keep_dtype=True)
 rng = np.random.default_rng(29)
 # Heavy-tailed rows with outlier columns.
 q = (rng.standard_t(3, size=(300, 64)) * np.linspace(0.1, 30, 64)).astype(np.float32)
