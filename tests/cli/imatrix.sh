@@ -6,8 +6,10 @@
 #    the row count and values / ncall = NumPy's mean of x^2 in float64, within float32 rounding;
 #  - `npuc convert --imatrix` loads it (and a GGUF-format imatrix written here) against a model
 #    whose weights match: no warning; a model whose width differs: one line naming the entry and
-#    tensor, exit 2, nothing written; weights without an entry and entries matching no tensor are
-#    warnings naming them; an --imatrix file that is not one: exit 2;
+#    tensor, exit 2, nothing written (also a MoE weight of 3 experts against an entry of 2); the
+#    GGUF imatrix matches a 3-D MoE weight [2, 8, 64] with 2 x 64 values; weights without an
+#    entry, entries matching no tensor, a count of 0 and an unquantized output type are warnings
+#    naming them; an --imatrix file that is not one: exit 2;
 #  - errors: no <weight>.input rows (exit 2), NaN rows (exit 2, nothing written), an existing
 #    output without -f (exit 2).
 source "$(dirname "$0")/lib/cli_test.bash"
@@ -36,6 +38,10 @@ w = lambda *s: rng.standard_normal(s).astype(np.float32)
 write_st(d + "/model.safetensors", [("blk.0.attn_q.weight", w(32, 64)), ("fc2.weight", w(16, 96)),
                                     ("fc3.weight", w(8, 32)), ("fc2.bias", w(16))])
 write_st(d + "/wide.safetensors", [("blk.0.attn_q.weight", w(32, 64)), ("fc2.weight", w(16, 128))])
+# A MoE weight [experts, rows, cols] takes experts x cols values.
+write_st(d + "/moe.safetensors", [("blk.0.attn_q.weight", w(32, 64)), ("fc2.weight", w(16, 96)),
+                                  ("blk.0.ffn_up_exps.weight", w(2, 8, 64))])
+write_st(d + "/moe3.safetensors", [("blk.0.ffn_up_exps.weight", w(3, 8, 64))])
 nan = q.copy(); nan[7, 3] = np.nan
 write_st(d + "/nan.safetensors", [("x.weight.input", nan)])
 write_st(d + "/acts.safetensors", [("relu1", w(10, 8))])
@@ -116,20 +122,31 @@ kv = [s("general.type") + struct.pack("<I", 8) + s("imatrix"),
       s("imatrix.chunk_count") + struct.pack("<II", 4, 3),
       s("imatrix.chunk_size") + struct.pack("<II", 4, 512)]
 ts, data = [], b""
+exp["blk.0.ffn_up_exps.weight"] = (10, np.ones(128))
 for name, (rows, mean) in sorted(exp.items()):
-    cnt = 0.0 if name == "fc2.weight" else float(rows)
-    for tn, arr, ne in ((name + ".in_sum2", (mean * rows).astype("<f4"), (mean.size, 1)),
-                        (name + ".counts", np.array([cnt], "<f4"), (1, 1))):
+    cnt = [0.0] if name == "fc2.weight" else [float(rows)] * (mean.size // 64 if "exps" in name else 1)
+    for tn, arr, ne in ((name + ".in_sum2", (mean * rows).astype("<f4"), (mean.size // len(cnt), len(cnt))),
+                        (name + ".counts", np.array(cnt, "<f4"), (1, len(cnt)))):
         ts.append(s(tn) + struct.pack("<I", 2) + struct.pack("<QQ", *ne) + struct.pack("<IQ", 0, len(data)))
         data += arr.tobytes() + b"\0" * ((32 - arr.nbytes % 32) % 32)
 hdr = b"GGUF" + struct.pack("<IQQ", 3, len(ts), len(kv)) + b"".join(kv) + b"".join(ts)
 hdr += b"\0" * ((32 - len(hdr) % 32) % 32)
 open(d + "/m.imatrix.gguf", "wb").write(hdr + data)
 PY
-"$NPUC_BIN" convert "$T/model.safetensors" -o "$T/g.gguf" --gguf-type q4_0 --imatrix "$T/m.imatrix.gguf" \
+"$NPUC_BIN" convert "$T/moe.safetensors" -o "$T/g.gguf" --gguf-type q4_0 --imatrix "$T/m.imatrix.gguf" \
     2>"$T/err" || fail "convert with a GGUF imatrix failed: $(cat "$T/err")"
 grep -q "1 entry with a count of 0 (partial data: 'fc2.weight')" "$T/err" ||
     fail "no warning for the zero count: $(cat "$T/err")"
+if grep -q "no imatrix entry\|matching no tensor" "$T/err"; then fail "the MoE weight did not match: $(cat "$T/err")"; fi
+rc=0
+"$NPUC_BIN" convert "$T/moe3.safetensors" -o "$T/g3.gguf" --gguf-type q4_0 --imatrix "$T/m.imatrix.gguf" \
+    2>"$T/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "entry 'blk.0.ffn_up_exps.weight' has 128 values, tensor 'blk.0.ffn_up_exps.weight' needs 192 (3 matrices of 64 input columns)" "$T/err" ||
+    fail "3 experts against an imatrix of 2: exit $rc: $(cat "$T/err")"
+# A type that is not quantized uses no importance: said once.
+"$NPUC_BIN" convert "$T/moe.safetensors" -o "$T/f.gguf" --imatrix "$T/m.imatrix.gguf" 2>"$T/err" ||
+    fail "f16 with --imatrix failed"
+grep -q "is not used: no tensor is stored in a quantized type" "$T/err" || fail "no 'not used' warning: $(cat "$T/err")"
 
 # Errors.
 rc=0
