@@ -21,6 +21,12 @@
  * of the source as a string under "npuc." + its key, and, when a name was
  * shortened, npuc.gguf.long_names: [short, full, short, full, ...].
  *
+ * Option "imatrix" (a llama.cpp importance matrix, gguf_imatrix.h): loaded
+ * once in begin(), every tensor stored in a block type gets its importance
+ * row by name, a length that does not match is refused, and the call site
+ * in ggw_write marks where the weighted quantizers will take it (not yet:
+ * the bytes are those without importance).
+ *
  * npuc artifacts whose "npuc" entry describes encoded tensors are refused:
  * their parts are codes and scales only npuc can read.  Fake-quantized
  * tensors are dense and are written like any other.
