@@ -58,10 +58,9 @@ typedef struct ggw_tensor {
     char name[NPUC__GGUF_NAME_MAX + 1];
     uint64_t nbytes, offset;
     /* With an importance matrix ("imatrix" option), for a tensor stored in a
-     * block type: nmat matrices of row input columns, nmat * row floats
-     * owned by the state's imatrix; NULL without an entry. */
+     * block type: n_mat(t) matrices of row input columns, n_mat * row
+     * floats owned by the state's imatrix; NULL without an entry. */
     const float *imp;
-    uint64_t nmat;
 } ggw_tensor;
 
 typedef struct ggw_state {
@@ -319,6 +318,11 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
     return NPUC_OK;
 }
 
+/* The matrices of tensor t as llama-quantize counts them for importance:
+ * GGUF ne[2] (the first of three npuc dims: a MoE weight's experts), 1 for
+ * a matrix. */
+static uint64_t n_mat(const npuc_tensor_info *t) { return t->rank >= 3 ? (uint64_t)t->shape[t->rank - 3] : 1; }
+
 /* The "imatrix" option: the file is loaded once, and every tensor stored in
  * a block type looks up its importance by name, as llama-quantize does
  * before quantizing it: n_mat = GGUF ne[2] matrices (the first of three
@@ -343,8 +347,7 @@ static npuc_status attach_imatrix(npuc_writer *w, ggw_state *s) {
         }
         nq++;
         const uint64_t row = (uint64_t)t->shape[t->rank - 1];
-        g->nmat = t->rank >= 3 ? (uint64_t)t->shape[t->rank - 3] : 1;
-        if ((st = npuc__imatrix_lookup(w->ctx, s->im, t->name, alt, row, g->nmat, &g->imp)) != NPUC_OK) return st;
+        if ((st = npuc__imatrix_lookup(w->ctx, s->im, t->name, alt, row, n_mat(t), &g->imp)) != NPUC_OK) return st;
         if (!g->imp && nmiss++ == 0) miss_first = t->name;
     }
     if (nq == 0)
@@ -449,9 +452,9 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
              * without an importance matrix or entry.  Not passed on yet:
              * npuc__gguf_quantize has no importance parameter until the
              * weighted kernels land; then pass row and imp here, and cut the
-             * chunks at matrix bounds (numel / nmat elements) so that one
+             * chunks at matrix bounds (numel / n_mat(t) elements) so that one
              * chunk never spans two experts of a 3-D tensor. */
-            const float *imp = g->imp ? g->imp + done / (t->numel / g->nmat) * row : NULL;
+            const float *imp = g->imp ? g->imp + done / (t->numel / n_mat(t)) * row : NULL;
             (void)imp;
             if (npuc__gguf_quantize(g->type, p, t->dtype, s->out, k, npuc_ctx_threads(w->ctx), &bad) != 0) {
                 const int nf = first_nonfinite(p, t->dtype, k, &at);
