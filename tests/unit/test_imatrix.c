@@ -51,6 +51,22 @@ static void entry(buf *b, const char *name, int32_t ncall, int32_t nval, const f
     i32(b, nval);
     for (int32_t i = 0; i < nval; i++) f32(b, v[i]);
 }
+/* A legacy file of one entry up to its values: a name of nb bytes
+ * (embedded NULs allowed), ncall, nval. */
+static void one_head(buf *b, const char *name, int32_t nb, int32_t ncall, int32_t nval) {
+    b->n = 0;
+    i32(b, 1);
+    i32(b, nb);
+    put(b, name, (size_t)nb);
+    i32(b, ncall);
+    i32(b, nval);
+}
+/* A legacy file of that one entry. */
+static void one(buf *b, const char *name, int32_t ncall, int32_t nval, const float *v) {
+    b->n = 0;
+    i32(b, 1);
+    entry(b, name, ncall, nval, v);
+}
 static void trailer(buf *b, int32_t last, const char *dataset) {
     i32(b, last);
     i32(b, (int32_t)strlen(dataset));
@@ -152,9 +168,7 @@ static void test_legacy_good(void **state) {
     npuc__imatrix_free(im);
 
     /* token_embd.weight: a mismatch is a warning, as in llama-quantize. */
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "token_embd.weight", 1, 3, V3);
+    one(&b, "token_embd.weight", 1, 3, V3);
     assert_int_equal(load(&b, "embd.dat", &im), NPUC_OK);
     imp = V3;
     assert_int_equal(npuc__imatrix_lookup(ctx, im, "token_embd.weight", NULL, 8, 1, &imp), NPUC_OK);
@@ -162,9 +176,7 @@ static void test_legacy_good(void **state) {
     assert_true(warned("quantized without importance, as llama-quantize does for token_embd.weight"));
     /* .weight appended to an entry name without it matches too. */
     npuc__imatrix_free(im);
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "fc1", 1, 3, V3);
+    one(&b, "fc1", 1, 3, V3);
     assert_int_equal(load(&b, "short.dat", &im), NPUC_OK);
     assert_int_equal(npuc__imatrix_lookup(ctx, im, "fc1.weight", NULL, 3, 1, &imp), NPUC_OK);
     assert_non_null(imp);
@@ -185,9 +197,7 @@ static void test_legacy_tolerated(void **state) {
     buf b;
     npuc__imatrix *im;
     /* ncall 0: values undivided. */
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 0, 3, V3);
+    one(&b, "w", 0, 3, V3);
     assert_int_equal(load(&b, "ncall0.dat", &im), NPUC_OK);
     assert_true(warned("ncall0.dat: 1 entry with ncall 0 ('w'): values used undivided"));
     assert_true(npuc__imatrix_values(im, 0)[1] == 8.0f);
@@ -244,62 +254,33 @@ static void test_legacy_bad(void **state) {
     i32(&b, 30);
     put(&b, "abcdefghijklmnopq", 17);
     expect_bad(&b, "namepast.dat", "entry #1: its 30-byte name runs past the end of the file");
-    b.n = 0;
-    i32(&b, 1);
-    i32(&b, 3);
-    put(&b, "a\0b", 3);
-    i32(&b, 1);
-    i32(&b, 3);
+    one_head(&b, "a\0b", 3, 1, 3);
     for (int i = 0; i < 3; i++) f32(&b, 1.0f);
     expect_bad(&b, "nul.dat", "entry #1: the name is not UTF-8 text without NUL");
-    b.n = 0;
-    i32(&b, 1);
-    i32(&b, 2);
-    put(&b, "\xff\xfe", 2);
-    i32(&b, 1);
-    i32(&b, 1);
+    one_head(&b, "\xff\xfe", 2, 1, 1);
     f32(&b, 1.0f);
     for (int i = 0; i < 3; i++) i32(&b, 0);
     expect_bad(&b, "utf8.dat", "entry #1: the name is not UTF-8");
     /* Counts and values. */
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", -1, 3, V3);
+    one(&b, "w", -1, 3, V3);
     expect_bad(&b, "negcall.dat", "entry 'w': ncall -1 is negative");
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 1, 0, V3);
+    one(&b, "w", 1, 0, V3);
     for (int i = 0; i < 3; i++) i32(&b, 0);
     expect_bad(&b, "nval0.dat", "entry 'w': 0 values");
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 1, -3, V3);
+    one(&b, "w", 1, -3, V3);
     for (int i = 0; i < 3; i++) i32(&b, 0);
     expect_bad(&b, "nvalneg.dat", "entry 'w': -3 values");
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 1, 3, V3);
+    one(&b, "w", 1, 3, V3);
     b.n -= 4;
     expect_bad(&b, "truncval.dat", "entry 'w': 3 values run past the end of the file (8 bytes left)");
-    b.n = 0;
-    i32(&b, 1);
-    i32(&b, 1);
-    put(&b, "w", 1);
-    i32(&b, 1);
-    i32(&b, 0x40000000);
+    one_head(&b, "w", 1, 1, 0x40000000);
     for (int i = 0; i < 4; i++) f32(&b, 1.0f);
     expect_bad(&b, "hugeval.dat", "entry 'w': 1073741824 values run past the end of the file");
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 1, 3, nanv);
+    one(&b, "w", 1, 3, nanv);
     expect_bad(&b, "nan.dat", "entry 'w': value 1 is NaN");
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 1, 3, infv);
+    one(&b, "w", 1, 3, infv);
     expect_bad(&b, "inf.dat", "entry 'w': value 0 is infinite");
-    b.n = 0;
-    i32(&b, 1);
-    entry(&b, "w", 1, 3, negv);
+    one(&b, "w", 1, 3, negv);
     expect_bad(&b, "neg.dat", "entry 'w': value 2 is negative");
     /* The trailer. */
     good_legacy(&b, 0, NULL);
