@@ -103,7 +103,9 @@ npuc_status npuc_imatrix_from_calib(npuc_ctx *ctx, npuc_model *const *files, siz
         }
     if (st != NPUC_OK) goto done;
     if (n == 0) {
-        st = npuc_fail(ctx, NPUC_ERR_NOT_FOUND, "%s: no <weight>.input tensor (calibration rows) in the input%s",
+        st = npuc_fail(ctx, NPUC_ERR_NOT_FOUND,
+                       "%s: no <weight>.input tensor (calibration rows) in the input%s (.hessian and .input_sq "
+                       "are not used: samples/calib/dump_calib.py --inputs writes the rows)",
                        npuc_model_path(files[0]), nfiles > 1 ? "s" : "");
         goto done;
     }
