@@ -42,6 +42,13 @@ static const char USAGE[] =
     "                           of 32 (a warning names them)\n"
     "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
     "                           else npuc)\n"
+    "      --imatrix FILE       llama.cpp importance matrix (legacy .dat or GGUF)\n"
+    "                           for the quantized GGUF types: loaded and checked\n"
+    "                           against every quantized tensor (a length that does\n"
+    "                           not match is an error; tensors without an entry and\n"
+    "                           entries matching no tensor are warnings).  The\n"
+    "                           importance-weighted quantizers are not connected\n"
+    "                           yet: the bytes are those without --imatrix\n"
     "      --max-shard-size SIZE  checkpoint directories: at most SIZE per shard\n"
     "                           (default: the input's sharding; docs/checkpoints.md)\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
@@ -63,7 +70,7 @@ const cli_command cli_cmd_convert = {
     .run = run,
 };
 
-enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD };
+enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD, OPT_IMATRIX };
 
 static const cli_option OPTIONS[] = {
     {"dtype", 0, 1, OPT_DTYPE},
@@ -72,6 +79,7 @@ static const cli_option OPTIONS[] = {
     {"gguf-type", 0, 1, OPT_GGUF_TYPE},
     {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
     {"max-shard-size", 0, 1, OPT_MAX_SHARD},
+    {"imatrix", 0, 1, OPT_IMATRIX},
     {NULL, 0, 0, 0},
 };
 
@@ -82,7 +90,7 @@ typedef struct convert_opts {
     int style_set;
     int gguf_set;
     int shard_set;
-    npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch */
+    npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch, --imatrix */
 } convert_opts;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
@@ -119,8 +127,9 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         return CLI_CONTINUE;
     }
     case OPT_GGUF_TYPE:
-    case OPT_GGUF_ARCH: {
-        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : "gguf-arch";
+    case OPT_GGUF_ARCH:
+    case OPT_IMATRIX: {
+        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : id == OPT_GGUF_ARCH ? "gguf-arch" : "imatrix";
         npuc_ctx *c = NULL;
         int rc = CLI_CONTINUE;
         if (npuc_ctx_new(&c) != NPUC_OK) return cli_usage_error(a->cmd, "out of memory");
@@ -173,7 +182,7 @@ static int run(int argc, char **argv) {
         (co.style_set && !npuc_format_accepts(ofmt, "structure")))
         cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
     if (co.gguf_set && !npuc_format_accepts(ofmt, "gguf-type"))
-        cli_warn(&a, "%s: --gguf-type and --gguf-arch apply to GGUF outputs only; ignored", out);
+        cli_warn(&a, "%s: --gguf-type, --gguf-arch and --imatrix apply to GGUF outputs only; ignored", out);
 
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;

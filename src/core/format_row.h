@@ -33,8 +33,10 @@
 typedef enum npuc__opt_type {
     NPUC__OPT_INT = 0, /* a decimal integer in [min, max] */
     NPUC__OPT_CHOICE,  /* one of choices[]; backends get its index */
-    NPUC__OPT_NAME     /* a name of min..max bytes of [A-Za-z0-9_.-] (GGUF's
+    NPUC__OPT_NAME,    /* a name of min..max bytes of [A-Za-z0-9_.-] (GGUF's
                           general.architecture) */
+    NPUC__OPT_PATH     /* a file path of min..max bytes without control
+                          characters (GGUF's imatrix), opened by the backend */
 } npuc__opt_type;
 
 /* One write option a format accepts. */
