@@ -1,0 +1,109 @@
+"""budget_check.py - independent checks for tests/cli/budget.sh (issue 32).
+
+  make OUT                 a model whose tensors differ in size and sensitivity
+  dist MODEL DQ            sum over rank >= 2 tensors of ||W - W'||^2 / ||W||^2
+  bpw MODEL ART            bits per weight of the quantized tensors of an
+                           artifact, read from its own header: codes + scale +
+                           zero point bytes over the original element counts
+  schemes ART              name scheme per quantized tensor, from the header
+The safetensors reader here is written from the format's description (8-byte
+little-endian header length, JSON header, raw little-endian data), not npuc's.
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        base = 8 + n
+        out, meta = {}, hdr.pop("__metadata__", {})
+        for name, e in hdr.items():
+            a, b = e["data_offsets"]
+            f.seek(base + a)
+            raw = f.read(b - a)
+            out[name] = (e["dtype"], e["shape"], raw)
+    return out, meta
+
+
+def floats(t):
+    dt, shape, raw = t
+    m = {"F32": np.float32, "F16": np.float16, "BF16": None}
+    assert dt in ("F32", "F16"), dt
+    return np.frombuffer(raw, m[dt]).astype(np.float64).reshape(shape)
+
+
+def make(out):
+    rng = np.random.default_rng(7)
+    tensors = {}
+    shapes = [(256, 256), (512, 128), (128, 512), (256, 256), (64, 1024), (384, 128), (256, 192), (96, 96)]
+    for i, (o, k) in enumerate(shapes):
+        kind = i % 4
+        if kind == 0:
+            w = rng.normal(0, 0.05, (o, k))
+        elif kind == 1:  # heavy tails
+            w = rng.standard_t(2.5, (o, k)) * 0.02
+        elif kind == 2:  # outlier columns
+            w = rng.normal(0, 0.02, (o, k))
+            w[:, rng.choice(k, 4, replace=False)] *= 40
+        else:  # channels of very different scales
+            w = rng.normal(0, 1, (o, k)) * np.exp(rng.normal(0, 1.5, (o, 1))) * 0.01
+        tensors[f"layers.{i}.weight"] = w.astype(np.float32)
+        tensors[f"layers.{i}.bias"] = rng.normal(0, 0.1, o).astype(np.float32)
+    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, a in tensors.items():
+        b = a.tobytes()
+        hdr[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def dist(model, dq):
+    a, _ = read_st(model)
+    b, _ = read_st(dq)
+    s = 0.0
+    for name, t in a.items():
+        if len(t[1]) < 2:
+            continue
+        w, v = floats(t), floats(b[name])
+        s += float(((w - v) ** 2).sum() / (w ** 2).sum())
+    print(f"{s:.12g}")
+
+
+def quantized(art):
+    t, meta = read_st(art)
+    return t, [n for n in t if n + ".scale" in t]
+
+
+def bpw(model, art):
+    m, _ = read_st(model)
+    t, q = quantized(art)
+    nbytes = sum(len(t[n][2]) + len(t[n + ".scale"][2]) + (len(t[n + ".zero_point"][2]) if n + ".zero_point" in t else 0)
+                 for n in q)
+    numel = sum(int(np.prod(m[n][1])) for n in q)
+    print(f"{8.0 * nbytes / numel:.6f}")
+
+
+def schemes(art):
+    t, meta = read_st(art)
+    desc = json.loads(meta["npuc"])
+    for n in sorted(desc["tensors"]):
+        e = desc["tensors"][n]
+        if e.get("encoding") != "quant":
+            continue
+        g = e.get("group_size") or 0
+        gran = f"g{g}" if g else ("t" if e.get("granularity") == "tensor" else "ch")
+        print(n, f"{'int' if e['symmetric'] else 'uint'}{e['bits']}/{gran}")
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"make": make, "dist": dist, "bpw": bpw, "schemes": schemes}[cmd](*args)
