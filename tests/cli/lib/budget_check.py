@@ -6,40 +6,35 @@
                            artifact, read from its own header: codes + scale +
                            zero point bytes over the original element counts
   schemes ART              name scheme per quantized tensor, from the header
-The safetensors reader here is written from the format's description (8-byte
-little-endian header length, JSON header, raw little-endian data), not npuc's.
+safetensors files are read and written by the tests' own helpers (npuc_test.py,
+io_models.py: the format's description, not npuc's code).
 """
 import json
-import struct
+import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import io_models  # noqa: E402  (the tests' independent safetensors writer)
+import npuc_test  # noqa: E402  (and reader)
+
 
 def read_st(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-        base = 8 + n
-        out, meta = {}, hdr.pop("__metadata__", {})
-        for name, e in hdr.items():
-            a, b = e["data_offsets"]
-            f.seek(base + a)
-            raw = f.read(b - a)
-            out[name] = (e["dtype"], e["shape"], raw)
-    return out, meta
+    """{name: (dtype, shape, bytes)} and the metadata, by npuc_test.read_st."""
+    meta, tensors = npuc_test.read_st(path)
+    return {n: (dt, shape, raw) for n, dt, shape, raw in tensors}, meta
 
 
 def floats(t):
     dt, shape, raw = t
-    m = {"F32": np.float32, "F16": np.float16, "BF16": None}
     assert dt in ("F32", "F16"), dt
-    return np.frombuffer(raw, m[dt]).astype(np.float64).reshape(shape)
+    return np.frombuffer(raw, np.float32 if dt == "F32" else np.float16).astype(np.float64).reshape(shape)
 
 
 def make(out):
     rng = np.random.default_rng(7)
-    tensors = {}
+    tensors = []
     shapes = [(256, 256), (512, 128), (128, 512), (256, 256), (64, 1024), (384, 128), (256, 192), (96, 96)]
     for i, (o, k) in enumerate(shapes):
         kind = i % 4
@@ -52,18 +47,9 @@ def make(out):
             w[:, rng.choice(k, 4, replace=False)] *= 40
         else:  # channels of very different scales
             w = rng.normal(0, 1, (o, k)) * np.exp(rng.normal(0, 1.5, (o, 1))) * 0.01
-        tensors[f"layers.{i}.weight"] = w.astype(np.float32)
-        tensors[f"layers.{i}.bias"] = rng.normal(0, 0.1, o).astype(np.float32)
-    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, a in tensors.items():
-        b = a.tobytes()
-        hdr[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(out, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        tensors.append((f"layers.{i}.weight", w.astype(np.float32)))
+        tensors.append((f"layers.{i}.bias", rng.normal(0, 0.1, o).astype(np.float32)))
+    io_models.write(out, tensors, {"format": "pt"})
 
 
 def dist(model, dq):
