@@ -46,6 +46,26 @@ plan = {t["name"]: t["scheme"] for t in json.load(open(sys.argv[2]))["tensors"]}
 assert art == plan, (art, plan)
 PYEOF
 
+# With calibration rows the objective is the relative squared output error:
+# the plan's prediction is NumPy's ||(W - W')X^T||^2 / ||W X^T||^2 of the
+# artifact, and the choice beats the uniform scheme on that measure.
+"${B[@]}" calib "$T/cal.safetensors" "$M"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --calib "$T/cal.safetensors" \
+    --plan-out "$T/planc.json" -o "$T/bc.safetensors"
+must_match "$T/out" 'budget: rel\. output error\^2'
+expect_rc 0 "$NPUC_BIN" decompress "$T/bc.safetensors" -o "$T/bc.dq.safetensors"
+o_b=$("${B[@]}" outdist "$M" "$T/bc.dq.safetensors" "$T/cal.safetensors")
+o_u=$("${B[@]}" outdist "$M" "$T/u.dq.safetensors" "$T/cal.safetensors")
+o_w=$("${B[@]}" outdist "$M" "$T/b.dq.safetensors" "$T/cal.safetensors")
+"$PY" - "$o_b" "$o_u" "$o_w" "$T/planc.json" <<'PYEOF' || fail "calibrated budget"
+import json, sys
+o_b, o_u, o_w = map(float, sys.argv[1:4])
+plan = json.load(open(sys.argv[4]))
+print(f"output error: uniform int4 g32 {o_u:.6g}, budget by weight error {o_w:.6g}, budget by output error {o_b:.6g}")
+assert abs(plan["predicted_distortion"] - o_b) <= 1e-6 * o_b, (plan["predicted_distortion"], o_b)
+assert o_b <= o_u and o_b <= o_w, "the calibrated choice is not the best on its own objective"
+PYEOF
+
 bpws="3 3.5 5"
 is_quick && bpws=3.5 # the sanitizer pass: one budget is enough to look for memory errors
 for b in $bpws; do

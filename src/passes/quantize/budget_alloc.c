@@ -28,6 +28,7 @@
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
+#include "calib_out_error.h"
 
 #define MAX_CANDIDATES 128
 
@@ -151,10 +152,12 @@ typedef struct measured {
     size_t n;
 } measured;
 
-/* Measures every candidate on tensor i. */
-static npuc_status measure(npuc_ctx *ctx, npuc_model *m, size_t i, const npuc_quant_params *cand, size_t nc,
-                           npuc_scratch *s_in, npuc_scratch *s_codes, npuc_scratch *s_sc, npuc_scratch *s_zp,
-                           measured *out) {
+/* Measures every candidate on tensor i: the relative squared output error
+ * over the calibration data when cal has W.input or W.hessian for it, else
+ * the relative squared weight error.  *used_out says which. */
+static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const npuc_quant_params *cand,
+                           size_t nc, npuc_scratch *s_in, npuc_scratch *s_codes, npuc_scratch *s_sc,
+                           npuc_scratch *s_zp, npuc_scratch *s_deq, measured *out, int *used_out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
     npuc_status st = npuc__load_f32(ctx, m, i, s_in, 0, &x);
@@ -164,7 +167,10 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, size_t i, const npuc_qu
     out->n = 0;
     if (!out->c || !out->cand) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     uint8_t *codes = npuc__scratch(s_codes, t->numel);
-    if (!codes) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    const int oe = cal && npuc_calib_has(cal, t->name) == 1 && t->layout != NPUC_LAYOUT_NONE;
+    float *deq = oe ? npuc__scratch(s_deq, t->numel * sizeof(float)) : NULL;
+    *used_out = 0;
+    if (!codes || (oe && !deq)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
     for (size_t k = 0; k < nc; k++) {
         npuc_quant_shape qs;
         if (npuc_quant_shape_of(ctx, t, &cand[k], &qs) != NPUC_OK) continue; /* not for this tensor */
@@ -172,9 +178,20 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, size_t i, const npuc_qu
         int32_t *zp = npuc__scratch(s_zp, qs.nscales * sizeof(int32_t));
         if (!sc || !zp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         npuc_error_stats e;
-        if ((st = npuc_quantize_tensor(ctx, t, x, &cand[k], codes, sc, zp, NULL, &e)) != NPUC_OK)
+        if ((st = npuc_quantize_tensor(ctx, t, x, &cand[k], codes, sc, zp, deq, &e)) != NPUC_OK)
             return npuc__prefix_path(ctx, st, npuc_model_path(m));
-        const double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
+        double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
+        if (oe) {
+            npuc_tensor_record r;
+            const char *why = NULL;
+            memset(&r, 0, sizeof r);
+            if ((st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why)) != NPUC_OK)
+                return npuc__prefix_path(ctx, st, npuc_model_path(m));
+            if (!why && r.has_out_error) {
+                d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
+                *used_out = 1;
+            }
+        }
         out->c[out->n] = (npuc__bchoice){scheme_bytes(t, &cand[k], &qs), isfinite(d) ? d : 0.0};
         out->cand[out->n++] = k;
     }
@@ -193,7 +210,9 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
     json_object_set_new(doc, "model", json_string(npuc_model_path(m)));
     if (rq->target_size) json_object_set_new(doc, "target_size", json_integer((json_int_t)rq->target_size));
     if (rq->target_bpw > 0) json_object_set_new(doc, "target_bpw", json_real(rq->target_bpw));
-    json_object_set_new(doc, "objective", json_string("sum of relative squared weight errors"));
+    json_object_set_new(doc, "objective", json_string(rq->calibrated ? "sum of relative squared output errors "
+                                                                    "(weight errors where no calibration data)"
+                                                                  : "sum of relative squared weight errors"));
     json_object_set_new(doc, "payload_budget", json_integer((json_int_t)budget));
     json_object_set_new(doc, "pinned_bytes", json_integer((json_int_t)fixed));
     json_object_set_new(doc, "predicted_distortion", json_real(res->dist));
@@ -270,8 +289,8 @@ nomem:
     return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
 }
 
-npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const int *quantize,
-                                const int *pinned, npuc_quant_params *p, char (*note)[128]) {
+npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__budget_req *rq,
+                                const int *quantize, const int *pinned, npuc_quant_params *p, char (*note)[128]) {
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_quant_params cand[MAX_CANDIDATES];
@@ -288,9 +307,10 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, const npuc__budget
     measured *ms = calloc(n ? n : 1, sizeof *ms);
     npuc__bitem *items = calloc(n ? n : 1, sizeof *items);
     size_t *pick = calloc(n ? n : 1, sizeof *pick);
-    npuc_scratch s_in = {0}, s_codes = {0}, s_sc = {0}, s_zp = {0};
+    npuc_scratch s_in = {0}, s_codes = {0}, s_sc = {0}, s_zp = {0}, s_deq = {0};
+    int *outerr = calloc(n ? n : 1, sizeof *outerr);
     uint64_t fixed = 0, numel = 0;
-    if (!freei || !ms || !items || !pick) {
+    if (!freei || !ms || !items || !pick || !outerr) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -299,7 +319,9 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, const npuc__budget
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         numel += t->numel;
         if (!pinned[i]) {
-            if ((st = measure(ctx, m, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &ms[nfree])) != NPUC_OK) break;
+            if ((st = measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, &ms[nfree],
+                              &outerr[i])) != NPUC_OK)
+                break;
             if (ms[nfree].n) {
                 items[nfree] = (npuc__bitem){ms[nfree].c, ms[nfree].n};
                 freei[nfree++] = i;
@@ -360,11 +382,12 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, const npuc__budget
                 const double g = (ms[f].c[j].dist - ms[f].c[q].dist) / (double)(ms[f].c[q].bytes - ms[f].c[j].bytes);
                 if (g > best) best = g;
             }
+        const char *what = outerr[i] ? "output" : "weight";
         if (best > 0)
-            snprintf(note[i], 128, "budget: rel. error %.3g; more bytes would buy %.3g per KiB", ms[f].c[j].dist,
-                     best * 1024);
+            snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; more bytes would buy %.3g per KiB", what,
+                     ms[f].c[j].dist, best * 1024);
         else
-            snprintf(note[i], 128, "budget: rel. error %.3g; the best candidate", ms[f].c[j].dist);
+            snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; the best candidate", what, ms[f].c[j].dist);
     }
     if (rq->plan_out)
         st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res);
@@ -377,6 +400,8 @@ done:
     free(freei);
     free(items);
     free(pick);
+    free(outerr);
+    npuc__scratch_free(&s_deq);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_codes);
     npuc__scratch_free(&s_sc);

@@ -5,6 +5,8 @@
  * For every tensor the quantize pass may choose freely, the allocator
  * measures each candidate scheme with the production quantizer (the same
  * rounding and range search as the run that follows), keeps the tensor's
+ * relative squared output error ||(W - W')X||^2 / ||WX||^2 over its
+ * calibration data (cal, W.input or W.hessian) or, without data, its
  * relative squared weight error ||W - W'||^2 / ||W||^2 as its distortion and
  * the bytes the per-tensor line counts (codes, scales, zero points) as its
  * cost, and chooses one scheme per tensor with npuc__budget_solve
@@ -19,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "npuc/calib.h"
 #include "npuc/quant.h"
 
 typedef struct npuc__budget_req {
@@ -27,6 +30,7 @@ typedef struct npuc__budget_req {
     const char *candidates; /* "int4/g32,uint8/ch,..."; NULL: the default set */
     const char *plan_out;   /* where to write the plan JSON; NULL: nowhere */
     int overwrite;          /* plan_out may replace an existing file */
+    int calibrated;         /* a calibration file is given (for the plan's text) */
     uint64_t overhead;      /* target_size only: bytes of the output besides the
                                payloads of the quantized tensors (header, other
                                tensors), as the caller estimates them */
@@ -37,8 +41,8 @@ typedef struct npuc__budget_req {
  * pinned or planned one; out: the chosen one) and note[i] gets the reason.
  * NPUC_ERR_ARG for a bad candidate list or an infeasible budget (the message
  * names the smallest reachable size). */
-npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const int *quantize,
-                                const int *pinned, npuc_quant_params *p, char (*note)[128]);
+npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__budget_req *rq,
+                                const int *quantize, const int *pinned, npuc_quant_params *p, char (*note)[128]);
 
 /* 0 when list is a valid --candidates list; else -1 with the reason in why. */
 int npuc__budget_check_candidates(const char *list, char *why, size_t n);

@@ -306,8 +306,8 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
  * other tensors and a safetensors-style header (names, shapes, offsets and
  * the artifact description); the estimate errs on the large side, so the
  * output lands at or under the target (docs/budget.md). */
-static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
-                               npuc_tensor_record *rec) {
+static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_quantize_opts *o,
+                               qplan *plan, npuc_tensor_record *rec) {
     const size_t n = npuc_model_count(m);
     if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw choose stored schemes: "
                                                           "drop --fake-quant");
@@ -338,8 +338,8 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize
         if (!q[i]) overhead += t->nbytes;
     }
     const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
-                                 overhead};
-    npuc_status st = npuc__budget_choose(ctx, m, &rq, q, pin, p, note);
+                                 cal != NULL, overhead};
+    npuc_status st = npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
     for (size_t i = 0; st == NPUC_OK && i < n; i++) {
         if (!q[i] || pin[i]) continue;
         plan[i].p = p[i];
@@ -638,7 +638,8 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = input_layers(ctx, m, prev, layer)) != NPUC_OK) goto fail;
     if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
-    if ((o->target_size || o->target_bpw > 0) && (st = budget_plan(ctx, m, o, plan, sum->records)) != NPUC_OK)
+    if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
+    if ((o->target_size || o->target_bpw > 0) && (st = budget_plan(ctx, m, cal, o, plan, sum->records)) != NPUC_OK)
         goto fail;
     if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
@@ -650,7 +651,6 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq needs calibration data: add --calib FILE");
         goto fail;
     }
-    if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
     if (o->method == NPUC_QMETHOD_GPTQ && (st = gptq_plan(ctx, m, o, cal, plan, sum->records)) != NPUC_OK) goto fail;
     if (cal && (st = out_error_plan(ctx, m, cal, plan)) != NPUC_OK) goto fail;
     /* Never silent: per-channel and per-group scales, and N:M groups, follow

@@ -6,6 +6,8 @@
                            artifact, read from its own header: codes + scale +
                            zero point bytes over the original element counts
   schemes ART              name scheme per quantized tensor, from the header
+  calib OUT MODEL          calibration rows W.input for every weight
+  outdist MODEL DQ CALIB   sum of ||(W - W')X^T||^2 / ||W X^T||^2 over them
 safetensors files are read and written by the tests' own helpers (npuc_test.py,
 io_models.py: the format's description, not npuc's code).
 """
@@ -64,6 +66,34 @@ def dist(model, dq):
     print(f"{s:.12g}")
 
 
+def calib(out, model):
+    """W.input rows [64, K] for every weight: input columns of very different
+    scales, so output and weight errors rank schemes differently."""
+    rng = np.random.default_rng(11)
+    m, _ = read_st(model)
+    rows = []
+    for name, t in m.items():
+        if len(t[1]) == 2:
+            k = t[1][1]
+            x = rng.normal(0, 1, (64, k)) * np.exp(rng.normal(0, 1.0, k))
+            rows.append((name + ".input", x.astype(np.float32)))
+    io_models.write(out, rows)
+
+
+def outdist(model, dq, cal):
+    """sum over weights with W.input of ||(W - W') X^T||^2 / ||W X^T||^2."""
+    a, _ = read_st(model)
+    b, _ = read_st(dq)
+    c, _ = read_st(cal)
+    s = 0.0
+    for name, t in a.items():
+        if name + ".input" not in c:
+            continue
+        w, v, x = floats(t), floats(b[name]), floats(c[name + ".input"])
+        s += float((((w - v) @ x.T) ** 2).sum() / ((w @ x.T) ** 2).sum())
+    print(f"{s:.12g}")
+
+
 def quantized(art):
     t, meta = read_st(art)
     return t, [n for n in t if n + ".scale" in t]
@@ -92,4 +122,4 @@ def schemes(art):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"make": make, "dist": dist, "bpw": bpw, "schemes": schemes}[cmd](*args)
+    {"make": make, "dist": dist, "bpw": bpw, "schemes": schemes, "calib": calib, "outdist": outdist}[cmd](*args)
