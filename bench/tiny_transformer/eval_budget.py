@@ -9,8 +9,10 @@ head; embeddings, LayerNorms and biases stay float32), writes a real
 artifact (codes and f16 scales), decompresses it and measures the held-out
 loss (nats per byte) with torch:
  1. uniform schemes: int2..int8 symmetric at g32, g64, g128 and per channel;
- 2. --target-size at the file size of uniform int4 g32 (no calibration data:
-    the allocator minimises the summed relative weight error);
+ 2. --target-size at the file size of uniform int4 g32, without calibration
+    data (the allocator minimises the summed relative weight error) and with
+    it (--calib: Hessians of --calib-seqs training windows, as eval_quant.py
+    makes them; the relative output error);
  3. --target-bpw 3.5 and 3.0.
 Prints the table of (file bytes, loss increase), and for each budgeted run
 every uniform run of the same size or smaller, with whether the budget beat
@@ -29,8 +31,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from eval_quant import INCLUDE, heldout_loss  # noqa: E402
+from eval_quant import INCLUDE, heldout_loss, windows  # noqa: E402
 from model import CONFIG, load  # noqa: E402
+from dump_calib import collect, write_safetensors  # noqa: E402  (model.py put samples/calib on the path)
 
 
 def run(npuc, args, out, threads):
@@ -50,6 +53,7 @@ def main():
     ap.add_argument("npuc")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-windows", type=int, default=1024)
+    ap.add_argument("--calib-seqs", type=int, default=256)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     W = a.workdir
@@ -57,7 +61,14 @@ def main():
     val = np.fromfile(os.path.join(W, "val.bin"), np.uint8)
     n_eval = min(a.eval_windows, (len(val) - 1) // T)
     model_path = os.path.join(W, "model.safetensors")
-    base = heldout_loss(load(model_path), val, n_eval, T)
+    model = load(model_path)
+    base = heldout_loss(model, val, n_eval, T)
+    train = np.fromfile(os.path.join(W, "train.bin"), np.uint8)
+    calib = os.path.join(W, "calib_budget.safetensors")
+    rng = np.random.default_rng(1234)
+    starts = rng.integers(0, len(train) - T - 1, a.calib_seqs)
+    batches = (windows(train, starts[i:i + 32], T)[0] for i in range(0, len(starts), 32))
+    write_safetensors(calib, collect(model, batches, False))
     print("float: %.4f nats/byte, %d held-out windows of %d bytes" % (base, n_eval, T))
     res = {"float": base, "uniform": {}, "budget": {}}
     for bits in range(2, 9):
@@ -69,10 +80,13 @@ def main():
             res["uniform"][key] = {"bytes": size, "increase": loss - base, "npuc_s": round(secs, 2)}
             print("%-12s %9d B  +%.4f nats/byte  (npuc %.1f s)" % (key, size, loss - base, secs), flush=True)
     u = res["uniform"]["int4/g32"]
-    budgets = [("size=int4/g32", ["--target-size", str(u["bytes"])]), ("bpw=3.5", ["--target-bpw", "3.5"]),
-               ("bpw=3.0", ["--target-bpw", "3.0"])]
+    budgets = [("size=int4/g32", ["--target-size", str(u["bytes"])]),
+               ("size=int4/g32 calib", ["--target-size", str(u["bytes"]), "--calib", calib]),
+               ("bpw=3.5", ["--target-bpw", "3.5"]), ("bpw=3.0", ["--target-bpw", "3.0"]),
+               ("bpw=3.5 calib", ["--target-bpw", "3.5", "--calib", calib]),
+               ("bpw=3.0 calib", ["--target-bpw", "3.0", "--calib", calib])]
     for key, flags in budgets:
-        plan = os.path.join(W, "plan_%s.json" % key.replace("/", "_"))
+        plan = os.path.join(W, "plan_%s.json" % key.replace("/", "_").replace(" ", "_"))
         size, dq, secs, cmd = run(a.npuc, flags + ["--plan-out", plan, model_path], os.path.join(W, "b.safetensors"),
                                   a.threads)
         loss = heldout_loss(load(dq), val, n_eval, T)
@@ -85,11 +99,11 @@ def main():
             key, size, loss - base, secs,
             ", ".join("%s +%.4f%s" % (k, smaller[k]["increase"], "" if beaten[k] else " (NOT beaten)")
                       for k in sorted(smaller, key=lambda k: smaller[k]["increase"])[:4]) or "none"), flush=True)
-    r = res["budget"]["size=int4/g32"]["increase"] / u["increase"]
-    res["ratio_at_int4_g32_size"] = r
-    print("at the int4 g32 size: %d vs %d bytes, loss increase %.4f vs %.4f (%.2fx the uniform)" % (
-        res["budget"]["size=int4/g32"]["bytes"], u["bytes"], res["budget"]["size=int4/g32"]["increase"],
-        u["increase"], r))
+    for key in ("size=int4/g32", "size=int4/g32 calib"):
+        r = res["budget"][key]["increase"] / u["increase"]
+        res["ratio " + key] = r
+        print("%s: %d vs %d bytes, loss increase %.4f vs %.4f (%.2fx the uniform int4 g32)" % (
+            key, res["budget"][key]["bytes"], u["bytes"], res["budget"][key]["increase"], u["increase"], r))
     with open(os.path.join(W, "results_budget.json"), "w") as f:
         json.dump(res, f, indent=1)
 

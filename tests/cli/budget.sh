@@ -79,6 +79,15 @@ expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 5 --quantize-all --candidates
 "${B[@]}" schemes "$T/c.safetensors" | awk '{print $2}' | sort -u > "$T/used"
 grep -qvE '^(int8/ch|int4/g32)$' "$T/used" && fail "--candidates int8/ch,int4/g32 used $(tr '\n' ' ' < "$T/used")"
 
+# Without --quantize-all the edge layers stay pinned at 8 bits under a
+# budget, as below 8 bits (here told by storage order: a guess, refused by
+# --strict).
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 4 -o "$T/e.safetensors"
+must_match "$T/out" '^\[ *1/16\] layers\.0\.weight .* int8/ch256 .*kept at 8 bits: first weight layer'
+must_match "$T/out" '^\[15/16\] layers\.7\.weight .* int8/ch96 .*kept at 8 bits: last weight layer'
+expect_rc 2 "$NPUC_BIN" quantize --strict "$M" --target-bpw 4 -o "$T/e2.safetensors"
+must_match "$T/err" 'kept at 8 bits as an edge layer by storage order alone'
+
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 1.5 --quantize-all -o "$T/x.safetensors"
 must_match "$T/err" 'target-bpw 1.5 is not reachable .* the least is 2\.[0-9]+ bits per weight'
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 20K --quantize-all -o "$T/x.safetensors"

@@ -75,13 +75,14 @@ typedef struct edge_books {
 } edge_books;
 
 static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer, const int *explicit_bits,
-                              qplan *plan, npuc_tensor_record *rep, edge_books *b) {
+                              int budget, qplan *plan, npuc_tensor_record *rep, edge_books *b) {
     const size_t n = npuc_model_count(m);
     unsigned char *elig = calloc(n ? n : 1, 1);
     if (!elig) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         elig[i] = (unsigned char)plan[i].quantize;
-        if (plan[i].quantize && plan[i].p.bits < 8) b->below8 = 1;
+        /* A budget may take any tensor below 8 bits: the edges are pinned. */
+        if (plan[i].quantize && (plan[i].p.bits < 8 || budget)) b->below8 = 1;
     }
     npuc__edge_roles er;
     npuc_status st = npuc__edge_roles_find(ctx, m, elig, layer, &er);
@@ -91,7 +92,8 @@ static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer,
     b->alphabetical = er.alphabetical;
     b->guess = -1;
     for (size_t i = 0; i < n; i++) {
-        if (er.edge[i] == NPUC_EDGE_NONE || !plan[i].quantize || explicit_bits[i] || plan[i].p.bits >= 8) continue;
+        if (er.edge[i] == NPUC_EDGE_NONE || !plan[i].quantize || explicit_bits[i] || (plan[i].p.bits >= 8 && !budget))
+            continue;
         plan[i].p.bits = 8;
         plan[i].pinned = 1;
         b->kept++;
@@ -206,7 +208,8 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
      * input convolution, the output head: graph/graph_roles.h, from names,
      * else storage order as a guess) stay at 8 bits; a layer is a stored
      * tensor, or the factors of one lowrank entry together. */
-    if (!o->quantize_all) st = keep_edges(ctx, m, layer, explicit_bits, plan, rep, edges);
+    if (!o->quantize_all)
+        st = keep_edges(ctx, m, layer, explicit_bits, o->target_size || o->target_bpw > 0, plan, rep, edges);
     free(explicit_bits);
     if (st != NPUC_OK) goto done;
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
