@@ -162,6 +162,7 @@ typedef struct npuc_quantize_opts {
     double target_bpw;
     const char *candidates;
     const char *plan_out;
+    const char *plan; /* apply this plan_out document instead of measuring */
     /* Called after each tensor is written (from the calling thread). */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
     void *user;

@@ -66,6 +66,19 @@ assert abs(plan["predicted_distortion"] - o_b) <= 1e-6 * o_b, (plan["predicted_d
 assert o_b <= o_u and o_b <= o_w, "the calibrated choice is not the best on its own objective"
 PYEOF
 
+# --plan applies a plan without measuring: the same artifact, byte for byte.
+expect_rc 0 "$NPUC_BIN" quantize "$M" --plan "$T/plan.json" --quantize-all -o "$T/p.safetensors"
+cmp "$T/p.safetensors" "$T/b.safetensors" || fail "--plan did not give the planned artifact"
+must_match "$T/out" '\(plan: u?int[2-8]/'
+expect_rc 2 "$NPUC_BIN" quantize "$M" --plan "$T/plan.json" -o "$T/x.safetensors" # edges pinned now
+must_match "$T/err" "tensor 'layers\.0\.weight' is pinned in this run, the plan cannot choose it"
+echo '{"format": "npuc.plan/1", "tensors": [{"name": "layers.0.weight", "scheme": "int9/ch"}]}' > "$T/bad.json"
+expect_rc 2 "$NPUC_BIN" quantize "$M" --plan "$T/bad.json" --quantize-all -o "$T/x.safetensors"
+must_match "$T/err" "scheme 'int9/ch' is not one npuc writes"
+echo '{"format": "npuc.plan/1", "tensors": []}' > "$T/empty.json"
+expect_rc 2 "$NPUC_BIN" quantize "$M" --plan "$T/empty.json" --quantize-all -o "$T/x.safetensors"
+must_match "$T/err" "no scheme for tensor 'layers\.0\.weight'"
+
 bpws="3 3.5 5"
 is_quick && bpws=3.5 # the sanitizer pass: one budget is enough to look for memory errors
 for b in $bpws; do

@@ -408,3 +408,64 @@ done:
     npuc__scratch_free(&s_zp);
     return st;
 }
+
+npuc_status npuc__budget_apply_plan(npuc_ctx *ctx, npuc_model *m, const char *plan, const int *quantize,
+                                    const int *pinned, npuc_quant_params *p, char (*note)[128]) {
+    const size_t n = npuc_model_count(m);
+    npuc_quant_params base = npuc_quant_params_defaults();
+    for (size_t i = 0; i < n; i++)
+        if (quantize[i]) {
+            base = p[i];
+            break;
+        }
+    if (base.scale_dtype == NPUC_DTYPE_F32) base.scale_dtype = NPUC_DTYPE_F16;
+    json_error_t je;
+    /* A plan is small: one entry per tensor; 64 MiB is far beyond any. */
+    FILE *f = fopen(plan, "rb");
+    if (!f) return npuc_fail(ctx, NPUC_ERR_NOT_FOUND, "--plan %s: cannot open it", plan);
+    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) > (64L << 20)) {
+        fclose(f);
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: not a plan (over 64 MiB)", plan);
+    }
+    rewind(f);
+    json_t *doc = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (!doc) return npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: line %d: %s", plan, je.line, je.text);
+    npuc_status st = NPUC_OK;
+    unsigned char *seen = calloc(n ? n : 1, 1);
+    json_t *tens = json_object_get(doc, "tensors");
+    const char *fmt = json_string_value(json_object_get(doc, "format"));
+    if (!seen) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    else if (!fmt || strcmp(fmt, "npuc.plan/1") != 0 || !json_is_array(tens))
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: not an npuc.plan/1 document (quantize --plan-out writes one)",
+                       plan);
+    for (size_t k = 0; st == NPUC_OK && k < json_array_size(tens); k++) {
+        json_t *e = json_array_get(tens, k);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *scheme = json_string_value(json_object_get(e, "scheme"));
+        size_t i;
+        if (!name || !scheme) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: tensor entry %zu has no name or scheme", plan, k);
+        } else if (npuc_model_find(m, name, &i) != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--plan %s: tensor '%s' is not in %s", plan, name, npuc_model_path(m));
+        } else if (!quantize[i] || pinned[i]) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--plan %s: tensor '%s' is %s in this run, the plan cannot choose it",
+                           plan, name, quantize[i] ? "pinned" : "not quantized");
+        } else if (seen[i]) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: tensor '%s' is listed twice", plan, name);
+        } else if (parse_scheme(scheme, strlen(scheme), &base, &p[i]) != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: tensor '%s': scheme '%s' is not one npuc writes", plan,
+                           name, scheme);
+        } else {
+            seen[i] = 1;
+            snprintf(note[i], 128, "plan: %s", scheme);
+        }
+    }
+    for (size_t i = 0; st == NPUC_OK && i < n; i++)
+        if (quantize[i] && !pinned[i] && !seen[i])
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--plan %s: no scheme for tensor '%s' (a plan from another model or "
+                           "other flags?)", plan, npuc_model_tensor(m, i)->name);
+    free(seen);
+    json_decref(doc);
+    return st;
+}

@@ -44,6 +44,13 @@ typedef struct npuc__budget_req {
 npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__budget_req *rq,
                                 const int *quantize, const int *pinned, npuc_quant_params *p, char (*note)[128]);
 
+/* --plan FILE: the schemes of an npuc.plan/1 document (--plan-out) for
+ * exactly the free tensors (quantize[i] and not pinned[i]) of this run;
+ * NPUC_ERR_FORMAT for a malformed plan, NPUC_ERR_ARG for one that does not
+ * fit this model and these flags. */
+npuc_status npuc__budget_apply_plan(npuc_ctx *ctx, npuc_model *m, const char *plan, const int *quantize,
+                                    const int *pinned, npuc_quant_params *p, char (*note)[128]);
+
 /* 0 when list is a valid --candidates list; else -1 with the reason in why. */
 int npuc__budget_check_candidates(const char *list, char *why, size_t n);
 

@@ -121,6 +121,10 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "plan_out", .flag = "plan-out", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
      .section = "Budget",
      .help = "write the chosen scheme per tensor and the size/error curve as JSON"},
+    {.name = "plan", .flag = "plan", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
+     .section = "Budget",
+     .help = "apply the schemes of a --plan-out file without measuring (same model\n"
+             "and selection flags)"},
     {.name = "quantize_all", .flag = "quantize-all", .type = NPUC_OPT_BOOL, .section = "Selection",
      .help = "below 8 bits, also take the first and last weight layers to\n"
              "the low width (default: they stay at 8 bits)"},
@@ -284,8 +288,18 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     char *plan_out = NULL;
     if (npuc__pass_path(s, "plan_out", &plan_out) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     o.plan_out = plan_out;
+    char *plan_in = NULL;
+    if (npuc__pass_path(s, "plan", &plan_in) != 0) {
+        free(plan_out);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    o.plan = plan_in;
     char *calib = NULL; /* relative to the recipe's folder in a recipe */
-    if (npuc__pass_path(s, "calib", &calib) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (npuc__pass_path(s, "calib", &calib) != 0) {
+        free(plan_out);
+        free(plan_in);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
     o.calib = calib;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
     /* AIMET encodings (src/export/aimet_hook.c): checked first, written from the published artifact. */
@@ -299,6 +313,7 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
                                     o.write.overwrite, sum);
     free(calib);
     free(plan_out);
+    free(plan_in);
     free(enc);
     free(act);
     return st;

@@ -209,7 +209,8 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
      * else storage order as a guess) stay at 8 bits; a layer is a stored
      * tensor, or the factors of one lowrank entry together. */
     if (!o->quantize_all)
-        st = keep_edges(ctx, m, layer, explicit_bits, o->target_size || o->target_bpw > 0, plan, rep, edges);
+        st = keep_edges(ctx, m, layer, explicit_bits, o->target_size || o->target_bpw > 0 || o->plan, plan, rep,
+                        edges);
     free(explicit_bits);
     if (st != NPUC_OK) goto done;
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
@@ -312,8 +313,10 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
 static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_quantize_opts *o,
                                qplan *plan, npuc_tensor_record *rec) {
     const size_t n = npuc_model_count(m);
-    if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw choose stored schemes: "
+    if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw/--plan choose stored schemes: "
                                                           "drop --fake-quant");
+    if (o->plan && (o->target_size || o->target_bpw > 0 || o->plan_out))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--plan applies a plan: without --target-size, --target-bpw or --plan-out");
     if (o->pattern_m || o->method == NPUC_QMETHOD_GPTQ)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw work with round-to-nearest dense schemes: "
                                             "drop --pattern and --method gptq");
@@ -342,7 +345,8 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
     }
     const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
                                  cal != NULL, overhead};
-    npuc_status st = npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
+    npuc_status st = o->plan ? npuc__budget_apply_plan(ctx, m, o->plan, q, pin, p, note)
+                             : npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
     for (size_t i = 0; st == NPUC_OK && i < n; i++) {
         if (!q[i] || pin[i]) continue;
         plan[i].p = p[i];
@@ -642,7 +646,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
     if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
-    if ((o->target_size || o->target_bpw > 0) && (st = budget_plan(ctx, m, cal, o, plan, sum->records)) != NPUC_OK)
+    if ((o->target_size || o->target_bpw > 0 || o->plan) && (st = budget_plan(ctx, m, cal, o, plan, sum->records)) != NPUC_OK)
         goto fail;
     if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
