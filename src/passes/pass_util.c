@@ -117,8 +117,7 @@ const char *npuc__kept_role(const npuc_tensor_info *t, char *note, size_t n) {
     case NPUC_ROLE_BN_COUNT: what = "BatchNorm"; break;
     default: return NULL;
     }
-    snprintf(note, n, "role %s: a %s tensor, left as is (--include '^NAME$' naming it asks)", npuc_role_name(t->role),
-             what);
+    snprintf(note, n, "role %s: a %s tensor, left as is; only --include '^NAME$' asks", npuc_role_name(t->role), what);
     return note;
 }
 
