@@ -10,7 +10,9 @@
  *      Keras 3 layer paths (layers/<name>/vars/N);
  *   3. the naming conventions of each exporter family: PyTorch and Hugging
  *      Face transformers, Keras 2/3 and TF/tfjs, ONNX and Paddle;
- *   4. shape plausibility.
+ *   4. the shapes of the whole model, for the tensors no name settled
+ *      (layout_shapes.c: npuc__layout_refine);
+ *   5. shape plausibility.
  *
  * A decision carries a confidence (CERTAIN, CONVENTION, GUESS: tensor.h) and
  * a short evidence phrase.  The same inputs always give the same decision,
