@@ -48,21 +48,7 @@ assert all(by[n]["layout"] == "oi" and by[n]["confidence"] == "certain" for n in
 expect_rc 0 "$NPUC_BIN" quantize "$T/mlp.safetensors" -o "$T/fq.safetensors" --fake-quant --strict
 must_match "$T/out" "contact/hidden/weight .*int8/ch128"
 must_match "$T/out" "contact/output/weight .*int8/ch5 "
-"$PY" - "$T/mlp.safetensors" "$T/fq.safetensors" "$TESTLIB" <<'EOF_PY'
-import sys
-sys.path.insert(0, sys.argv[3])
-import numpy as np
-from npuc_test import read_st
-rd = lambda p: {n: np.frombuffer(b, "<f4").reshape(s) for n, d, s, b in read_st(p)[1]}
-a, b = rd(sys.argv[1]), rd(sys.argv[2])
-for n in ("contact/hidden/weight", "contact/output/weight"):
-    w = a[n]
-    s = (np.abs(w).max(axis=0, keepdims=True) / np.float32(127)).astype(np.float32)
-    y = (np.clip(np.round(w / s), -127, 127) * s).astype(np.float32)
-    err = np.abs(y - b[n]).max() / np.abs(w).max()
-    assert err < 1e-6, (n, err)
-print("per channel along axis 1: equal to NumPy")
-EOF_PY
+"$PY" "$TESTLIB/int8_channel_check.py" "$T/mlp.safetensors" "$T/fq.safetensors" 1 contact/hidden/weight contact/output/weight
 
 # Square weights: a guess, said, and refused by --strict.
 expect_rc 0 "$NPUC_BIN" info --json "$T/sq.safetensors"

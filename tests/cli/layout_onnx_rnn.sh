@@ -36,20 +36,10 @@ EOF_PY
     expect_rc 0 "$NPUC_BIN" quantize "$T/$f.safetensors" -o "$T/$f.fq.safetensors" --fake-quant --strict
     must_match "$T/out" "^\\[1/3\\] 0 .*int8/ch256"
     must_match "$T/out" "^\\[3/3\\] 2 .*role bias: .*left as is"
-    "$PY" - "$T/$f.safetensors" "$T/$f.fq.safetensors" "$TESTLIB" <<'EOF_PY'
-import sys
-sys.path.insert(0, sys.argv[3])
-import numpy as np
-from npuc_test import read_st
-rd = lambda p: {n: np.frombuffer(b, "<f4").reshape(s) for n, d, s, b in read_st(p)[1]}
-a, b = rd(sys.argv[1]), rd(sys.argv[2])
-for n in ("0", "1"):
-    w = a[n]
-    s = (np.abs(w).max(axis=(0, 2), keepdims=True) / np.float32(127)).astype(np.float32)
-    y = (np.clip(np.round(w / s), -127, 127) * s).astype(np.float32)
-    assert np.abs(y - b[n]).max() / np.abs(w).max() < 1e-6, n
-assert np.array_equal(a["2"], b["2"]), "B changed"
-EOF_PY
+    "$PY" "$TESTLIB/int8_channel_check.py" "$T/$f.safetensors" "$T/$f.fq.safetensors" 1 0 1
+    "$PY" -c 'import sys; sys.path.insert(0, sys.argv[3]); from npuc_test import read_st
+a, b = ({n: x for n, d, s, x in read_st(p)[1]} for p in sys.argv[1:3]); assert a["2"] == b["2"], "B changed"' \
+        "$T/$f.safetensors" "$T/$f.fq.safetensors" "$TESTLIB"
 done
 
 # W and B without an R: the same reading, but a guess.
