@@ -13,6 +13,9 @@ static const char *const CK_EXT[] = {NULL};
 
 static const char *const CK_FORMATS[] = {"npuc", "compressed-tensors", NULL};
 
+/* compressed-tensors is a checkpoint: a .safetensors output refuses it. */
+static const char *const CK_OUTPUT_OPTS[] = {"checkpoint-format", NULL};
+
 static const npuc__opt_decl CK_OPTS[] = {
     {"checkpoint-format", NPUC__OPT_CHOICE, "checkpoint format", 0, 0, CK_FORMATS, "npuc",
      "npuc (npuc's artifact in each shard) or compressed-tensors (docs/compressed-tensors.md)"},
@@ -29,6 +32,7 @@ const npuc__format_row npuc__ck_format = {
     .writer = &npuc__ck_writer_backend,
     .opts = CK_OPTS,
     .nopts = sizeof CK_OPTS / sizeof CK_OPTS[0],
+    .output_opts = CK_OUTPUT_OPTS,
     .writes_dir = 1,
     .move_dir = npuc__ck_dir_move,
     .decodes_on_load = 1, /* a compressed-tensors checkpoint: decompress writes its decoded weights */

@@ -801,6 +801,11 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
     } else if (cli_check_output_name(a->cmd, *out) != CLI_EXIT_OK) {
         return CLI_EXIT_USAGE; /* "-o x.gguf": no format claims it */
     }
-    if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) w->format = npuc_model_format(m);
+    if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) {
+        /* --format compressed-tensors asks for a checkpoint directory: an
+         * output without an extension is one, whatever the input's format. */
+        int ct = a->ckpt_format && strcmp(a->ckpt_format, "npuc") != 0;
+        w->format = ct ? npuc_format_find("checkpoint") : npuc_model_format(m);
+    }
     return CLI_EXIT_OK;
 }

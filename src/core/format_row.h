@@ -73,6 +73,11 @@ typedef struct npuc__format_row {
     const npuc_writer_backend *writer; /* NULL: the format is read-only */
     const npuc__opt_decl *opts;        /* the write options it accepts */
     size_t nopts;
+    /* Optional, NULL-terminated: keys of opts whose value other than the
+     * default asks for an output only this format writes (checkpoint-format
+     * compressed-tensors): an output of another format refuses it
+     * (npuc__write_opts_check_output) instead of ignoring it. */
+    const char *const *output_opts;
     /* Optional: the default of a declared option whose dflt is NULL,
      * computed from w's declared tensors and metadata (HDF5 "structure":
      * keras2 when any tensor has a layer group, else plain).  Called only
@@ -139,6 +144,12 @@ npuc_status npuc__write_opts_put(npuc_ctx *ctx, npuc_write_opts *o, const char *
 /* Checks every option in o: a key no format declares is NPUC_ERR_ARG; a
  * key row declares must hold a valid value; other keys are ignored. */
 npuc_status npuc__write_opts_check(npuc_ctx *ctx, const npuc__format_row *row, const npuc_write_opts *o);
+/* NPUC_ERR_ARG naming path when o sets, to a value other than its default,
+ * an option another format lists in output_opts (checkpoint-format
+ * compressed-tensors for a .safetensors output): what was asked cannot be
+ * written there, and ignoring it would write something else. */
+npuc_status npuc__write_opts_check_output(npuc_ctx *ctx, const npuc__format_row *row, const npuc_write_opts *o,
+                                          const char *path);
 /* Copies into w's options what row->describe says about m for every key
  * the caller left unset (npuc_model_convert to the input's own format). */
 npuc_status npuc__writer_inherit(npuc_writer *w, const npuc_model *m);

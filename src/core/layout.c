@@ -5,6 +5,7 @@
  * evidence in layout_rules.c (layout_rules.h).
  */
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -111,16 +112,18 @@ npuc_status npuc_layout_view(const npuc_tensor_info *t, uint64_t *outer, uint64_
 
 char *npuc__layout_meta_json(const npuc_tensor_info *t, size_t n, const npuc__layout_src *src, int *err) {
     *err = 0;
-    json_t *o = json_object();
-    if (!o) { *err = 1; return NULL; }
+    npuc__layout_decision *d = calloc(n ? n : 1, sizeof *d);
+    json_t *o = d ? json_object() : NULL;
+    if (!o) { free(d); *err = 1; return NULL; }
+    for (size_t i = 0; i < n; i++) npuc__layout_decide(src, &t[i], &d[i]);
+    npuc__layout_refine(src, t, n, d); /* as a reader of the file will */
     size_t count = 0;
     for (size_t i = 0; i < n; i++) {
-        npuc__layout_decision d;
-        npuc__layout_decide(src, &t[i], &d);
         /* NONE is what a zero-initialised info says: "no opinion", not an override. */
-        if (d.layout == t[i].layout || t[i].layout == NPUC_LAYOUT_NONE) continue;
+        if (d[i].layout == t[i].layout || t[i].layout == NPUC_LAYOUT_NONE) continue;
         if (json_object_set_new(o, t[i].name, json_string(npuc_layout_name(t[i].layout)))) {
             json_decref(o);
+            free(d);
             *err = 1;
             return NULL;
         }
@@ -132,5 +135,6 @@ char *npuc__layout_meta_json(const npuc_tensor_info *t, size_t n, const npuc__la
         if (!s) *err = 1;
     }
     json_decref(o);
+    free(d);
     return s;
 }

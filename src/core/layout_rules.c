@@ -84,6 +84,8 @@ int npuc__layout_src_init(npuc__layout_src *s, int keras, const char *format, co
     memset(s, 0, sizeof *s);
     s->keras = keras;
     s->fam = family_of(keras, format, &s->fam_why);
+    if (format && *format && s->fam == NPUC__FAM_UNKNOWN && !keras)
+        snprintf(s->stated, sizeof s->stated, "%.20s", format);
     if (!model_config) return 0;
     json_t *o = json_loads(model_config, 0, NULL);
     size_t cap = 0;
@@ -493,6 +495,16 @@ void npuc__layout_decide(const npuc__layout_src *s, const npuc_tensor_info *t, n
         return;
     }
     if (named && s->fam == NPUC__FAM_MLX && t->rank >= 3) named = 0; /* MLX conv: see family_default */
+    if (named && fam_nf == NF_NONE && s->stated[0] && t->rank >= 2) {
+        /* The file states a format that names no family ("np"): a family's
+         * naming convention does not outrank it; the shapes may decide
+         * (npuc__layout_refine), else it stays a guess. */
+        decided(d, &nr, NPUC_CONF_GUESS, "", "", "");
+        d->kind = NPUC__DEC_DEMOTED;
+        snprintf(d->ev, sizeof d->ev, "format=%s names no family, so the %s %s does not decide: %s, a guess",
+                 s->stated, nr.label, tok, nr.what);
+        return;
+    }
     if (named && (nr.fam == fam_nf || fam_nf == NF_NONE)) {
         npuc_confidence c = nr.fam == fam_nf && nr.unambiguous ? NPUC_CONF_CERTAIN : NPUC_CONF_CONVENTION;
         char pre[64];
@@ -508,6 +520,7 @@ void npuc__layout_decide(const npuc__layout_src *s, const npuc_tensor_info *t, n
     }
     if (fam_nf == NF_NONE) {
         by_shape(t, d);
+        d->kind = NPUC__DEC_UNNAMED;
         return;
     }
     /* The file names its family: its convention decides.  A name of the other
@@ -521,9 +534,14 @@ void npuc__layout_decide(const npuc__layout_src *s, const npuc_tensor_info *t, n
                  npuc_layout_name(nr.layout), cr.what);
         return;
     }
-    /* A Keras weight that may be depthwise ([kh,kw,C,1]) is not settled by rank. */
+    /* A Keras weight that may be depthwise ([kh,kw,C,1]) is not settled by
+     * rank, nor is a weight the family's layout gives one output channel
+     * (an ONNX RNN W [1,gates*hidden,in] read as OIHW). */
     const int maybe_dw = fam_nf == NF_TF && t->rank >= 3 && t->shape[t->rank - 1] == 1;
-    decided(d, &cr, maybe_dw ? NPUC_CONF_GUESS : NPUC_CONF_CONVENTION, s->fam_why, ", unnamed weight ", tok);
+    const int ax = npuc_layout_out_axis(cr.layout, t->rank);
+    const int one_ch = ax >= 0 && t->shape[ax] == 1 && t->numel > 1;
+    decided(d, &cr, maybe_dw || one_ch ? NPUC_CONF_GUESS : NPUC_CONF_CONVENTION, s->fam_why, ", unnamed weight ", tok);
+    d->kind = NPUC__DEC_UNNAMED;
 }
 
 void npuc_guess_role_layout(const char *name, int rank, const int64_t *shape, int keras, npuc_role *role,

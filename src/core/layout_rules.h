@@ -10,7 +10,9 @@
  *      Keras 3 layer paths (layers/<name>/vars/N);
  *   3. the naming conventions of each exporter family: PyTorch and Hugging
  *      Face transformers, Keras 2/3 and TF/tfjs, ONNX and Paddle;
- *   4. shape plausibility.
+ *   4. the shapes of the whole model, for the tensors no name settled
+ *      (layout_shapes.c: npuc__layout_refine);
+ *   5. shape plausibility.
  *
  * A decision carries a confidence (CERTAIN, CONVENTION, GUESS: tensor.h) and
  * a short evidence phrase.  The same inputs always give the same decision,
@@ -36,16 +38,28 @@ typedef struct npuc__layout_src {
     npuc__family fam;
     const char *fam_why;  /* "format=tf", "Keras file"...: static */
     int keras;            /* a Keras tree read with Keras rules */
+    /* The "format" value when the file states one that names no family
+     * ("np", anything unknown): names of a family then do not decide. */
+    char stated[24];
     /* Keras model_config: layer name -> class_name (malloc'd strings). */
     char **layer, **cls;
     size_t nlayers;
 } npuc__layout_src;
+
+/* What a decision rests on, for the model-wide rules (layout_shapes.c):
+ * only decisions no name settled are open to the shapes of the others. */
+enum {
+    NPUC__DEC_NAMED = 0, /* a naming rule, the file's structure, or no weight at all */
+    NPUC__DEC_UNNAMED,   /* no telling name: the family's default or the rank */
+    NPUC__DEC_DEMOTED    /* a family's name in a file whose stated format names no family */
+};
 
 /* One decision; evidence is written into ev (NUL-terminated). */
 typedef struct npuc__layout_decision {
     npuc_role role;
     npuc_layout layout;
     npuc_confidence conf;
+    int kind; /* NPUC__DEC_* */
     char ev[160];
 } npuc__layout_decision;
 
@@ -69,8 +83,16 @@ size_t npuc__keras3_var(const char *name, size_t n);
  * group: the Keras layer of the tensor, or NULL. */
 void npuc__layout_decide(const npuc__layout_src *s, const npuc_tensor_info *t, npuc__layout_decision *d);
 
+/* Model-wide shape evidence over the decisions d[0..n) of t[0..n) (each
+ * from npuc__layout_decide), applied to the open ones (kind UNNAMED or
+ * DEMOTED) only: the ONNX LSTM/GRU pattern (W/R [dirs,gates*hidden,in]
+ * beside B [dirs,2*gates*hidden]) and, in a file that names no family, the
+ * chain of 2-D weights whose dimensions connect only one way (and their
+ * biases' lengths).  docs/formats.md#layouts lists the rules. */
+void npuc__layout_refine(const npuc__layout_src *s, const npuc_tensor_info *t, size_t n, npuc__layout_decision *d);
+
 /* Serialises the layouts of t[0..n) that differ from what npuc__layout_decide
- * gives under s (NONE counts as unset) as the "npuc.layout" JSON object
+ * and npuc__layout_refine give under s (NONE counts as unset) as the "npuc.layout" JSON object
  * {"name": "io", ...}; returns a malloc'd string, or NULL when every layout
  * equals its decision (*err set on allocation failure). */
 char *npuc__layout_meta_json(const npuc_tensor_info *t, size_t n, const npuc__layout_src *s, int *err);

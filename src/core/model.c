@@ -226,15 +226,21 @@ npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras) {
                               npuc_model_meta_get(m, "model_config")) != 0)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
     int oom = 0;
+    npuc__layout_decision *d = calloc(m->n ? m->n : 1, sizeof *d);
+    if (!d) {
+        npuc__layout_src_free(&src);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    for (size_t i = 0; i < m->n; i++) npuc__layout_decide(&src, &m->t[i], &d[i]);
+    npuc__layout_refine(&src, m->t, m->n, d);
     for (size_t i = 0; i < m->n; i++) {
         npuc_tensor_info *t = &m->t[i];
-        npuc__layout_decision d;
-        npuc__layout_decide(&src, t, &d);
-        t->role = d.role;
-        t->layout = d.layout;
-        t->confidence = d.conf;
-        t->evidence = intern(m, d.ev, &oom);
+        t->role = d[i].role;
+        t->layout = d[i].layout;
+        t->confidence = d[i].conf;
+        t->evidence = intern(m, d[i].ev, &oom);
     }
+    free(d);
     npuc__layout_src_free(&src);
     /* PyTorch BatchNorm: X.weight / X.bias beside X.running_mean are gamma/beta. */
     for (size_t i = 0; i < m->n; i++) {

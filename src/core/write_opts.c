@@ -146,6 +146,27 @@ npuc_status npuc__write_opts_check(npuc_ctx *ctx, const npuc__format_row *row, c
     return NPUC_OK;
 }
 
+npuc_status npuc__write_opts_check_output(npuc_ctx *ctx, const npuc__format_row *row, const npuc_write_opts *o,
+                                          const char *path) {
+    size_t n;
+    const npuc__format_row *const *t = npuc__format_table(&n);
+    for (unsigned i = 0; i < o->nopt && i < NPUC_WRITE_OPTS_MAX; i++) {
+        const npuc_write_opt *p = &o->opt[i];
+        if (npuc__format_opt_decl(row, p->key)) continue;
+        for (size_t j = 0; j < n; j++) {
+            const npuc__opt_decl *d = npuc__format_opt_decl(t[j], p->key);
+            int picks = 0;
+            for (const char *const *k = t[j]->output_opts; k && *k && !picks; k++) picks = strcmp(*k, p->key) == 0;
+            if (d && picks && d->dflt && strcmp(p->value, d->dflt) != 0)
+                return npuc_fail(ctx, NPUC_ERR_ARG, "%s: %s '%s' is written only as a %s%s, and this output is "
+                                 "%s: name such an output, or leave the option out", path, d->label, p->value,
+                                 t[j]->name, t[j]->writes_dir ? " directory (an output name without an extension)"
+                                                              : " output", row->name);
+        }
+    }
+    return NPUC_OK;
+}
+
 npuc_status npuc__writer_inherit(npuc_writer *w, const npuc_model *m) {
     const npuc__format_row *r = w->row;
     if (!r->describe) return NPUC_OK;

@@ -57,6 +57,7 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     if (!row) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: unknown format id %d", path, (int)f);
     if (!row->writer) return npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: npuc cannot write %s files", path, row->name);
     npuc_status st = npuc__write_opts_check(ctx, row, &o);
+    if (st == NPUC_OK) st = npuc__write_opts_check_output(ctx, row, &o, path);
     if (st != NPUC_OK) return st;
     if (exists && !o.overwrite)
         return npuc_fail(ctx, NPUC_ERR_EXISTS, "%s: output exists (use -f to overwrite)", path);

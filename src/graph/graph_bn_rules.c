@@ -116,8 +116,9 @@ npuc_status npuc__attach_rule_names(npuc__attach *a, size_t b) {
     npuc_status st = NPUC_OK;
     char *cand = NULL, *word = NULL;
     if (!parent) return npuc__attach_nomem(a);
-    /* nn.Sequential: features.1 follows features.0, downsample.1 follows downsample.0. */
-    if (npuc__graph_all_digits(leaf) && strlen(leaf) < 18 && s >= 0) {
+    /* nn.Sequential: features.1 follows features.0, downsample.1 follows
+     * downsample.0, and a top-level torch.save(nn.Sequential(...)): 1 follows 0. */
+    if (npuc__graph_all_digits(leaf) && strlen(leaf) < 18) {
         long long k = strtoll(leaf, NULL, 10);
         if (k > 0) {
             snprintf(num, sizeof num, "%lld", k - 1);

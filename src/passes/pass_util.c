@@ -78,6 +78,49 @@ int npuc__rules_match(npuc_rules *r, const char *name) {
     return first;
 }
 
+int npuc__rules_names(const npuc_rules *r, const char *name) {
+    for (size_t k = 0; k < r->n; k++) {
+        const char *p = r->src[k];
+        size_t e = strlen(p);
+        if (r->value) {
+            const char *eq = strrchr(p, '=');
+            if (eq) e = (size_t)(eq - p);
+        }
+        if (e < 2 || p[0] != '^' || p[e - 1] != '$') continue;
+        const char *nm = name;
+        size_t i = 1;
+        int ok = 1;
+        e--; /* the closing '$' */
+        while (ok && i < e) {
+            char c = p[i];
+            if (c == '\\') {
+                if (i + 1 >= e) ok = 0; /* "\$": the '$' is escaped, nothing anchors the end */
+                c = p[i + 1];
+                i += 2;
+            } else {
+                if (strchr("[]()*+?{}|^$", c)) ok = 0;
+                i++;
+            }
+            if (ok && *nm++ != c) ok = 0;
+        }
+        if (ok && !*nm) return 1;
+    }
+    return 0;
+}
+
+const char *npuc__kept_role(const npuc_tensor_info *t, char *note, size_t n) {
+    const char *what;
+    switch (t->role) {
+    case NPUC_ROLE_BIAS: what = "bias"; break;
+    case NPUC_ROLE_NORM: what = "norm"; break;
+    case NPUC_ROLE_BN_GAMMA: case NPUC_ROLE_BN_BETA: case NPUC_ROLE_BN_MEAN: case NPUC_ROLE_BN_VAR:
+    case NPUC_ROLE_BN_COUNT: what = "BatchNorm"; break;
+    default: return NULL;
+    }
+    snprintf(note, n, "role %s: a %s tensor, left as is; only --include '^NAME$' asks", npuc_role_name(t->role), what);
+    return note;
+}
+
 npuc_status npuc__rules_check_hits(npuc_ctx *ctx, const npuc_rules *r, const char *flag,
                                    const char *path) {
     for (size_t i = 0; i < r->n; i++)

@@ -30,6 +30,17 @@ npuc_status npuc__rules_compile(npuc_ctx *ctx, npuc_rules *r, const char *const 
                                 int with_value, const char *flag);
 /* Index of the first rule matching name, or -1; every matching rule counts a hit. */
 int npuc__rules_match(npuc_rules *r, const char *name);
+/* 1 when a rule of r names exactly `name`, as "^NAME$" with every
+ * metacharacter but '.' escaped ('.' may stand for itself unescaped): an
+ * explicit per-tensor request, the only one that takes a bias, norm or
+ * BatchNorm tensor into a quantize or prune pass (npuc__kept_role). */
+int npuc__rules_names(const npuc_rules *r, const char *name);
+/* Tensors whose role says their values must stay as they are: a bias, a
+ * norm scale or a BatchNorm statistic are never quantized or pruned because
+ * a pattern (or the rank >= 2 default) happens to match them.  Returns the
+ * note for the per-tensor line ("role bias: left as is ..."), or NULL when
+ * the role allows it (note untouched). */
+const char *npuc__kept_role(const npuc_tensor_info *t, char *note, size_t n);
 /* NPUC_ERR_ARG naming the first rule that matched nothing, else NPUC_OK. */
 npuc_status npuc__rules_check_hits(npuc_ctx *ctx, const npuc_rules *r, const char *flag,
                                    const char *path);

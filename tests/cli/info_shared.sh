@@ -94,4 +94,33 @@ EOF
     must_match "$T/err" "^npuc: error: .*unknown layout 'sideways'"
 done
 
+# Issue 31: no layout is stated as "convention" unless a rule listed in
+# docs/formats.md ("Rules behind a convention") backs it.  Every model under
+# the shared folder, both formats; the evidence, with the file's family and
+# the name's token taken out, must start with one of the listed rules.
+conv_checked=0
+for f in "$SHARED"/*.safetensors "$SHARED"/*.h5; do
+    [ -f "$f" ] || continue
+    expect_rc 0 "$NPUC_BIN" info --json "$f"
+    "$PY" - "$NPUC_SRC/docs/formats.md" "$T/out" "$(basename "$f")" <<'EOF'
+import json, re, sys
+doc = open(sys.argv[1]).read()
+sec = doc.split("#### Rules behind a `convention`", 1)[1].split("\n#### ", 1)[0]
+rules = [span for line in sec.splitlines() if line.startswith("| `")
+         for span in re.findall(r"`([^`]+)`", line.split("|")[1])]
+assert len(rules) > 20, rules
+n = 0
+for t in json.load(open(sys.argv[2]))["tensors"]:
+    if t["confidence"] != "convention":
+        continue
+    ev = re.sub(r"^(format=\w+|Keras file), ", "", t["evidence"] or "")
+    ev = re.sub(r"^([^':]+?) '[^']*'(: )", r"\1\2", ev)
+    assert any(ev.startswith(r) for r in rules), (sys.argv[3], t["name"], t["evidence"])
+    n += 1
+print(f"{sys.argv[3]}: {n} convention layouts, each backed by a listed rule")
+EOF
+    conv_checked=$((conv_checked + 1))
+done
+[ "$conv_checked" -gt 0 ] || fail "no model checked for convention rules"
+
 echo "info_shared: $checked files ok"

@@ -82,7 +82,9 @@ static const npuc_pass_option OPTIONS[] = {
 
 static const npuc_pass_section SECTIONS[] = {
     {"", NULL, 0},
-    {"Selection", "A pattern that matches no tensor is an error.", 1},
+    {"Selection", "A pattern that matches no tensor is an error.  A bias, norm or BatchNorm tensor\n"
+                  "is never pruned because a pattern matches it (its line says so): only an\n"
+                  "--include '^NAME$' naming it exactly asks.", 1},
     {"Output", NULL, 0},
     {NULL, NULL, 0},
 };

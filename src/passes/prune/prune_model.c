@@ -83,7 +83,9 @@ done:
 }
 
 /* Marks the tensors to prune: --include (default rank >= 2), minus
- * --exclude, float and non-empty only.  Rules must each match something. */
+ * --exclude, float and non-empty only, never a bias, norm or BatchNorm
+ * tensor that no --include rule names exactly (npuc__kept_role).  Rules must
+ * each match something. */
 static npuc_status select_tensors(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opts *o, unsigned char *sel,
                                   npuc_tensor_record *rec) {
     npuc_rules inc, exc;
@@ -99,6 +101,7 @@ static npuc_status select_tensors(npuc_ctx *ctx, npuc_model *m, const npuc_prune
         int ex = npuc__rules_match(&exc, t->name) >= 0;
         sel[i] = 0;
         if (!in || ex) continue;
+        if (!npuc__rules_names(&inc, t->name) && npuc__kept_role(t, rec[i].note, sizeof rec[i].note)) continue;
         if (!npuc_dtype_is_float(t->dtype)) {
             npuc__fmt(rec[i].note, sizeof rec[i].note, "not a float tensor");
             continue;

@@ -152,7 +152,9 @@ static const npuc_pass_section SECTIONS[] = {
     {"Scheme", NULL, 0},
     {"Calibration", "Tensors without calibration data are rounded to nearest, with a note\n"
                     "(an error under --strict).", 0},
-    {"Selection", "A pattern that matches no tensor is an error.", 1},
+    {"Selection", "A pattern that matches no tensor is an error.  A bias, norm or BatchNorm tensor\n"
+                  "is never quantized because a pattern matches it (its line says so): only an\n"
+                  "--include '^NAME$' naming it exactly asks.", 1},
     {"Budget", "Tensors pinned by --layer-bits, --layer-group-size or the 8-bit edge rule\n"
                "keep their scheme; an unreachable budget exits 2 naming the least size.", 0},
     {"Output", NULL, 0},

@@ -173,9 +173,10 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         qplan *q = &plan[i];
         q->p = o->params;
-        /* By default every weight of rank >= 2, but not a bias whatever its
-         * shape (Paddle stores conv biases as [1,C,1,1]). */
-        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2 && t->role != NPUC_ROLE_BIAS;
+        /* By default every weight of rank >= 2; never a bias (Paddle stores
+         * conv biases as [1,C,1,1]), norm or BatchNorm tensor, even when a
+         * pattern matches it, unless an --include rule names it exactly. */
+        int in = inc.n ? npuc__rules_match(&inc, t->name) >= 0 : t->rank >= 2;
         int ex = npuc__rules_match(&exc, t->name) >= 0;
         int r = npuc__rules_match(&lb, t->name);
         if (r >= 0) {
@@ -190,6 +191,7 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
             q->pinned = 1;
         }
         if (!in || ex) continue;
+        if (!npuc__rules_names(&inc, t->name) && npuc__kept_role(t, rep[i].note, sizeof rep[i].note)) continue;
         if (!npuc_dtype_is_float(t->dtype)) {
             snprintf(rep[i].note, sizeof rep[i].note, "not a float tensor");
             continue;

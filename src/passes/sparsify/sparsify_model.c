@@ -124,6 +124,7 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         if (weight && rc == 0) ncand++;
         const int want = inc.n ? named : weight;
         if (!want || excluded) continue;
+        if (!npuc__rules_names(&inc, t->name) && npuc__kept_role(t, r->note, sizeof r->note)) continue;
         if (!npuc_dtype_is_float(t->dtype) || t->numel == 0) {
             npuc__fmt(r->note, sizeof r->note, "%s", t->numel == 0 ? "empty" : "not a float tensor");
             continue;
