@@ -133,8 +133,8 @@ for f in "$T"/bad/*.gguf; do
 done
 expect_rc 2 "$NPUC_BIN" info "$T/bad/ntensors.gguf"
 must_match "$T/err" "n_tensors 1152921504606846976 cannot fit"
-expect_rc 2 "$NPUC_BIN" info "$T/bad/kquant.gguf"
-must_match "$T/err" "tensor 'w': ggml type Q4_K is not supported"
+expect_rc 2 "$NPUC_BIN" info "$T/bad/iquant.gguf"
+must_match "$T/err" "tensor 'w': ggml type IQ2_XXS is not supported"
 expect_rc 2 "$NPUC_BIN" info "$T/bad/overlap.gguf"
 must_match "$T/err" "tensor 'b': data overlaps tensor 'a'"
 
