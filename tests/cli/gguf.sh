@@ -63,7 +63,7 @@ assert not any(k.startswith("npuc.gguf.general") for k in r["kv"]), sorted(r["kv
 EOF
 expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-arch "no spaces"
 must_match "$T/err" "gguf-arch"
-expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-type q3_k
+expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-type iq2_xxs
 must_match "$T/err" "q8_0"
 [ ! -e "$T/bad.gguf" ] || fail "bad.gguf written"
 
