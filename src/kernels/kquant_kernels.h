@@ -43,9 +43,50 @@
 #define NPUC_KQUANT_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #define NPUC_KQ_QK 256 /* elements per super-block (ggml's QK_K) */
 
+/* ggml's nearest_int: round half to even through the float adder (exact
+ * for |f| < 2^22; beyond, the same bits as ggml's). */
+static inline int npuc_kq_nearest(float f) {
+    const float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* The two searches that cost most, in versions with identical results:
+ * qkx is ggml's make_qkx2/3_quants (asymmetric, weights w, candidate
+ * scales rmin + rdelta*is, is = 0..nstep), qx its make_qx_quants with
+ * rmse_type 1 (symmetric, weights qw or x^2 when qw is NULL, 18
+ * candidates).  The AVX2 versions (x86/kquant_avx2.c) evaluate eight
+ * candidates at once, one per lane, each lane summing over the values in
+ * the reference's order, and pick the winner in the reference's order, so
+ * every result is bit-identical. */
+typedef float (*npuc_kq_qkx_fn)(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                                float rmin, float rdelta, int nstep, int use_mad);
+typedef float (*npuc_kq_qx_fn)(int n, int nmax, const float *x, int8_t *L, const float *qw);
+typedef struct npuc_kq_ops {
+    const char *name; /* "ref", "avx2" */
+    npuc_kq_qkx_fn qkx;
+    npuc_kq_qx_fn qx;
+} npuc_kq_ops;
+
+float npuc_kq_fit_qkx_ref(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min, float rmin,
+                          float rdelta, int nstep, int use_mad);
+float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float *qw);
+const npuc_kq_ops *npuc_kq_ops_ref(void);
+/* NULL when the CPU lacks AVX2 (or on other architectures). */
+const npuc_kq_ops *npuc_kq_ops_avx2(void);
+/* The reference when the quantization kernels are (NPUC_FORCE_REF=1, or
+ * no AVX2: kernels.c), else AVX2. */
+const npuc_kq_ops *npuc_kq_ops_best(void);
+
+/* One row with the searches of ops (npuc_kq_row: with npuc_kq_ops_best()). */
+size_t npuc_kq_row_ops(const npuc_kq_ops *ops, int type, const float *x, unsigned char *y, size_t n,
+                       const float *imp);
 size_t npuc_kq_row(int type, const float *x, unsigned char *y, size_t n, const float *imp);
 
 /* n floats (n a multiple of 256) from the n / 256 blocks of K type `type`

@@ -43,6 +43,7 @@
 #include "kernels/kquant_kernels.h"
 
 enum { QK = NPUC_KQ_QK };
+typedef npuc_kq_ops kq_ops;
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q2_K = 10, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K };
 
 #define EPS 1e-15f /* ggml's GROUP_MAX_EPS */
@@ -50,13 +51,7 @@ enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q2_K = 10, T_Q3_K, T_Q4
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
-/* ggml's nearest_int: round half to even through the float adder. */
-static inline int nearest(float f) {
-    const float v = f + 12582912.f;
-    int32_t i;
-    memcpy(&i, &v, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
+#define nearest npuc_kq_nearest
 
 /* Stores v as fp16 at p; returns its float value, and sets *bad when it
  * is not finite. */
@@ -89,7 +84,7 @@ static int finite_n(const float *x, int n) {
 /* Symmetric fit of n values to nmax + [-nmax, nmax-1] with weights qw (or
  * x^2 when qw is NULL): ggml's make_qx_quants with rmse_type 1.  L gets
  * the codes; returns the scale. */
-static float fit_qx(int n, int nmax, const float *x, int8_t *L, const float *qw) {
+float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float *qw) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         const float ax = fabsf(x[i]);
@@ -192,8 +187,8 @@ static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
 /* Asymmetric fit of n values to [0, nmax] with weights w: ggml's
  * make_qkx2_quants / make_qkx3_quants (the same arithmetic when weights
  * are given).  *the_min gets minus the offset; returns the scale. */
-static float fit_qkx(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
-                     float rmin, float rdelta, int nstep, int use_mad) {
+float npuc_kq_fit_qkx_ref(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min, float rmin,
+                          float rdelta, int nstep, int use_mad) {
     uint8_t Laux[32];
     float min = x[0], max = x[0];
     float sum_w = w[0];
@@ -423,7 +418,7 @@ static void q2k_finish(const float *x, unsigned char *b, uint8_t *L) {
     pack_2bit(L, b + 16);
 }
 
-static int q2k_ref(const float *x, unsigned char *b, const float *qw) {
+static int q2k_ref(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     (void)qw;
     uint8_t L[QK];
     float w[16], mins[QK / 16], scales[QK / 16];
@@ -431,7 +426,7 @@ static int q2k_ref(const float *x, unsigned char *b, const float *qw) {
     int bad = 0;
     for (int j = 0; j < QK / 16; ++j) {
         for (int l = 0; l < 16; ++l) w[l] = fabsf(x[16 * j + l]);
-        scales[j] = fit_qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
+        scales[j] = o->qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -454,7 +449,7 @@ static int q2k_ref(const float *x, unsigned char *b, const float *qw) {
     return bad ? -1 : 0;
 }
 
-static int q2k_imp(const float *x, unsigned char *b, const float *qw) {
+static int q2k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     uint8_t L[QK], Ls[QK / 16], Lm[QK / 16];
     float w[16], mins[QK / 16], scales[QK / 16], sw[QK / 16];
     int bad = 0;
@@ -465,7 +460,7 @@ static int q2k_imp(const float *x, unsigned char *b, const float *qw) {
         sw[j] = 0;
         for (int l = 0; l < 16; ++l) w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
         for (int l = 0; l < 16; ++l) sw[j] += w[l];
-        scales[j] = fit_qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.9f, 0.05f, 36, 0);
+        scales[j] = o->qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.9f, 0.05f, 36, 0);
     }
     const float dm = fit_qp(QK / 16, 15, scales, Ls, sw);
     const float mm = fit_qp(QK / 16, 15, mins, Lm, sw);
@@ -530,7 +525,7 @@ static void q3k_finish(const float *x, unsigned char *b, int8_t *L) {
     pack_2bit(U, b + 32);
 }
 
-static int q3k_ref(const float *x, unsigned char *b, const float *qw) {
+static int q3k_ref(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     (void)qw;
     int8_t L[QK];
     float scales[QK / 16];
@@ -562,7 +557,7 @@ static int q3k_ref(const float *x, unsigned char *b, const float *qw) {
     return bad ? -1 : 0;
 }
 
-static int q3k_imp(const float *x, unsigned char *b, const float *qw) {
+static int q3k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     int8_t L[QK], Ls[QK / 16];
     float scales[QK / 16], w[16], sw[QK / 16];
     int bad = 0;
@@ -574,9 +569,9 @@ static int q3k_imp(const float *x, unsigned char *b, const float *qw) {
         float sumw = 0;
         for (int l = 0; l < 16; ++l) sumw += w[l];
         sw[j] = sumw;
-        scales[j] = fit_qx(16, 4, x + 16 * j, L + 16 * j, w);
+        scales[j] = o->qx(16, 4, x + 16 * j, L + 16 * j, w);
     }
-    const float d_block = fit_qx(QK / 16, 32, scales, Ls, sw);
+    const float d_block = o->qx(QK / 16, 32, scales, Ls, sw);
     int ls[QK / 16];
     for (int j = 0; j < QK / 16; ++j) ls[j] = Ls[j];
     pack_q3_scales(ls, b + 96);
@@ -588,7 +583,7 @@ static int q3k_imp(const float *x, unsigned char *b, const float *qw) {
 /* ---- Q4_K and Q5_K ----------------------------------------------------- */
 
 /* The reference search of Q4_K (five = 0) and Q5_K (five = 1). */
-static int q45k_ref(const float *x, unsigned char *b, int five) {
+static int q45k_ref(const kq_ops *o, const float *x, unsigned char *b, int five) {
     const int nmax = five ? 31 : 15;
     uint8_t L[QK], ls[8], lm[8];
     float w[32], mins[QK / 32], scales[QK / 32];
@@ -599,7 +594,7 @@ static int q45k_ref(const float *x, unsigned char *b, int five) {
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) w[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = fit_qkx(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], five ? -0.5f : -1.f, 0.1f,
+        scales[j] = o->qkx(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], five ? -0.5f : -1.f, 0.1f,
                             five ? 15 : 20, 0);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
@@ -622,7 +617,7 @@ static int q45k_ref(const float *x, unsigned char *b, int five) {
     return bad ? -1 : 0;
 }
 
-static int q45k_imp(const float *x, unsigned char *b, const float *qw, int five) {
+static int q45k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw, int five) {
     const int nmax = five ? 31 : 15;
     uint8_t L[QK], Ls[8], Lm[8];
     float w[32], sw[QK / 32], mins[QK / 32], scales[QK / 32];
@@ -635,7 +630,7 @@ static int q45k_imp(const float *x, unsigned char *b, const float *qw, int five)
         float sumw = 0;
         for (int l = 0; l < 32; ++l) sumw += w[l];
         sw[j] = sumw;
-        scales[j] = fit_qkx(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, 0);
+        scales[j] = o->qkx(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, 0);
     }
     const float d_block = fit_qp(QK / 32, 63, scales, Ls, sw);
     const float m_block = fit_qp(QK / 32, 63, mins, Lm, sw);
@@ -655,21 +650,21 @@ static int q45k_imp(const float *x, unsigned char *b, const float *qw, int five)
     return bad ? -1 : 0;
 }
 
-static int q4k_ref(const float *x, unsigned char *b, const float *qw) { (void)qw; return q45k_ref(x, b, 0); }
-static int q5k_ref(const float *x, unsigned char *b, const float *qw) { (void)qw; return q45k_ref(x, b, 1); }
-static int q4k_imp(const float *x, unsigned char *b, const float *qw) { return q45k_imp(x, b, qw, 0); }
-static int q5k_imp(const float *x, unsigned char *b, const float *qw) { return q45k_imp(x, b, qw, 1); }
+static int q4k_ref(const kq_ops *o, const float *x, unsigned char *b, const float *qw) { (void)qw; return q45k_ref(o, x, b, 0); }
+static int q5k_ref(const kq_ops *o, const float *x, unsigned char *b, const float *qw) { (void)qw; return q45k_ref(o, x, b, 1); }
+static int q4k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw) { return q45k_imp(o, x, b, qw, 0); }
+static int q5k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw) { return q45k_imp(o, x, b, qw, 1); }
 
 /* ---- Q6_K -------------------------------------------------------------- */
 
 /* Reference (qw NULL: weights x^2) and weighted (qw) alike. */
-static int q6k(const float *x, unsigned char *b, const float *qw) {
+static int q6k(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     int8_t L[QK];
     float scales[QK / 16];
     float max_scale = 0, max_abs = 0;
     int bad = 0;
     for (int ib = 0; ib < QK / 16; ++ib) {
-        scales[ib] = fit_qx(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + 16 * ib : NULL);
+        scales[ib] = o->qx(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + 16 * ib : NULL);
         const float a = fabsf(scales[ib]);
         if (a > max_abs) {
             max_abs = a;
@@ -708,10 +703,10 @@ static int q6k(const float *x, unsigned char *b, const float *qw) {
 /* ---- the legacy types' weighted paths ----------------------------------- */
 
 /* Q4_0 (five = 0) and Q5_0 (five = 1) with weights w. */
-static int q_0_imp(const float *x, unsigned char *b, const float *w, int five) {
+static int q_0_imp(const kq_ops *o, const float *x, unsigned char *b, const float *w, int five) {
     int8_t L[32];
     int bad = 0;
-    const float d = fit_qx(32, five ? 16 : 8, x, L, w);
+    const float d = o->qx(32, five ? 16 : 8, x, L, w);
     h16(d, b, &bad);
     unsigned char *qs = b + (five ? 6 : 2);
     uint32_t qh = 0;
@@ -727,11 +722,11 @@ static int q_0_imp(const float *x, unsigned char *b, const float *w, int five) {
 }
 
 /* Q4_1 (five = 0) and Q5_1 (five = 1) with weights w. */
-static int q_1_imp(const float *x, unsigned char *b, const float *w, int five) {
+static int q_1_imp(const kq_ops *o, const float *x, unsigned char *b, const float *w, int five) {
     uint8_t L[32];
     int bad = 0;
     float min;
-    const float d = fit_qkx(32, five ? 31 : 15, x, w, L, &min, -0.9f, 0.05f, 36, 0);
+    const float d = o->qkx(32, five ? 31 : 15, x, w, L, &min, -0.9f, 0.05f, 36, 0);
     h16(d, b, &bad);
     h16(-min, b + 2, &bad);
     unsigned char *qs = b + (five ? 8 : 4);
@@ -746,7 +741,7 @@ static int q_1_imp(const float *x, unsigned char *b, const float *w, int five) {
     return bad ? -1 : 0;
 }
 
-static size_t legacy_imp(int type, const float *x, unsigned char *y, size_t n, const float *imp) {
+static size_t legacy_imp(const kq_ops *o, int type, const float *x, unsigned char *y, size_t n, const float *imp) {
     const size_t nb = n / 32, ts = type == T_Q4_0 ? 18 : type == T_Q4_1 ? 20 : type == T_Q5_0 ? 22 : 24;
     float sum_x2 = 0;
     for (size_t j = 0; j < n; ++j) sum_x2 += x[j] * x[j];
@@ -760,9 +755,9 @@ static size_t legacy_imp(int type, const float *x, unsigned char *y, size_t n, c
         if (!finite_n(xb, 32))
             r = -1;
         else if (type == T_Q4_0 || type == T_Q5_0)
-            r = q_0_imp(xb, y + ts * ib, w, type == T_Q5_0);
+            r = q_0_imp(o, xb, y + ts * ib, w, type == T_Q5_0);
         else
-            r = q_1_imp(xb, y + ts * ib, w, type == T_Q5_1);
+            r = q_1_imp(o, xb, y + ts * ib, w, type == T_Q5_1);
         if (r != 0 && first == nb) first = ib;
     }
     return first;
@@ -770,9 +765,17 @@ static size_t legacy_imp(int type, const float *x, unsigned char *y, size_t n, c
 
 /* ---- entry points ------------------------------------------------------ */
 
-typedef int (*kq_block_fn)(const float *x, unsigned char *b, const float *qw);
+typedef int (*kq_block_fn)(const kq_ops *o, const float *x, unsigned char *b, const float *qw);
+
+static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref};
+
+const npuc_kq_ops *npuc_kq_ops_ref(void) { return &REF; }
 
 size_t npuc_kq_row(int type, const float *x, unsigned char *y, size_t n, const float *imp) {
+    return npuc_kq_row_ops(npuc_kq_ops_best(), type, x, y, n, imp);
+}
+
+size_t npuc_kq_row_ops(const kq_ops *o, int type, const float *x, unsigned char *y, size_t n, const float *imp) {
     kq_block_fn fn;
     size_t ts;
     switch (type) {
@@ -782,14 +785,14 @@ size_t npuc_kq_row(int type, const float *x, unsigned char *y, size_t n, const f
     case T_Q5_K: fn = imp ? q5k_imp : q5k_ref, ts = 176; break;
     case T_Q6_K: fn = q6k, ts = 210; break;
     case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1:
-        return imp ? legacy_imp(type, x, y, n, imp) : 0;
+        return imp ? legacy_imp(o, type, x, y, n, imp) : 0;
     default: return 0;
     }
     const size_t nb = n / QK;
     size_t first = nb;
     for (size_t i = 0; i < nb; i++) {
         const float *xb = x + QK * i;
-        if ((!finite_n(xb, QK) || fn(xb, y + ts * i, imp ? imp + QK * i : NULL) != 0) && first == nb) first = i;
+        if ((!finite_n(xb, QK) || fn(o, xb, y + ts * i, imp ? imp + QK * i : NULL) != 0) && first == nb) first = i;
     }
     return first;
 }
