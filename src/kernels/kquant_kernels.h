@@ -68,10 +68,16 @@ static inline int npuc_kq_nearest(float f) {
 typedef float (*npuc_kq_qkx_fn)(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
                                 float rmin, float rdelta, int nstep, int use_mad);
 typedef float (*npuc_kq_qx_fn)(int n, int nmax, const float *x, int8_t *L, const float *qw);
+/* qkx on nsub consecutive groups of n values (x + n*j, w + n*j, L + n*j;
+ * scales[j] its result, mins[j] its *the_min): the AVX2 version runs eight
+ * groups at once, one per lane, each lane the reference's sequence. */
+typedef void (*npuc_kq_qkxm_fn)(int nsub, int n, int nmax, const float *x, const float *w, uint8_t *L,
+                                float *scales, float *mins, float rmin, float rdelta, int nstep, int use_mad);
 typedef struct npuc_kq_ops {
     const char *name; /* "ref", "avx2" */
     npuc_kq_qkx_fn qkx;
     npuc_kq_qx_fn qx;
+    npuc_kq_qkxm_fn qkxm;
 } npuc_kq_ops;
 
 float npuc_kq_fit_qkx_ref(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min, float rmin,

@@ -256,6 +256,13 @@ float npuc_kq_fit_qkx_ref(int n, int nmax, const float *x, const float *w, uint8
     return scale;
 }
 
+static void qkxm_ref(int nsub, int n, int nmax, const float *x, const float *w, uint8_t *L, float *scales,
+                     float *mins, float rmin, float rdelta, int nstep, int use_mad) {
+    for (int j = 0; j < nsub; ++j)
+        scales[j] = npuc_kq_fit_qkx_ref(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep,
+                                        use_mad);
+}
+
 /* Non-negative fit of n sub-block scales (or mins) to [0, nmax] with
  * weights qw: ggml's make_qp_quants.  L keeps ggml's uint8_t wrap of a
  * negative code. */
@@ -421,12 +428,12 @@ static void q2k_finish(const float *x, unsigned char *b, uint8_t *L) {
 static int q2k_ref(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     (void)qw;
     uint8_t L[QK];
-    float w[16], mins[QK / 16], scales[QK / 16];
+    float w[QK], mins[QK / 16], scales[QK / 16];
     float max_scale = 0, max_min = 0;
     int bad = 0;
+    for (int l = 0; l < QK; ++l) w[l] = fabsf(x[l]);
+    o->qkxm(QK / 16, 16, 3, x, w, L, scales, mins, -0.5f, 0.1f, 15, 1);
     for (int j = 0; j < QK / 16; ++j) {
-        for (int l = 0; l < 16; ++l) w[l] = fabsf(x[16 * j + l]);
-        scales[j] = o->qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -451,17 +458,18 @@ static int q2k_ref(const kq_ops *o, const float *x, unsigned char *b, const floa
 
 static int q2k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     uint8_t L[QK], Ls[QK / 16], Lm[QK / 16];
-    float w[16], mins[QK / 16], scales[QK / 16], sw[QK / 16];
+    float w[QK], mins[QK / 16], scales[QK / 16], sw[QK / 16];
     int bad = 0;
     float sumx2 = 0;
     for (int j = 0; j < QK; ++j) sumx2 += x[j] * x[j];
     const float sigma2 = sumx2 / QK;
     for (int j = 0; j < QK / 16; ++j) {
+        float *wj = w + 16 * j;
         sw[j] = 0;
-        for (int l = 0; l < 16; ++l) w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
-        for (int l = 0; l < 16; ++l) sw[j] += w[l];
-        scales[j] = o->qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.9f, 0.05f, 36, 0);
+        for (int l = 0; l < 16; ++l) wj[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+        for (int l = 0; l < 16; ++l) sw[j] += wj[l];
     }
+    o->qkxm(QK / 16, 16, 3, x, w, L, scales, mins, -0.9f, 0.05f, 36, 0);
     const float dm = fit_qp(QK / 16, 15, scales, Ls, sw);
     const float mm = fit_qp(QK / 16, 15, mins, Lm, sw);
     h16(dm, b + 80, &bad);
@@ -586,16 +594,17 @@ static int q3k_imp(const kq_ops *o, const float *x, unsigned char *b, const floa
 static int q45k_ref(const kq_ops *o, const float *x, unsigned char *b, int five) {
     const int nmax = five ? 31 : 15;
     uint8_t L[QK], ls[8], lm[8];
-    float w[32], mins[QK / 32], scales[QK / 32];
+    float w[QK], mins[QK / 32], scales[QK / 32];
     float max_scale = 0, max_min = 0;
     int bad = 0;
     for (int j = 0; j < QK / 32; ++j) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; ++l) w[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = o->qkx(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], five ? -0.5f : -1.f, 0.1f,
-                            five ? 15 : 20, 0);
+        for (int l = 0; l < 32; ++l) w[32 * j + l] = av_x + fabsf(x[32 * j + l]);
+    }
+    o->qkxm(QK / 32, 32, nmax, x, w, L, scales, mins, five ? -0.5f : -1.f, 0.1f, five ? 15 : 20, 0);
+    for (int j = 0; j < QK / 32; ++j) {
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -620,18 +629,19 @@ static int q45k_ref(const kq_ops *o, const float *x, unsigned char *b, int five)
 static int q45k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw, int five) {
     const int nmax = five ? 31 : 15;
     uint8_t L[QK], Ls[8], Lm[8];
-    float w[32], sw[QK / 32], mins[QK / 32], scales[QK / 32];
+    float w[QK], sw[QK / 32], mins[QK / 32], scales[QK / 32];
     int bad = 0;
     float sum_x2 = 0;
     for (int l = 0; l < QK; ++l) sum_x2 += x[l] * x[l];
     const float sigma2 = 2 * sum_x2 / QK;
     for (int j = 0; j < QK / 32; ++j) {
-        for (int l = 0; l < 32; ++l) w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
+        float *wj = w + 32 * j;
+        for (int l = 0; l < 32; ++l) wj[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
         float sumw = 0;
-        for (int l = 0; l < 32; ++l) sumw += w[l];
+        for (int l = 0; l < 32; ++l) sumw += wj[l];
         sw[j] = sumw;
-        scales[j] = o->qkx(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, 0);
     }
+    o->qkxm(QK / 32, 32, nmax, x, w, L, scales, mins, -0.9f, 0.05f, 36, 0);
     const float d_block = fit_qp(QK / 32, 63, scales, Ls, sw);
     const float m_block = fit_qp(QK / 32, 63, mins, Lm, sw);
     if (five) /* ggml caps Q5_K's codes at 63, not Q4_K's */
@@ -767,7 +777,7 @@ static size_t legacy_imp(const kq_ops *o, int type, const float *x, unsigned cha
 
 typedef int (*kq_block_fn)(const kq_ops *o, const float *x, unsigned char *b, const float *qw);
 
-static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref};
+static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_ref};
 
 const npuc_kq_ops *npuc_kq_ops_ref(void) { return &REF; }
 

@@ -204,7 +204,100 @@ AVX2 static float fit_qx_avx2(int n, int nmax, const float *x, int8_t *L, const 
     return scale;
 }
 
-static const npuc_kq_ops AVX2_OPS = {"avx2", fit_qkx_avx2, fit_qx_avx2};
+/* qkx on eight groups at once, one group per lane: every lane runs the
+ * reference's whole sequence (first guess, then each candidate in order,
+ * accepting it on the reference's test), its state (min, scale, best,
+ * codes) updated under the lane's acceptance mask.  Groups of n <= 32
+ * values at x + n*j, weights at w + n*j. */
+AVX2 static void qkx8(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scales, float *mins,
+                      float rmin, float rdelta, int nstep, int use_mad) {
+    __m256 xt[32], wt[32];
+    __m256i Lt[32], la[32];
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n));
+    xt[0] = _mm256_i32gather_ps(x, idx, 4); /* n >= 1 */
+    wt[0] = _mm256_i32gather_ps(w, idx, 4);
+    for (int i = 1; i < n; ++i) {
+        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
+        wt[i] = _mm256_i32gather_ps(w + i, idx, 4);
+    }
+    const __m256 vzero = _mm256_setzero_ps(), vnmaxf = _mm256_set1_ps((float)nmax);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i vnmax = _mm256_set1_epi32(nmax), izero = _mm256_setzero_si256();
+    __m256 min = xt[0], max = xt[0], sum_w = wt[0];
+    __m256 sum_x = _mm256_mul_ps(sum_w, xt[0]);
+    for (int i = 1; i < n; ++i) {
+        min = _mm256_min_ps(xt[i], min); /* x < min ? x : min */
+        max = _mm256_max_ps(xt[i], max); /* x > max ? x : max */
+        sum_w = _mm256_add_ps(sum_w, wt[i]);
+        sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(wt[i], xt[i]));
+    }
+    min = _mm256_blendv_ps(min, vzero, _mm256_cmp_ps(min, vzero, _CMP_GT_OQ));
+    const __m256 min0 = min;
+    const __m256 dead = _mm256_cmp_ps(max, min, _CMP_LE_OQ);
+    const __m256 iscale = _mm256_div_ps(vnmaxf, _mm256_sub_ps(max, min));
+    __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.0f), iscale);
+    __m256 best = vzero;
+    for (int i = 0; i < n; ++i) {
+        Lt[i] = _mm256_max_epi32(izero, _mm256_min_epi32(vnmax, nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min)))));
+        __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(Lt[i])), min), xt[i]);
+        diff = use_mad ? _mm256_and_ps(diff, absmask) : _mm256_mul_ps(diff, diff);
+        best = _mm256_add_ps(best, _mm256_mul_ps(wt[i], diff));
+    }
+    for (int is = 0; nstep >= 1 && is <= nstep; ++is) {
+        const __m256 isc = _mm256_div_ps(
+            _mm256_set1_ps(rmin + rdelta * (float)is + (float)nmax), _mm256_sub_ps(max, min));
+        __m256 sl = vzero, sl2 = vzero, sxl = vzero;
+        __m256 lf[32];
+        for (int i = 0; i < n; ++i) {
+            la[i] = _mm256_max_epi32(izero, _mm256_min_epi32(vnmax, nearest8(_mm256_mul_ps(isc, _mm256_sub_ps(xt[i], min)))));
+            lf[i] = _mm256_cvtepi32_ps(la[i]);
+            const __m256 wl = _mm256_mul_ps(wt[i], lf[i]);
+            sl = _mm256_add_ps(sl, wl);
+            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(wl, lf[i]));
+            sxl = _mm256_add_ps(sxl, _mm256_mul_ps(wl, xt[i]));
+        }
+        const __m256 D = _mm256_sub_ps(_mm256_mul_ps(sum_w, sl2), _mm256_mul_ps(sl, sl));
+        __m256 ts = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w, sxl), _mm256_mul_ps(sum_x, sl)), D);
+        __m256 tm = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sl2, sum_x), _mm256_mul_ps(sl, sxl)), D);
+        const __m256 pos = _mm256_cmp_ps(tm, vzero, _CMP_GT_OQ);
+        tm = _mm256_blendv_ps(tm, vzero, pos);
+        ts = _mm256_blendv_ps(ts, _mm256_div_ps(sxl, sl2), pos);
+        __m256 err = vzero;
+        for (int i = 0; i < n; ++i) {
+            __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(ts, lf[i]), tm), xt[i]);
+            diff = use_mad ? _mm256_and_ps(diff, absmask) : _mm256_mul_ps(diff, diff);
+            err = _mm256_add_ps(err, _mm256_mul_ps(wt[i], diff));
+        }
+        const __m256 acc = _mm256_and_ps(_mm256_cmp_ps(D, vzero, _CMP_GT_OQ), _mm256_cmp_ps(err, best, _CMP_LT_OQ));
+        if (_mm256_movemask_ps(acc) == 0) continue;
+        best = _mm256_blendv_ps(best, err, acc);
+        scale = _mm256_blendv_ps(scale, ts, acc);
+        min = _mm256_blendv_ps(min, tm, acc);
+        const __m256i acci = _mm256_castps_si256(acc);
+        for (int i = 0; i < n; ++i) Lt[i] = _mm256_blendv_epi8(Lt[i], la[i], acci);
+    }
+    /* Lanes with max <= min: the reference's early return. */
+    scale = _mm256_blendv_ps(scale, vzero, dead);
+    min = _mm256_blendv_ps(min, min0, dead);
+    const __m256 negmin = _mm256_xor_ps(min, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)));
+    _mm256_storeu_ps(scales, scale);
+    _mm256_storeu_ps(mins, negmin);
+    int32_t lv[32][8];
+    for (int i = 0; i < n; ++i) _mm256_storeu_si256((__m256i *)(void *)lv[i], _mm256_andnot_si256(_mm256_castps_si256(dead), Lt[i]));
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < n; ++i) L[n * j + i] = (uint8_t)lv[i][j];
+}
+
+AVX2 static void qkxm_avx2(int nsub, int n, int nmax, const float *x, const float *w, uint8_t *L, float *scales,
+                           float *mins, float rmin, float rdelta, int nstep, int use_mad) {
+    int j = 0;
+    for (; j + 8 <= nsub; j += 8)
+        qkx8(n, nmax, x + n * j, w + n * j, L + n * j, scales + j, mins + j, rmin, rdelta, nstep, use_mad);
+    for (; j < nsub; ++j)
+        scales[j] = fit_qkx_avx2(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep, use_mad);
+}
+
+static const npuc_kq_ops AVX2_OPS = {"avx2", fit_qkx_avx2, fit_qx_avx2, qkxm_avx2};
 
 const npuc_kq_ops *npuc_kq_ops_avx2(void) { return __builtin_cpu_supports("avx2") ? &AVX2_OPS : NULL; }
 
