@@ -12,7 +12,8 @@
  * millions of weights per second; the time is the quantizer alone (the
  * search and the packing: the data are in memory, no I/O).
  *
- * Usage: bench_kquant [ROWS [COLS]]   (default 2048 x 4096)
+ * Usage: bench_kquant [ROWS [COLS [all]]]   (default 2048 x 4096; Q4_K and
+ * Q6_K, or every K type with "all")
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -110,7 +111,8 @@ int main(int argc, char **argv) {
     printf("%-5s %-4s %3s  %12s %12s %8s  %s\n", "type", "imp", "thr", "npuc Mw/s", "ggml Mw/s", "npuc/ggml",
            "bytes");
     const int ids[] = {NPUC__GGML_Q4_K, NPUC__GGML_Q6_K, NPUC__GGML_Q2_K, NPUC__GGML_Q3_K, NPUC__GGML_Q5_K};
-    for (size_t ti = 0; ti < sizeof ids / sizeof ids[0]; ti++) {
+    const size_t ntypes = argc > 3 && strcmp(argv[3], "all") == 0 ? sizeof ids / sizeof ids[0] : 2;
+    for (size_t ti = 0; ti < ntypes; ti++) {
         const npuc__ggml_type *t = npuc__ggml_type_by_id((uint32_t)ids[ti]);
         const size_t bytes = n / t->blck * t->tsize;
         unsigned char *yo = malloc(bytes), *yq = malloc(bytes);

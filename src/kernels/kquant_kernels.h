@@ -73,11 +73,15 @@ typedef float (*npuc_kq_qx_fn)(int n, int nmax, const float *x, int8_t *L, const
  * groups at once, one per lane, each lane the reference's sequence. */
 typedef void (*npuc_kq_qkxm_fn)(int nsub, int n, int nmax, const float *x, const float *w, uint8_t *L,
                                 float *scales, float *mins, float rmin, float rdelta, int nstep, int use_mad);
+/* qx on nsub consecutive groups of n values (qw + n*j, or NULL). */
+typedef void (*npuc_kq_qxm_fn)(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales,
+                               const float *qw);
 typedef struct npuc_kq_ops {
     const char *name; /* "ref", "avx2" */
     npuc_kq_qkx_fn qkx;
     npuc_kq_qx_fn qx;
     npuc_kq_qkxm_fn qkxm;
+    npuc_kq_qxm_fn qxm;
 } npuc_kq_ops;
 
 float npuc_kq_fit_qkx_ref(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min, float rmin,

@@ -263,6 +263,10 @@ static void qkxm_ref(int nsub, int n, int nmax, const float *x, const float *w, 
                                         use_mad);
 }
 
+static void qxm_ref(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
+    for (int j = 0; j < nsub; ++j) scales[j] = npuc_kq_fit_qx_ref(n, nmax, x + n * j, L + n * j, qw ? qw + n * j : NULL);
+}
+
 /* Non-negative fit of n sub-block scales (or mins) to [0, nmax] with
  * weights qw: ggml's make_qp_quants.  L keeps ggml's uint8_t wrap of a
  * negative code. */
@@ -567,18 +571,19 @@ static int q3k_ref(const kq_ops *o, const float *x, unsigned char *b, const floa
 
 static int q3k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw) {
     int8_t L[QK], Ls[QK / 16];
-    float scales[QK / 16], w[16], sw[QK / 16];
+    float scales[QK / 16], w[QK], sw[QK / 16];
     int bad = 0;
     float sumx2 = 0;
     for (int j = 0; j < QK; ++j) sumx2 += x[j] * x[j];
     const float sigma2 = 2 * sumx2 / QK;
     for (int j = 0; j < QK / 16; ++j) {
-        for (int l = 0; l < 16; ++l) w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+        float *wj = w + 16 * j;
+        for (int l = 0; l < 16; ++l) wj[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
         float sumw = 0;
-        for (int l = 0; l < 16; ++l) sumw += w[l];
+        for (int l = 0; l < 16; ++l) sumw += wj[l];
         sw[j] = sumw;
-        scales[j] = o->qx(16, 4, x + 16 * j, L + 16 * j, w);
     }
+    o->qxm(QK / 16, 16, 4, x, L, scales, w);
     const float d_block = o->qx(QK / 16, 32, scales, Ls, sw);
     int ls[QK / 16];
     for (int j = 0; j < QK / 16; ++j) ls[j] = Ls[j];
@@ -673,8 +678,8 @@ static int q6k(const kq_ops *o, const float *x, unsigned char *b, const float *q
     float scales[QK / 16];
     float max_scale = 0, max_abs = 0;
     int bad = 0;
+    o->qxm(QK / 16, 16, 32, x, L, scales, qw);
     for (int ib = 0; ib < QK / 16; ++ib) {
-        scales[ib] = o->qx(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + 16 * ib : NULL);
         const float a = fabsf(scales[ib]);
         if (a > max_abs) {
             max_abs = a;
@@ -777,7 +782,7 @@ static size_t legacy_imp(const kq_ops *o, int type, const float *x, unsigned cha
 
 typedef int (*kq_block_fn)(const kq_ops *o, const float *x, unsigned char *b, const float *qw);
 
-static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_ref};
+static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_ref, qxm_ref};
 
 const npuc_kq_ops *npuc_kq_ops_ref(void) { return &REF; }
 

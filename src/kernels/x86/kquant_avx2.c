@@ -297,7 +297,76 @@ AVX2 static void qkxm_avx2(int nsub, int n, int nmax, const float *x, const floa
         scales[j] = fit_qkx_avx2(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep, use_mad);
 }
 
-static const npuc_kq_ops AVX2_OPS = {"avx2", fit_qkx_avx2, fit_qx_avx2, qkxm_avx2};
+/* qx on eight groups at once, one group per lane (the candidates of one
+ * group depend on nothing but the group: each lane runs the reference's
+ * sequence, accepting under its mask).  Groups of n <= 32 at x + n*j,
+ * weights qw + n*j (or x^2 when qw is NULL). */
+AVX2 static void qx8(int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
+    __m256 xt[32], wt[32];
+    __m256i Lt[32];
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n));
+    const __m256 vzero = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i vlo = _mm256_set1_epi32(-nmax), vhi = _mm256_set1_epi32(nmax - 1), vn = _mm256_set1_epi32(nmax);
+    __m256 max = vzero, amax = vzero;
+    for (int i = 0; i < n; ++i) {
+        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
+        wt[i] = qw ? _mm256_i32gather_ps(qw + i, idx, 4) : _mm256_mul_ps(xt[i], xt[i]);
+        const __m256 ax = _mm256_and_ps(xt[i], absmask);
+        const __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+        amax = _mm256_blendv_ps(amax, ax, gt);
+        max = _mm256_blendv_ps(max, xt[i], gt);
+    }
+    const __m256 dead = _mm256_cmp_ps(amax, _mm256_set1_ps(EPS), _CMP_LT_OQ);
+    const __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)(-nmax)), max);
+    __m256 slx = vzero, sl2 = vzero;
+    for (int i = 0; i < n; ++i) {
+        const __m256i l = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(iscale, xt[i]))));
+        Lt[i] = _mm256_add_epi32(l, vn);
+        const __m256 lf = _mm256_cvtepi32_ps(l);
+        slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_mul_ps(wt[i], xt[i]), lf));
+        sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], lf), lf));
+    }
+    __m256 scale = _mm256_blendv_ps(_mm256_div_ps(slx, sl2), vzero, _mm256_cmp_ps(sl2, vzero, _CMP_EQ_OQ));
+    __m256 best = _mm256_mul_ps(scale, slx);
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        const float num = -((float)nmax + 0.1f * (float)is);
+        const __m256 isc = _mm256_div_ps(_mm256_set1_ps(num), max);
+        __m256i la[32];
+        slx = vzero;
+        sl2 = vzero;
+        for (int i = 0; i < n; ++i) {
+            la[i] = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(isc, xt[i]))));
+            const __m256 lf = _mm256_cvtepi32_ps(la[i]);
+            slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_mul_ps(wt[i], xt[i]), lf));
+            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], lf), lf));
+        }
+        const __m256 acc = _mm256_and_ps(_mm256_cmp_ps(sl2, vzero, _CMP_GT_OQ),
+                                         _mm256_cmp_ps(_mm256_mul_ps(slx, slx), _mm256_mul_ps(best, sl2), _CMP_GT_OQ));
+        if (_mm256_movemask_ps(acc) == 0) continue;
+        const __m256 ns = _mm256_div_ps(slx, sl2);
+        scale = _mm256_blendv_ps(scale, ns, acc);
+        best = _mm256_blendv_ps(best, _mm256_mul_ps(ns, slx), acc);
+        const __m256i acci = _mm256_castps_si256(acc);
+        for (int i = 0; i < n; ++i) Lt[i] = _mm256_blendv_epi8(Lt[i], _mm256_add_epi32(la[i], vn), acci);
+    }
+    scale = _mm256_blendv_ps(scale, vzero, dead);
+    _mm256_storeu_ps(scales, scale);
+    int32_t lv[32][8];
+    for (int i = 0; i < n; ++i)
+        _mm256_storeu_si256((__m256i *)(void *)lv[i], _mm256_andnot_si256(_mm256_castps_si256(dead), Lt[i]));
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < n; ++i) L[n * j + i] = (int8_t)lv[i][j];
+}
+
+AVX2 static void qxm_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
+    int j = 0;
+    for (; j + 8 <= nsub; j += 8) qx8(n, nmax, x + n * j, L + n * j, scales + j, qw ? qw + n * j : NULL);
+    for (; j < nsub; ++j) scales[j] = fit_qx_avx2(n, nmax, x + n * j, L + n * j, qw ? qw + n * j : NULL);
+}
+
+static const npuc_kq_ops AVX2_OPS = {"avx2", fit_qkx_avx2, fit_qx_avx2, qkxm_avx2, qxm_avx2};
 
 const npuc_kq_ops *npuc_kq_ops_avx2(void) { return __builtin_cpu_supports("avx2") ? &AVX2_OPS : NULL; }
 
