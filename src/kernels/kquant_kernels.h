@@ -61,10 +61,10 @@ static inline int npuc_kq_nearest(float f) {
  * qkx is ggml's make_qkx2/3_quants (asymmetric, weights w, candidate
  * scales rmin + rdelta*is, is = 0..nstep), qx its make_qx_quants with
  * rmse_type 1 (symmetric, weights qw or x^2 when qw is NULL, 18
- * candidates).  The AVX2 versions (x86/kquant_avx2.c) evaluate eight
- * candidates at once, one per lane, each lane summing over the values in
- * the reference's order, and pick the winner in the reference's order, so
- * every result is bit-identical. */
+ * candidates).  The multi-group versions (qkxm, qxm) fit consecutive
+ * groups; their AVX2 versions (x86/kquant_avx2.c) fit eight groups at
+ * once, one per lane, each lane the reference's sequence of operations,
+ * so every result is bit-identical. */
 typedef float (*npuc_kq_qkx_fn)(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
                                 float rmin, float rdelta, int nstep, int use_mad);
 typedef float (*npuc_kq_qx_fn)(int n, int nmax, const float *x, int8_t *L, const float *qw);

@@ -81,10 +81,10 @@ static int finite_n(const float *x, int n) {
 
 /* ---- the searches ------------------------------------------------------ */
 
-/* Symmetric fit of n values to nmax + [-nmax, nmax-1] with weights qw (or
- * x^2 when qw is NULL): ggml's make_qx_quants with rmse_type 1.  L gets
- * the codes; returns the scale. */
-float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float *qw) {
+/* The value of largest magnitude with its sign (the first on ties), or 0
+ * with L zeroed when that magnitude is below ggml's GROUP_MAX_EPS (the
+ * searches' "all zero" case). */
+static float signed_amax(int n, const float *x, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         const float ax = fabsf(x[i]);
@@ -97,6 +97,15 @@ float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float
         for (int i = 0; i < n; ++i) L[i] = 0;
         return 0.f;
     }
+    return max;
+}
+
+/* Symmetric fit of n values to nmax + [-nmax, nmax-1] with weights qw (or
+ * x^2 when qw is NULL): ggml's make_qx_quants with rmse_type 1.  L gets
+ * the codes; returns the scale. */
+float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float *qw) {
+    const float max = signed_amax(n, x, L);
+    if (max == 0.0f) return 0.f;
     float iscale = (float)(-nmax) / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
@@ -135,18 +144,8 @@ float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float
 /* Q3_K's reference fit: ggml's make_q3_quants with do_rmse (weights x^2,
  * up to five rounds of per-value coordinate descent). */
 static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < EPS) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        return 0.f;
-    }
+    const float max = signed_amax(n, x, L);
+    if (max == 0.0f) return 0.f;
     const float iscale = (float)(-nmax) / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {

@@ -2,18 +2,17 @@
  * kquant_avx2.c - AVX2 versions of the two costly K-quant searches
  * (kquant_kernels.h), bit-identical to ref/kquant_ref.c.
  *
- * The reference tries candidate scales one after the other, each a pass
- * over the 16 or 32 values with float sums in value order, and keeps a
- * candidate when it beats the best so far.  Here eight candidates run at
- * once, one per lane: every lane performs the reference's operations for
- * its candidate in the reference's order (the sums still run over the
- * values in order, within the lane), so each candidate's sums, scale, min
- * and error are the reference's bits.  The winner is then picked by a
- * scalar scan over the candidates in the reference's order with its test,
- * and the codes recomputed for it with the reference's scalar expression.
- * In qkx an accepted candidate changes the offset the later candidates
- * start from, so the lanes after such a candidate are discarded and
- * recomputed (speculation); in qx the candidates are independent.
+ * The reference fits each sub-block (16 or 32 values) on its own: a first
+ * guess, then candidate scales one after the other, each a pass over the
+ * values with float sums in value order, a candidate kept when it beats
+ * the best so far (in qkx it also moves the offset later candidates start
+ * from).  Here eight sub-blocks run at once, one per lane: every lane
+ * performs the reference's operations for its sub-block in the reference's
+ * order (sums over the values in order, within the lane), and its state
+ * (offset, scale, best, codes) is updated under the lane's acceptance mask,
+ * so every result is the reference's bits.  The sub-blocks come in eights
+ * (Q2_K, Q3_K, Q6_K have 16, Q4_K and Q5_K 8); the one-group searches of
+ * the legacy weighted paths stay the reference's.
  * The prologue (range, first guess) is the reference's scalar code.
  *
  * Compiled for AVX2 only (function target attribute; no FMA) and with
@@ -32,8 +31,6 @@
 
 #define EPS 1e-15f /* ggml's GROUP_MAX_EPS */
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-static inline int imax(int a, int b) { return a > b ? a : b; }
 
 /* nearest_int on eight lanes. */
 AVX2 static inline __m256i nearest8(__m256 f) {
@@ -41,167 +38,14 @@ AVX2 static inline __m256i nearest8(__m256 f) {
     return _mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
 }
 
-AVX2 static float fit_qkx_avx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
-                               float rmin, float rdelta, int nstep, int use_mad) {
-    float min = x[0], max = x[0];
-    float sum_w = w[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (min > 0) min = 0;
-    if (max <= min) {
-        memset(L, 0, (size_t)n);
-        *the_min = -min;
-        return 0.f;
-    }
-    float range = max - min;
-    float iscale = (float)nmax / range;
-    float scale = 1 / iscale;
-    float best = 0;
-    float xm[32];
-    for (int i = 0; i < n; ++i) {
-        xm[i] = x[i] - min;
-        const int l = npuc_kq_nearest(iscale * xm[i]);
-        L[i] = (uint8_t)imax(0, imin(nmax, l));
-        float diff = scale * (float)L[i] + min - x[i];
-        diff = use_mad ? fabsf(diff) : diff * diff;
-        best += w[i] * diff;
-    }
-    if (nstep < 1) {
-        *the_min = -min;
-        return scale;
-    }
-    /* A candidate the reference accepts moves `min`, and every later
-     * candidate is computed from the new one: the eight lanes are
-     * speculative, and after an acceptance that changes min the next group
-     * starts at the following candidate. */
-    const int ncand = nstep + 1;
-    const __m256 vsw = _mm256_set1_ps(sum_w), vsx = _mm256_set1_ps(sum_x), vzero = _mm256_setzero_ps();
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256i vnmax = _mm256_set1_epi32(nmax), izero = _mm256_setzero_si256();
-    for (int g = 0; g < ncand;) {
-        float cD[8], cerr[8], cs[8], cm[8], civ[8];
-        const __m256 vis = _mm256_cvtepi32_ps(_mm256_setr_epi32(g, g + 1, g + 2, g + 3, g + 4, g + 5, g + 6, g + 7));
-        const __m256 visc = _mm256_div_ps(
-            _mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(rmin), _mm256_mul_ps(_mm256_set1_ps(rdelta), vis)),
-                          _mm256_set1_ps((float)nmax)),
-            _mm256_set1_ps(range));
-        __m256 sl = vzero, sl2 = vzero, sxl = vzero;
-        __m256 lf[32];
-        for (int i = 0; i < n; ++i) {
-            const __m256i l = _mm256_max_epi32(
-                izero, _mm256_min_epi32(vnmax, nearest8(_mm256_mul_ps(visc, _mm256_set1_ps(xm[i])))));
-            lf[i] = _mm256_cvtepi32_ps(l);
-            const __m256 wl = _mm256_mul_ps(_mm256_set1_ps(w[i]), lf[i]);
-            sl = _mm256_add_ps(sl, wl);
-            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(wl, lf[i]));
-            sxl = _mm256_add_ps(sxl, _mm256_mul_ps(wl, _mm256_set1_ps(x[i])));
-        }
-        const __m256 D = _mm256_sub_ps(_mm256_mul_ps(vsw, sl2), _mm256_mul_ps(sl, sl));
-        __m256 ts = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(vsw, sxl), _mm256_mul_ps(vsx, sl)), D);
-        __m256 tm = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sl2, vsx), _mm256_mul_ps(sl, sxl)), D);
-        const __m256 pos = _mm256_cmp_ps(tm, vzero, _CMP_GT_OQ);
-        tm = _mm256_blendv_ps(tm, vzero, pos);
-        ts = _mm256_blendv_ps(ts, _mm256_div_ps(sxl, sl2), pos);
-        __m256 err = vzero;
-        for (int i = 0; i < n; ++i) {
-            __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(ts, lf[i]), tm), _mm256_set1_ps(x[i]));
-            diff = use_mad ? _mm256_and_ps(diff, absmask) : _mm256_mul_ps(diff, diff);
-            err = _mm256_add_ps(err, _mm256_mul_ps(_mm256_set1_ps(w[i]), diff));
-        }
-        _mm256_storeu_ps(cD, D);
-        _mm256_storeu_ps(cerr, err);
-        _mm256_storeu_ps(cs, ts);
-        _mm256_storeu_ps(cm, tm);
-        _mm256_storeu_ps(civ, visc);
-        int next = g + 8;
-        for (int k = 0; k < 8 && g + k < ncand; ++k) {
-            if (!(cD[k] > 0 && cerr[k] < best)) continue;
-            best = cerr[k];
-            scale = cs[k];
-            for (int i = 0; i < n; ++i) L[i] = (uint8_t)imax(0, imin(nmax, npuc_kq_nearest(civ[k] * xm[i])));
-            uint32_t a, b;
-            memcpy(&a, &cm[k], 4);
-            memcpy(&b, &min, 4);
-            min = cm[k];
-            if (a != b) { /* later candidates see the new min */
-                range = max - min;
-                for (int i = 0; i < n; ++i) xm[i] = x[i] - min;
-                next = g + k + 1;
-                break;
-            }
-        }
-        g = next;
-    }
-    *the_min = -min;
-    return scale;
-}
-
-AVX2 static float fit_qx_avx2(int n, int nmax, const float *x, int8_t *L, const float *qw) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < EPS) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        return 0.f;
-    }
-    float wv[32];
-    for (int i = 0; i < n; ++i) wv[i] = qw ? qw[i] : x[i] * x[i];
-    float iscale = (float)(-nmax) / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = npuc_kq_nearest(iscale * x[i]);
-        l = imax(-nmax, imin(nmax - 1, l));
-        L[i] = (int8_t)(l + nmax);
-        sumlx += wv[i] * x[i] * (float)l;
-        suml2 += wv[i] * (float)l * (float)l;
-    }
-    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
-    /* The 18 candidates is = -9..-1, 1..9 in the reference's order, padded to 24. */
-    static const int IS[24] = {-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9, 9, 9, 9};
-    float clx[24], cl2[24];
-    const __m256i vlo = _mm256_set1_epi32(-nmax), vhi = _mm256_set1_epi32(nmax - 1);
-    const __m256 neg = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
-    for (int g = 0; g < 24; g += 8) {
-        const __m256 vis = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(IS + g)));
-        const __m256 visc = _mm256_div_ps(
-            _mm256_xor_ps(_mm256_add_ps(_mm256_set1_ps((float)nmax), _mm256_mul_ps(_mm256_set1_ps(0.1f), vis)), neg),
-            _mm256_set1_ps(max));
-        __m256 slx = _mm256_setzero_ps(), sl2 = _mm256_setzero_ps();
-        for (int i = 0; i < n; ++i) {
-            const __m256i l = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(visc, _mm256_set1_ps(x[i])))));
-            const __m256 lf = _mm256_cvtepi32_ps(l);
-            slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_set1_ps(wv[i] * x[i]), lf));
-            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wv[i]), lf), lf));
-        }
-        _mm256_storeu_ps(clx + g, slx);
-        _mm256_storeu_ps(cl2 + g, sl2);
-    }
-    int chosen = 0;
-    for (int c = 0; c < 18; ++c)
-        if (cl2[c] > 0 && clx[c] * clx[c] > best * cl2[c]) {
-            scale = clx[c] / cl2[c];
-            best = scale * clx[c];
-            chosen = IS[c];
-        }
-    if (chosen != 0) {
-        iscale = -((float)nmax + 0.1f * (float)chosen) / max;
-        for (int i = 0; i < n; ++i) {
-            const int l = npuc_kq_nearest(iscale * x[i]);
-            L[i] = (int8_t)(nmax + imax(-nmax, imin(nmax - 1, l)));
-        }
-    }
-    return scale;
+/* The codes Lt[i] (value i of lane j's group) as bytes L[n*j + i], 0 in
+ * the dead lanes (the reference's early return). */
+AVX2 static void store_codes8(const __m256i *Lt, __m256 dead, int n, uint8_t *L) {
+    int32_t lv[32][8];
+    for (int i = 0; i < n; ++i)
+        _mm256_storeu_si256((__m256i *)(void *)lv[i], _mm256_andnot_si256(_mm256_castps_si256(dead), Lt[i]));
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < n; ++i) L[n * j + i] = (uint8_t)lv[i][j];
 }
 
 /* qkx on eight groups at once, one group per lane: every lane runs the
@@ -282,10 +126,7 @@ AVX2 static void qkx8(int n, int nmax, const float *x, const float *w, uint8_t *
     const __m256 negmin = _mm256_xor_ps(min, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)));
     _mm256_storeu_ps(scales, scale);
     _mm256_storeu_ps(mins, negmin);
-    int32_t lv[32][8];
-    for (int i = 0; i < n; ++i) _mm256_storeu_si256((__m256i *)(void *)lv[i], _mm256_andnot_si256(_mm256_castps_si256(dead), Lt[i]));
-    for (int j = 0; j < 8; ++j)
-        for (int i = 0; i < n; ++i) L[n * j + i] = (uint8_t)lv[i][j];
+    store_codes8(Lt, dead, n, L);
 }
 
 AVX2 static void qkxm_avx2(int nsub, int n, int nmax, const float *x, const float *w, uint8_t *L, float *scales,
@@ -294,7 +135,8 @@ AVX2 static void qkxm_avx2(int nsub, int n, int nmax, const float *x, const floa
     for (; j + 8 <= nsub; j += 8)
         qkx8(n, nmax, x + n * j, w + n * j, L + n * j, scales + j, mins + j, rmin, rdelta, nstep, use_mad);
     for (; j < nsub; ++j)
-        scales[j] = fit_qkx_avx2(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep, use_mad);
+        scales[j] = npuc_kq_fit_qkx_ref(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep,
+                                        use_mad);
 }
 
 /* qx on eight groups at once, one group per lane (the candidates of one
@@ -353,20 +195,18 @@ AVX2 static void qx8(int n, int nmax, const float *x, int8_t *L, float *scales, 
     }
     scale = _mm256_blendv_ps(scale, vzero, dead);
     _mm256_storeu_ps(scales, scale);
-    int32_t lv[32][8];
-    for (int i = 0; i < n; ++i)
-        _mm256_storeu_si256((__m256i *)(void *)lv[i], _mm256_andnot_si256(_mm256_castps_si256(dead), Lt[i]));
-    for (int j = 0; j < 8; ++j)
-        for (int i = 0; i < n; ++i) L[n * j + i] = (int8_t)lv[i][j];
+    store_codes8(Lt, dead, n, (uint8_t *)(void *)L);
 }
 
 AVX2 static void qxm_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
     int j = 0;
     for (; j + 8 <= nsub; j += 8) qx8(n, nmax, x + n * j, L + n * j, scales + j, qw ? qw + n * j : NULL);
-    for (; j < nsub; ++j) scales[j] = fit_qx_avx2(n, nmax, x + n * j, L + n * j, qw ? qw + n * j : NULL);
+    for (; j < nsub; ++j) scales[j] = npuc_kq_fit_qx_ref(n, nmax, x + n * j, L + n * j, qw ? qw + n * j : NULL);
 }
 
-static const npuc_kq_ops AVX2_OPS = {"avx2", fit_qkx_avx2, fit_qx_avx2, qkxm_avx2, qxm_avx2};
+/* One group at a time (the legacy types' weighted paths, whose blocks are
+ * fitted one by one): the reference's searches. */
+static const npuc_kq_ops AVX2_OPS = {"avx2", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_avx2, qxm_avx2};
 
 const npuc_kq_ops *npuc_kq_ops_avx2(void) { return __builtin_cpu_supports("avx2") ? &AVX2_OPS : NULL; }
 
