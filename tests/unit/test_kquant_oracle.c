@@ -135,6 +135,21 @@ static dequant_fn deq_of(int t) {
     return f;
 }
 
+/* ggml's and npuc's dequantization of the nb blocks of type t at b: the
+ * same float bits. */
+static void same_dequant(int t, const unsigned char *b, size_t nb) {
+    const size_t k = nb * TY[t].blck;
+    float *yo = malloc(k * sizeof *yo), *yq = malloc(k * sizeof *yq);
+    assert_non_null(yo);
+    assert_non_null(yq);
+    deq_of(t)(b, yo, (int64_t)k);
+    npuc__gguf_dequantize(TY[t].id, b, yq, k);
+    assert_memory_equal(yo, yq, k * sizeof *yo);
+    g_deq += nb;
+    free(yo);
+    free(yq);
+}
+
 /* One configuration: type t, nrow rows of n, importance or not, nth
  * threads.  Every block is compared; returns nothing, fails on the first
  * differing block with its coordinates. */
@@ -167,16 +182,7 @@ static void compare(int t, const float *x, int nrow, int n, const float *imp, in
     }
     g_configs++;
     /* The dequantizers, on the oracle's blocks: the same float bits. */
-    const size_t k = (size_t)nrow * n;
-    float *yo = malloc(k * sizeof *yo), *yq = malloc(k * sizeof *yq);
-    assert_non_null(yo);
-    assert_non_null(yq);
-    deq_of(t)(o, yo, (int64_t)k);
-    npuc__gguf_dequantize(TY[t].id, o, yq, k);
-    assert_memory_equal(yo, yq, k * sizeof *yo);
-    g_deq += nb;
-    free(yo);
-    free(yq);
+    same_dequant(t, o, nb);
     free(o);
     free(q);
 }
@@ -243,12 +249,9 @@ static void test_dequant_random(void **state) {
     (void)state;
     enum { NB = 512 };
     for (int t = 0; t < NTYPES; t++) {
-        const size_t ts = TY[t].tsize, k = (size_t)NB * TY[t].blck;
+        const size_t ts = TY[t].tsize;
         unsigned char *b = malloc(NB * ts);
-        float *yo = malloc(k * sizeof *yo), *yq = malloc(k * sizeof *yq);
         assert_non_null(b);
-        assert_non_null(yo);
-        assert_non_null(yq);
         for (size_t i = 0; i < NB * ts; i++) b[i] = (unsigned char)next64();
         /* Clear the fp16 exponent's top bit of d and dmin/m so they are finite. */
         for (size_t i = 0; i < NB; i++) {
@@ -265,13 +268,8 @@ static void test_dequant_random(void **state) {
             }
             for (int o = 0; o < no; o++) p[offs[o] + 1] &= 0xbf;
         }
-        deq_of(t)(b, yo, (int64_t)k);
-        npuc__gguf_dequantize(TY[t].id, b, yq, k);
-        assert_memory_equal(yo, yq, k * sizeof *yo);
-        g_deq += NB;
+        same_dequant(t, b, NB);
         free(b);
-        free(yo);
-        free(yq);
     }
 }
 

@@ -412,6 +412,18 @@ static void pack_q5k(const uint8_t *L, unsigned char *qh, unsigned char *ql) {
     }
 }
 
+/* The weighted paths' weights w[i] = imp[i] * sqrt(sigma2 + x[i]^2) for a
+ * block's 256 values, and sw[j] the sum of group j's gs weights, in order. */
+static void imp_weights(const float *x, const float *qw, float sigma2, int gs, float *w, float *sw) {
+    for (int j = 0; j < QK / gs; ++j) {
+        float *wj = w + gs * j;
+        for (int l = 0; l < gs; ++l) wj[l] = qw[gs * j + l] * sqrtf(sigma2 + x[gs * j + l] * x[gs * j + l]);
+        float sumw = 0;
+        for (int l = 0; l < gs; ++l) sumw += wj[l];
+        sw[j] = sumw;
+    }
+}
+
 /* ---- Q2_K -------------------------------------------------------------- */
 
 static void q2k_finish(const float *x, unsigned char *b, uint8_t *L) {
@@ -466,12 +478,7 @@ static int q2k_imp(const kq_ops *o, const float *x, unsigned char *b, const floa
     float sumx2 = 0;
     for (int j = 0; j < QK; ++j) sumx2 += x[j] * x[j];
     const float sigma2 = sumx2 / QK;
-    for (int j = 0; j < QK / 16; ++j) {
-        float *wj = w + 16 * j;
-        sw[j] = 0;
-        for (int l = 0; l < 16; ++l) wj[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
-        for (int l = 0; l < 16; ++l) sw[j] += wj[l];
-    }
+    imp_weights(x, qw, sigma2, 16, w, sw);
     o->qkxm(QK / 16, 16, 3, x, w, L, scales, mins, -0.9f, 0.05f, 36, 0);
     const float dm = fit_qp(QK / 16, 15, scales, Ls, sw);
     const float mm = fit_qp(QK / 16, 15, mins, Lm, sw);
@@ -575,13 +582,7 @@ static int q3k_imp(const kq_ops *o, const float *x, unsigned char *b, const floa
     float sumx2 = 0;
     for (int j = 0; j < QK; ++j) sumx2 += x[j] * x[j];
     const float sigma2 = 2 * sumx2 / QK;
-    for (int j = 0; j < QK / 16; ++j) {
-        float *wj = w + 16 * j;
-        for (int l = 0; l < 16; ++l) wj[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
-        float sumw = 0;
-        for (int l = 0; l < 16; ++l) sumw += wj[l];
-        sw[j] = sumw;
-    }
+    imp_weights(x, qw, sigma2, 16, w, sw);
     o->qxm(QK / 16, 16, 4, x, L, scales, w);
     const float d_block = o->qx(QK / 16, 32, scales, Ls, sw);
     int ls[QK / 16];
@@ -594,13 +595,29 @@ static int q3k_imp(const kq_ops *o, const float *x, unsigned char *b, const floa
 
 /* ---- Q4_K and Q5_K ----------------------------------------------------- */
 
+/* Stores the scales and mins (6-bit codes ls, lm; fp16 d and dmin),
+ * requantizes against them and packs the codes: the end of every Q4_K and
+ * Q5_K path.  -1 when d or dmin is not finite in fp16. */
+static int q45k_finish(const float *x, unsigned char *b, uint8_t *L, const uint8_t *ls, const uint8_t *lm, float d,
+                       float dmin, int five) {
+    int bad = 0;
+    pack_k4(ls, lm, b + 4);
+    h16(d, b, &bad);
+    h16(dmin, b + 2, &bad);
+    requant_k4(x, b, b + 4, five ? 31 : 15, L);
+    if (five)
+        pack_q5k(L, b + 16, b + 48);
+    else
+        pack_q4k(L, b + 16);
+    return bad ? -1 : 0;
+}
+
 /* The reference search of Q4_K (five = 0) and Q5_K (five = 1). */
 static int q45k_ref(const kq_ops *o, const float *x, unsigned char *b, int five) {
     const int nmax = five ? 31 : 15;
     uint8_t L[QK], ls[8], lm[8];
     float w[QK], mins[QK / 32], scales[QK / 32];
     float max_scale = 0, max_min = 0;
-    int bad = 0;
     for (int j = 0; j < QK / 32; ++j) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
@@ -619,32 +636,17 @@ static int q45k_ref(const kq_ops *o, const float *x, unsigned char *b, int five)
         ls[j] = a < 63 ? a : 63;
         lm[j] = c < 63 ? c : 63;
     }
-    pack_k4(ls, lm, b + 4);
-    h16(max_scale / 63.f, b, &bad);
-    h16(max_min / 63.f, b + 2, &bad);
-    requant_k4(x, b, b + 4, nmax, L);
-    if (five)
-        pack_q5k(L, b + 16, b + 48);
-    else
-        pack_q4k(L, b + 16);
-    return bad ? -1 : 0;
+    return q45k_finish(x, b, L, ls, lm, max_scale / 63.f, max_min / 63.f, five);
 }
 
 static int q45k_imp(const kq_ops *o, const float *x, unsigned char *b, const float *qw, int five) {
     const int nmax = five ? 31 : 15;
     uint8_t L[QK], Ls[8], Lm[8];
     float w[QK], sw[QK / 32], mins[QK / 32], scales[QK / 32];
-    int bad = 0;
     float sum_x2 = 0;
     for (int l = 0; l < QK; ++l) sum_x2 += x[l] * x[l];
     const float sigma2 = 2 * sum_x2 / QK;
-    for (int j = 0; j < QK / 32; ++j) {
-        float *wj = w + 32 * j;
-        for (int l = 0; l < 32; ++l) wj[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
-        float sumw = 0;
-        for (int l = 0; l < 32; ++l) sumw += wj[l];
-        sw[j] = sumw;
-    }
+    imp_weights(x, qw, sigma2, 32, w, sw);
     o->qkxm(QK / 32, 32, nmax, x, w, L, scales, mins, -0.9f, 0.05f, 36, 0);
     const float d_block = fit_qp(QK / 32, 63, scales, Ls, sw);
     const float m_block = fit_qp(QK / 32, 63, mins, Lm, sw);
@@ -653,15 +655,7 @@ static int q45k_imp(const kq_ops *o, const float *x, unsigned char *b, const flo
             Ls[j] = Ls[j] < 63 ? Ls[j] : 63;
             Lm[j] = Lm[j] < 63 ? Lm[j] : 63;
         }
-    pack_k4(Ls, Lm, b + 4);
-    h16(d_block, b, &bad);
-    h16(m_block, b + 2, &bad);
-    requant_k4(x, b, b + 4, nmax, L);
-    if (five)
-        pack_q5k(L, b + 16, b + 48);
-    else
-        pack_q4k(L, b + 16);
-    return bad ? -1 : 0;
+    return q45k_finish(x, b, L, Ls, Lm, d_block, m_block, five);
 }
 
 static int q4k_ref(const kq_ops *o, const float *x, unsigned char *b, const float *qw) { (void)qw; return q45k_ref(o, x, b, 0); }
