@@ -408,7 +408,10 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
     uint64_t row = t->rank ? (uint64_t)t->shape[t->rank - 1] : 1;
     npuc_status st = NPUC_OK;
     for (uint64_t done = 0; done < t->numel && st == NPUC_OK;) {
-        const size_t chunk = gt->blck == 1 ? GGW_CHUNK : GGW_QCHUNK;
+        /* Block types: whole rows per chunk when a row fits (the weighted
+         * paths, npuc__gguf_quantize_rows with an importance row, need
+         * them; without importance any split gives the same bytes). */
+        const size_t chunk = gt->blck == 1 ? GGW_CHUNK : row <= GGW_QCHUNK ? GGW_QCHUNK / row * row : GGW_QCHUNK;
         size_t k = t->numel - done < chunk ? (size_t)(t->numel - done) : chunk;
         const unsigned char *p = src + done * ss;
         if (gt->blck == 1) {
