@@ -76,17 +76,22 @@ typedef void (*npuc_kq_qkxm_fn)(int nsub, int n, int nmax, const float *x, const
 /* qx on nsub consecutive groups of n values (qw + n*j, or NULL). */
 typedef void (*npuc_kq_qxm_fn)(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales,
                                const float *qw);
+/* Q3_K's reference fit (make_q3_quants, weights x^2, coordinate descent)
+ * on nsub consecutive groups of n values. */
+typedef void (*npuc_kq_q3m_fn)(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales);
 typedef struct npuc_kq_ops {
     const char *name; /* "ref", "avx2" */
     npuc_kq_qkx_fn qkx;
     npuc_kq_qx_fn qx;
     npuc_kq_qkxm_fn qkxm;
     npuc_kq_qxm_fn qxm;
+    npuc_kq_q3m_fn q3m;
 } npuc_kq_ops;
 
 float npuc_kq_fit_qkx_ref(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min, float rmin,
                           float rdelta, int nstep, int use_mad);
 float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float *qw);
+float npuc_kq_fit_q3_ref(int n, int nmax, const float *x, int8_t *L);
 const npuc_kq_ops *npuc_kq_ops_ref(void);
 /* NULL when the CPU lacks AVX2 (or on other architectures). */
 const npuc_kq_ops *npuc_kq_ops_avx2(void);

@@ -143,7 +143,7 @@ float npuc_kq_fit_qx_ref(int n, int nmax, const float *x, int8_t *L, const float
 
 /* Q3_K's reference fit: ggml's make_q3_quants with do_rmse (weights x^2,
  * up to five rounds of per-value coordinate descent). */
-static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
+float npuc_kq_fit_q3_ref(int n, int nmax, const float *x, int8_t *L) {
     const float max = signed_amax(n, x, L);
     if (max == 0.0f) return 0.f;
     const float iscale = (float)(-nmax) / max;
@@ -260,6 +260,10 @@ static void qkxm_ref(int nsub, int n, int nmax, const float *x, const float *w, 
     for (int j = 0; j < nsub; ++j)
         scales[j] = npuc_kq_fit_qkx_ref(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep,
                                         use_mad);
+}
+
+static void q3m_ref(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales) {
+    for (int j = 0; j < nsub; ++j) scales[j] = npuc_kq_fit_q3_ref(n, nmax, x + n * j, L + n * j);
 }
 
 static void qxm_ref(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
@@ -549,8 +553,8 @@ static int q3k_ref(const kq_ops *o, const float *x, unsigned char *b, const floa
     float scales[QK / 16];
     float max_scale = 0, amax = 0;
     int bad = 0;
+    o->q3m(QK / 16, 16, 4, x, L, scales);
     for (int j = 0; j < QK / 16; ++j) {
-        scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
         const float a = fabsf(scales[j]);
         if (a > amax) {
             amax = a;
@@ -775,7 +779,7 @@ static size_t legacy_imp(const kq_ops *o, int type, const float *x, unsigned cha
 
 typedef int (*kq_block_fn)(const kq_ops *o, const float *x, unsigned char *b, const float *qw);
 
-static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_ref, qxm_ref};
+static const kq_ops REF = {"ref", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_ref, qxm_ref, q3m_ref};
 
 const npuc_kq_ops *npuc_kq_ops_ref(void) { return &REF; }
 

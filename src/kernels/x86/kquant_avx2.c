@@ -204,9 +204,78 @@ AVX2 static void qxm_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, 
     for (; j < nsub; ++j) scales[j] = npuc_kq_fit_qx_ref(n, nmax, x + n * j, L + n * j, qw ? qw + n * j : NULL);
 }
 
+/* Q3_K's reference fit (make_q3_quants with coordinate descent) on eight
+ * groups of n <= 32 at once, one per lane.  A lane whose pass changed
+ * nothing would change nothing in a further pass either (its state is
+ * the same), so running the passes until no lane changes equals the
+ * reference's per-group stop. */
+AVX2 static void q38(int n, int nmax, const float *x, int8_t *L, float *scales) {
+    __m256 xt[32], wx[32], wt[32];
+    __m256i Lt[32];
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n));
+    const __m256 vzero = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i vlo = _mm256_set1_epi32(-nmax), vhi = _mm256_set1_epi32(nmax - 1), vn = _mm256_set1_epi32(nmax);
+    __m256 max = vzero, amax = vzero;
+    for (int i = 0; i < n; ++i) {
+        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
+        wt[i] = _mm256_mul_ps(xt[i], xt[i]);
+        wx[i] = _mm256_mul_ps(wt[i], xt[i]);
+        const __m256 ax = _mm256_and_ps(xt[i], absmask);
+        const __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+        amax = _mm256_blendv_ps(amax, ax, gt);
+        max = _mm256_blendv_ps(max, xt[i], gt);
+    }
+    const __m256 dead = _mm256_cmp_ps(amax, _mm256_set1_ps(EPS), _CMP_LT_OQ);
+    const __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)(-nmax)), max);
+    __m256 slx = vzero, sl2 = vzero;
+    for (int i = 0; i < n; ++i) {
+        Lt[i] = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(iscale, xt[i]))));
+        const __m256 lf = _mm256_cvtepi32_ps(Lt[i]);
+        slx = _mm256_add_ps(slx, _mm256_mul_ps(wx[i], lf));
+        sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], lf), lf));
+    }
+    for (int itry = 0; itry < 5; ++itry) {
+        __m256 changed = vzero;
+        for (int i = 0; i < n; ++i) {
+            const __m256 lf = _mm256_cvtepi32_ps(Lt[i]);
+            __m256 nslx = _mm256_sub_ps(slx, _mm256_mul_ps(wx[i], lf));
+            __m256 nsl2 = _mm256_sub_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], lf), lf));
+            const __m256 c1 = _mm256_cmp_ps(nslx, vzero, _CMP_GT_OQ);
+            if (_mm256_movemask_ps(c1) == 0) continue;
+            const __m256i nl = _mm256_max_epi32(
+                vlo, _mm256_min_epi32(vhi, nearest8(_mm256_div_ps(_mm256_mul_ps(xt[i], nsl2), nslx))));
+            const __m256 c2 = _mm256_castsi256_ps(_mm256_xor_si256(_mm256_cmpeq_epi32(nl, Lt[i]), _mm256_set1_epi32(-1)));
+            const __m256 nlf = _mm256_cvtepi32_ps(nl);
+            nslx = _mm256_add_ps(nslx, _mm256_mul_ps(wx[i], nlf));
+            nsl2 = _mm256_add_ps(nsl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], nlf), nlf));
+            const __m256 c3 = _mm256_and_ps(
+                _mm256_cmp_ps(nsl2, vzero, _CMP_GT_OQ),
+                _mm256_cmp_ps(_mm256_mul_ps(_mm256_mul_ps(nslx, nslx), sl2),
+                              _mm256_mul_ps(_mm256_mul_ps(slx, slx), nsl2), _CMP_GT_OQ));
+            const __m256 acc = _mm256_and_ps(_mm256_and_ps(c1, c2), c3);
+            Lt[i] = _mm256_blendv_epi8(Lt[i], nl, _mm256_castps_si256(acc));
+            slx = _mm256_blendv_ps(slx, nslx, acc);
+            sl2 = _mm256_blendv_ps(sl2, nsl2, acc);
+            changed = _mm256_or_ps(changed, acc);
+        }
+        if (_mm256_movemask_ps(_mm256_andnot_ps(dead, changed)) == 0) break;
+    }
+    for (int i = 0; i < n; ++i) Lt[i] = _mm256_add_epi32(Lt[i], vn);
+    const __m256 scale = _mm256_blendv_ps(_mm256_div_ps(slx, sl2), vzero, _mm256_cmp_ps(sl2, vzero, _CMP_NGT_UQ));
+    _mm256_storeu_ps(scales, _mm256_blendv_ps(scale, vzero, dead));
+    store_codes8(Lt, dead, n, (uint8_t *)(void *)L);
+}
+
+AVX2 static void q3m_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales) {
+    int j = 0;
+    for (; j + 8 <= nsub; j += 8) q38(n, nmax, x + n * j, L + n * j, scales + j);
+    for (; j < nsub; ++j) scales[j] = npuc_kq_fit_q3_ref(n, nmax, x + n * j, L + n * j);
+}
+
 /* One group at a time (the legacy types' weighted paths, whose blocks are
  * fitted one by one): the reference's searches. */
-static const npuc_kq_ops AVX2_OPS = {"avx2", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_avx2, qxm_avx2};
+static const npuc_kq_ops AVX2_OPS = {"avx2", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_avx2, qxm_avx2, q3m_avx2};
 
 const npuc_kq_ops *npuc_kq_ops_avx2(void) { return __builtin_cpu_supports("avx2") ? &AVX2_OPS : NULL; }
 
