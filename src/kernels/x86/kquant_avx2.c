@@ -139,6 +139,24 @@ AVX2 static void qkxm_avx2(int nsub, int n, int nmax, const float *x, const floa
                                         use_mad);
 }
 
+/* Loads eight groups of n values transposed (xt[i], lane j = x[n*j + i])
+ * and sets *maxp to each lane's value of largest magnitude with its sign
+ * (the first on ties, as the reference's scan); returns the mask of the
+ * lanes whose magnitude is below EPS (the reference's "all zero" return). */
+AVX2 static __m256 load_signed_amax8(const float *x, __m256i idx, int n, __m256 *xt, __m256 *maxp) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 max = _mm256_setzero_ps(), amax = _mm256_setzero_ps();
+    for (int i = 0; i < n; ++i) {
+        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
+        const __m256 ax = _mm256_and_ps(xt[i], absmask);
+        const __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+        amax = _mm256_blendv_ps(amax, ax, gt);
+        max = _mm256_blendv_ps(max, xt[i], gt);
+    }
+    *maxp = max;
+    return _mm256_cmp_ps(amax, _mm256_set1_ps(EPS), _CMP_LT_OQ);
+}
+
 /* qx on eight groups at once, one group per lane (the candidates of one
  * group depend on nothing but the group: each lane runs the reference's
  * sequence, accepting under its mask).  Groups of n <= 32 at x + n*j,
@@ -148,18 +166,10 @@ AVX2 static void qx8(int n, int nmax, const float *x, int8_t *L, float *scales, 
     __m256i Lt[32];
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n));
     const __m256 vzero = _mm256_setzero_ps();
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i vlo = _mm256_set1_epi32(-nmax), vhi = _mm256_set1_epi32(nmax - 1), vn = _mm256_set1_epi32(nmax);
-    __m256 max = vzero, amax = vzero;
-    for (int i = 0; i < n; ++i) {
-        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
-        wt[i] = qw ? _mm256_i32gather_ps(qw + i, idx, 4) : _mm256_mul_ps(xt[i], xt[i]);
-        const __m256 ax = _mm256_and_ps(xt[i], absmask);
-        const __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
-        amax = _mm256_blendv_ps(amax, ax, gt);
-        max = _mm256_blendv_ps(max, xt[i], gt);
-    }
-    const __m256 dead = _mm256_cmp_ps(amax, _mm256_set1_ps(EPS), _CMP_LT_OQ);
+    __m256 max;
+    const __m256 dead = load_signed_amax8(x, idx, n, xt, &max);
+    for (int i = 0; i < n; ++i) wt[i] = qw ? _mm256_i32gather_ps(qw + i, idx, 4) : _mm256_mul_ps(xt[i], xt[i]);
     const __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)(-nmax)), max);
     __m256 slx = vzero, sl2 = vzero;
     for (int i = 0; i < n; ++i) {
@@ -214,19 +224,13 @@ AVX2 static void q38(int n, int nmax, const float *x, int8_t *L, float *scales) 
     __m256i Lt[32];
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n));
     const __m256 vzero = _mm256_setzero_ps();
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i vlo = _mm256_set1_epi32(-nmax), vhi = _mm256_set1_epi32(nmax - 1), vn = _mm256_set1_epi32(nmax);
-    __m256 max = vzero, amax = vzero;
+    __m256 max;
+    const __m256 dead = load_signed_amax8(x, idx, n, xt, &max);
     for (int i = 0; i < n; ++i) {
-        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
         wt[i] = _mm256_mul_ps(xt[i], xt[i]);
         wx[i] = _mm256_mul_ps(wt[i], xt[i]);
-        const __m256 ax = _mm256_and_ps(xt[i], absmask);
-        const __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
-        amax = _mm256_blendv_ps(amax, ax, gt);
-        max = _mm256_blendv_ps(max, xt[i], gt);
     }
-    const __m256 dead = _mm256_cmp_ps(amax, _mm256_set1_ps(EPS), _CMP_LT_OQ);
     const __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)(-nmax)), max);
     __m256 slx = vzero, sl2 = vzero;
     for (int i = 0; i < n; ++i) {
