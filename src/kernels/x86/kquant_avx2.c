@@ -134,6 +134,7 @@ AVX2 static void qkxm_avx2(int nsub, int n, int nmax, const float *x, const floa
     int j = 0;
     for (; j + 8 <= nsub; j += 8)
         qkx8(n, nmax, x + n * j, w + n * j, L + n * j, scales + j, mins + j, rmin, rdelta, nstep, use_mad);
+    _mm256_zeroupper(); /* GCC emits none under a target attribute: SSE code after this would pay for the dirty upper halves */
     for (; j < nsub; ++j)
         scales[j] = npuc_kq_fit_qkx_ref(n, nmax, x + n * j, w + n * j, L + n * j, &mins[j], rmin, rdelta, nstep,
                                         use_mad);
@@ -211,6 +212,7 @@ AVX2 static void qx8(int n, int nmax, const float *x, int8_t *L, float *scales, 
 AVX2 static void qxm_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
     int j = 0;
     for (; j + 8 <= nsub; j += 8) qx8(n, nmax, x + n * j, L + n * j, scales + j, qw ? qw + n * j : NULL);
+    _mm256_zeroupper();
     for (; j < nsub; ++j) scales[j] = npuc_kq_fit_qx_ref(n, nmax, x + n * j, L + n * j, qw ? qw + n * j : NULL);
 }
 
@@ -274,6 +276,7 @@ AVX2 static void q38(int n, int nmax, const float *x, int8_t *L, float *scales) 
 AVX2 static void q3m_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, float *scales) {
     int j = 0;
     for (; j + 8 <= nsub; j += 8) q38(n, nmax, x + n * j, L + n * j, scales + j);
+    _mm256_zeroupper();
     for (; j < nsub; ++j) scales[j] = npuc_kq_fit_q3_ref(n, nmax, x + n * j, L + n * j);
 }
 
