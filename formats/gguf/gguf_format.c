@@ -21,13 +21,16 @@ static int gguf_sniff(const char *path) {
     return ok ? NPUC__SNIFF_SIGNATURE : NPUC__SNIFF_NO;
 }
 
-static const char *const GGUF_TYPES[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", NULL};
-static const int GGUF_TYPE_IDS[] = {NPUC__GGML_F32,  NPUC__GGML_F16,  NPUC__GGML_BF16, NPUC__GGML_Q8_0,
-                                    NPUC__GGML_Q4_0, NPUC__GGML_Q4_1, NPUC__GGML_Q5_0, NPUC__GGML_Q5_1};
+static const char *const GGUF_TYPES[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
+                                         "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", NULL};
+static const int GGUF_TYPE_IDS[] = {NPUC__GGML_F32,  NPUC__GGML_F16,  NPUC__GGML_BF16, NPUC__GGML_Q8_0, NPUC__GGML_Q4_0,
+                                    NPUC__GGML_Q4_1, NPUC__GGML_Q5_0, NPUC__GGML_Q5_1, NPUC__GGML_Q2_K, NPUC__GGML_Q3_K,
+                                    NPUC__GGML_Q4_K, NPUC__GGML_Q5_K, NPUC__GGML_Q6_K};
+#define NGGUF_TYPES (sizeof GGUF_TYPE_IDS / sizeof GGUF_TYPE_IDS[0])
 
 int npuc__gguf_writer_type(const npuc_writer *w) {
     long i = npuc__writer_opt_long(w, "gguf-type", 1);
-    return GGUF_TYPE_IDS[i >= 0 && i < 8 ? i : 1];
+    return GGUF_TYPE_IDS[i >= 0 && i < (long)NGGUF_TYPES ? i : 1];
 }
 
 static const char *gguf_derive(const npuc_writer *w, const char *key) {
@@ -45,7 +48,7 @@ static const char *gguf_describe(const npuc_model *m, const char *key) {
     for (size_t i = 0; i < m->n; i++) {
         if (m->t[i].rank < 2) continue;
         int id = npuc__gguf_model_type(m, i);
-        for (size_t k = 0; k < 8; k++)
+        for (size_t k = 0; k < NGGUF_TYPES; k++)
             if (GGUF_TYPE_IDS[k] == id) return GGUF_TYPES[k];
     }
     return NULL;
@@ -54,8 +57,9 @@ static const char *gguf_describe(const npuc_model *m, const char *key) {
 static const npuc__opt_decl GGUF_OPTS[] = {
     {.key = "gguf-type", .type = NPUC__OPT_CHOICE, .label = "GGUF tensor type", .choices = GGUF_TYPES,
      .dflt = "f16",
-     .help = "ggml type of float tensors of rank >= 2: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1 "
-             "(default f16; rank 0-1 stay f32)"},
+     .help = "ggml type of float tensors of rank >= 2: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+             "q2_k, q3_k, q4_k, q5_k or q6_k (default f16; rank 0-1 stay f32; a K type's rows not a "
+             "multiple of 256 fall back as llama-quantize's: docs/gguf.md)"},
     {.key = "gguf-arch", .type = NPUC__OPT_NAME, .label = "GGUF architecture", .min = 1, .max = 39,
      .dflt = NULL,
      .help = "general.architecture (default: the source GGUF's, else npuc)"},

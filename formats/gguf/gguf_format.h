@@ -5,11 +5,12 @@
  *
  * GGUF's tensor types are ggml's: a type has an id (pinned by ggml.h), a
  * block size in elements and a block size in bytes.  npuc knows the plain
- * types (F32, F16, BF16, F64, I8..I64) and the legacy 32-element block
- * types Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1; gguf_quant.c holds their scalar
- * quantizers and dequantizers, written from the block definitions so that
- * their bytes equal ggml's quantize_row_*_ref and their floats ggml's
- * dequantize_row_*.
+ * types (F32, F16, BF16, F64, I8..I64), the legacy 32-element block
+ * types Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 and the 256-element super-block
+ * ("K") types Q2_K, Q3_K, Q4_K, Q5_K and Q6_K; gguf_quant.c drives their
+ * quantizers (src/kernels/) and holds the dequantizers, written from the
+ * block definitions so that their bytes equal ggml_quantize_chunk's and
+ * their floats ggml's dequantize_row_*.
  */
 #ifndef NPUC_GGUF_FORMAT_H
 #define NPUC_GGUF_FORMAT_H
@@ -25,6 +26,11 @@ enum {
     NPUC__GGML_Q5_0 = 6,
     NPUC__GGML_Q5_1 = 7,
     NPUC__GGML_Q8_0 = 8,
+    NPUC__GGML_Q2_K = 10,
+    NPUC__GGML_Q3_K = 11,
+    NPUC__GGML_Q4_K = 12,
+    NPUC__GGML_Q5_K = 13,
+    NPUC__GGML_Q6_K = 14,
     NPUC__GGML_I8 = 24,
     NPUC__GGML_I16 = 25,
     NPUC__GGML_I32 = 26,
@@ -49,17 +55,29 @@ typedef struct npuc__ggml_type {
 /* The traits of ggml type id, or NULL for an id ggml does not define. */
 const npuc__ggml_type *npuc__ggml_type_by_id(uint32_t id);
 
-/* Block codecs (gguf_quant.c).  quantize: k elements of dtype sdt at src
- * (k a multiple of 32; converted to float32 as npuc_convert does) into
- * k/32 blocks of type id, on nth threads (0: OpenMP's default; the bytes do
- * not depend on it); returns 0, or -1 when a block holds a NaN or infinite
- * value or its fp16 scale or minimum would overflow fp16 (what ggml would
- * store as inf), with *bad_block set to the first such block's index.
- * dequantize: k floats from k/32 blocks, exactly as ggml's
- * dequantize_row_*.  Both handle the five block types and nothing else. */
+/* Block codecs (gguf_quant.c).  quantize_rows: k elements of dtype sdt at
+ * src (converted to float32 as npuc_convert does), rows of `row` elements
+ * each (k a multiple of row, row a multiple of the type's block size: 32,
+ * or 256 for the K types), into k/blck blocks of type id, on nth threads
+ * (0: OpenMP's default; the bytes do not depend on it).  imp is NULL or
+ * the importance of each of a row's `row` columns (one imatrix row, the
+ * same for every row; finite and >= 0, checked by the caller): the bytes
+ * then equal ggml_quantize_chunk(id, x, y, 0, k/row, row, imp), the
+ * weighted paths of Q2_K..Q6_K and Q4_0, Q4_1, Q5_0, Q5_1 (Q8_0 has none
+ * and ignores imp); without imp they equal the same call with NULL.
+ * Returns 0; -1 when a block holds a NaN or infinite value or its fp16
+ * scale or minimum would overflow fp16 (what ggml would store as inf),
+ * with *bad_block set to the first such block's index; -2 out of memory.
+ * quantize is quantize_rows with row = k and no importance.
+ * dequantize: k floats from k/blck blocks, exactly as ggml's
+ * dequantize_row_*.  They handle the ten block types and nothing else. */
+int npuc__gguf_quantize_rows(int id, const void *src, npuc_dtype sdt, void *blocks, uint64_t k, uint64_t row,
+                             const float *imp, int nth, uint64_t *bad_block);
 int npuc__gguf_quantize(int id, const void *src, npuc_dtype sdt, void *blocks, uint64_t k, int nth,
                         uint64_t *bad_block);
 void npuc__gguf_dequantize(int id, const void *blocks, float *y, uint64_t k);
+/* 1 for the super-block types Q2_K..Q6_K. */
+int npuc__gguf_is_ktype(int id);
 
 /* Bytes of a tensor of type t with ne[0] = row elements and numel elements;
  * -1 when row is not a multiple of the block size or the size overflows. */

@@ -22,13 +22,15 @@
  * nested.  The header is read through a small buffered cursor with pread, so
  * memory follows what is kept (names, metadata), never a count from the
  * file.  Malformed files are NPUC_ERR_FORMAT; well-formed ones npuc cannot
- * read (a big-endian or version 1 file, a K-quant or i-quant tensor) are
+ * read (a big-endian or version 1 file, an i-quant or other unsupported
+ * tensor type) are
  * NPUC_ERR_UNSUPPORTED; messages name the file and, where there is one, the
  * tensor.
  *
  * The model: tensors in header order with shapes in npuc's row-major order
- * (ne reversed); the block types are exposed as F32 and dequantized on load
- * exactly as ggml's dequantize_row_* (gguf_quant.c).  Metadata: string keys
+ * (ne reversed); the block types (legacy and K) are exposed as F32 and
+ * dequantized on load exactly as ggml's dequantize_row_* (gguf_quant.c); a
+ * block type's ne[0] must be a multiple of its block size (32, or 256).  Metadata: string keys
  * "npuc.K" become K (what the GGUF writer stored from its source); every
  * other scalar or string key K becomes "gguf.K", its value as text (integers
  * in decimal, floats with %.9g / %.17g, bools true/false); arrays are not

@@ -1,15 +1,21 @@
 /*
- * gguf_writer.c - the GGUF writer: version 3, alignment 32, the legacy block
- * types byte-identical to ggml's reference quantizers (gguf_quant.c).
+ * gguf_writer.c - the GGUF writer: version 3, alignment 32, the legacy and
+ * K block types byte-identical to ggml's quantizers (gguf_quant.c).
  *
  * The header holds every tensor's type, dims and offset, so begin() decides
  * each tensor's ggml type from the "gguf-type" option and the tensor alone,
  * the way `llama-quantize --pure` does:
  *   - float tensors of rank >= 2 get the chosen type; rank 0 and 1 (biases,
  *     norms) stay F32, as llama.cpp's converters and quantizer keep them;
- *   - a block type needs ne[0] (the last npuc dimension: GGUF lists dims
- *     innermost first) to be a multiple of 32, else the tensor stays F32
- *     and the context gets a warning naming it (npuc__ctx_warn);
+ *   - a legacy block type needs ne[0] (the last npuc dimension: GGUF lists
+ *     dims innermost first) to be a multiple of 32, else the tensor stays
+ *     F32 and the context gets a warning naming it (npuc__ctx_warn);
+ *   - a K type needs ne[0] to be a multiple of 256, else the tensor falls
+ *     back as llama-quantize's llama_tensor_get_type does: Q4_K -> Q5_0,
+ *     Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K and Q3_K -> Q4_0 (llama-quantize
+ *     uses IQ4_NL, which npuc does not write; Q4_0 is the 4.5-bit 32-block
+ *     type nearest to it), and to F16 when ne[0] is not a multiple of 32
+ *     either; every such tensor gets its own warning;
  *   - integer tensors keep their type (I8, I16, I32, I64); unsigned and
  *     bool ones have no GGUF type and are refused.
  * Payloads then stream through in declaration order, converted and
@@ -167,6 +173,13 @@ static uint32_t file_type(int id) {
     case NPUC__GGML_Q8_0: return 7;
     case NPUC__GGML_Q5_0: return 8;
     case NPUC__GGML_Q5_1: return 9;
+    /* A file all of one K type: the _S ("small") mix's number, the mix
+     * closest to a uniform type (Q2_K and Q6_K have one ftype each). */
+    case NPUC__GGML_Q2_K: return 10;
+    case NPUC__GGML_Q3_K: return 11;
+    case NPUC__GGML_Q4_K: return 14;
+    case NPUC__GGML_Q5_K: return 16;
+    case NPUC__GGML_Q6_K: return 18;
     case NPUC__GGML_BF16: return 32;
     default: return 0; /* ALL_F32 */
     }
@@ -204,7 +217,24 @@ static int plan_type(npuc_writer *w, const npuc_tensor_info *t, int want, size_t
     }
     if (t->rank < 2) return NPUC__GGML_F32;
     const npuc__ggml_type *g = npuc__ggml_type_by_id((uint32_t)want);
-    if (g->blck > 1 && t->shape[t->rank - 1] % g->blck != 0) {
+    const int64_t row = t->shape[t->rank - 1];
+    if (npuc__gguf_is_ktype(want) && row % g->blck != 0) {
+        /* llama-quantize's fallback (llama_tensor_get_type), IQ4_NL -> Q4_0. */
+        const int fb = want == NPUC__GGML_Q4_K   ? NPUC__GGML_Q5_0
+                       : want == NPUC__GGML_Q5_K ? NPUC__GGML_Q5_1
+                       : want == NPUC__GGML_Q6_K ? NPUC__GGML_Q8_0
+                                                 : NPUC__GGML_Q4_0;
+        const int to = row % 32 == 0 ? fb : NPUC__GGML_F16;
+        npuc__ctx_warn(w->ctx,
+                       "%s: tensor '%s': written as %s, not %s: its rows (GGUF ne[0] = %lld) are not a multiple "
+                       "of 256 (llama-quantize's fallback%s)",
+                       w->path, t->name, npuc__ggml_type_by_id((uint32_t)to)->name, g->name, (long long)row,
+                       to == NPUC__GGML_F16 ? ", rows not a multiple of 32 either"
+                       : fb == NPUC__GGML_Q4_0 ? ", which is IQ4_NL there; npuc writes the nearest type it has"
+                                               : "");
+        return to;
+    }
+    if (g->blck > 1 && row % g->blck != 0) {
         if ((*nkept)++ == 0) *kept_first = t->name;
         return NPUC__GGML_F32;
     }
@@ -433,7 +463,10 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
     uint64_t row = t->rank ? (uint64_t)t->shape[t->rank - 1] : 1;
     npuc_status st = NPUC_OK;
     for (uint64_t done = 0; done < t->numel && st == NPUC_OK;) {
-        const size_t chunk = gt->blck == 1 ? GGW_CHUNK : GGW_QCHUNK;
+        /* Block types: whole rows per chunk when a row fits (the weighted
+         * paths, npuc__gguf_quantize_rows with an importance row, need
+         * them; without importance any split gives the same bytes). */
+        const size_t chunk = gt->blck == 1 ? GGW_CHUNK : row <= GGW_QCHUNK ? GGW_QCHUNK / row * row : GGW_QCHUNK;
         size_t k = t->numel - done < chunk ? (size_t)(t->numel - done) : chunk;
         const unsigned char *p = src + done * ss;
         if (gt->blck == 1) {
@@ -462,14 +495,14 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
                     return npuc_fail(w->ctx, NPUC_ERR_VALUE, "%s: tensor '%s': element %llu is %s; %s cannot hold it",
                                      w->path, t->name, (unsigned long long)(done + at),
                                      nf == 1 ? "NaN" : "infinite", gt->name);
-                uint64_t e = done + bad * 32;
+                uint64_t e = done + bad * gt->blck;
                 return npuc_fail(w->ctx, NPUC_ERR_VALUE,
                                  "%s: tensor '%s': row %llu, elements %llu..%llu: the %s block scale or "
                                  "minimum exceeds fp16's range (65504); use --gguf-type f32, f16 or bf16",
-                                 w->path, t->name, (unsigned long long)(e / row),
-                                 (unsigned long long)(e % row), (unsigned long long)(e % row + 31), gt->name);
+                                 w->path, t->name, (unsigned long long)(e / row), (unsigned long long)(e % row),
+                                 (unsigned long long)(e % row + gt->blck - 1), gt->name);
             }
-            st = out(w, s->f, s->out, k / 32 * gt->tsize, what);
+            st = out(w, s->f, s->out, k / gt->blck * gt->tsize, what);
         }
         done += k;
     }

@@ -236,7 +236,7 @@ static const struct {
     {"report", "--sort", "file sqnr"},
     {"convert", "--dtype", "f32 f16 bf16"},
     {"convert", "--h5-style", "plain keras2 keras3"},
-    {"convert", "--gguf-type", "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1"},
+    {"convert", "--gguf-type", "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k"},
     {"convert", "--imatrix", "@FILES:dat gguf"},
     {"calibrate", "--imatrix-out", "@FILES:dat"},
     {"quantize", "--range", "minmax percentile= mse entropy"},

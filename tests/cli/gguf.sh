@@ -63,7 +63,7 @@ assert not any(k.startswith("npuc.gguf.general") for k in r["kv"]), sorted(r["kv
 EOF
 expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-arch "no spaces"
 must_match "$T/err" "gguf-arch"
-expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-type q3_k
+expect_rc 2 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/bad.gguf" --gguf-type iq2_xxs
 must_match "$T/err" "q8_0"
 [ ! -e "$T/bad.gguf" ] || fail "bad.gguf written"
 
@@ -133,8 +133,8 @@ for f in "$T"/bad/*.gguf; do
 done
 expect_rc 2 "$NPUC_BIN" info "$T/bad/ntensors.gguf"
 must_match "$T/err" "n_tensors 1152921504606846976 cannot fit"
-expect_rc 2 "$NPUC_BIN" info "$T/bad/kquant.gguf"
-must_match "$T/err" "tensor 'w': ggml type Q4_K is not supported"
+expect_rc 2 "$NPUC_BIN" info "$T/bad/iquant.gguf"
+must_match "$T/err" "tensor 'w': ggml type IQ2_XXS is not supported"
 expect_rc 2 "$NPUC_BIN" info "$T/bad/overlap.gguf"
 must_match "$T/err" "tensor 'b': data overlaps tensor 'a'"
 

@@ -213,8 +213,12 @@ static void test_tensors(void **state) {
     expect_bad(&b, "type.gguf", FMT, "tensor 'w': unknown ggml type 77");
     uint64_t k256[1] = {256};
     head(&b, 3, 1, 0);
-    tinfo(&b, "w", 1, k256, 12, 0);
-    expect_bad(&b, "kquant.gguf", UNS, "tensor 'w': ggml type Q4_K is not supported");
+    tinfo(&b, "w", 1, k256, 16, 0);
+    expect_bad(&b, "iquant.gguf", UNS, "tensor 'w': ggml type IQ2_XXS is not supported");
+    uint64_t k128[1] = {128};
+    head(&b, 3, 1, 0);
+    tinfo(&b, "w", 1, k128, NPUC__GGML_Q4_K, 0);
+    expect_bad(&b, "krow.gguf", FMT, "tensor 'w': ne[0] = 128 is not a multiple of Q4_K's block of 256");
     uint64_t odd[1] = {33};
     head(&b, 3, 1, 0);
     tinfo(&b, "w", 1, odd, NPUC__GGML_Q8_0, 0);

@@ -498,7 +498,7 @@ def hostile(d):
     w("dimoverflow", gguf_bytes(1, tensors=[(b"w", [1 << 62, 1 << 62], 0, 0)], data=b"\0" * 32))
     w("dimhuge", gguf_bytes(1, tensors=[(b"w", [1 << 63], 0, 0)], data=b"\0" * 32))
     w("type", gguf_bytes(1, tensors=[(b"w", [32], 77, 0)], data=b"\0" * 128))
-    w("kquant", gguf_bytes(1, tensors=[(b"w", [256], 12, 0)], data=b"\0" * 144))
+    w("iquant", gguf_bytes(1, tensors=[(b"w", [256], 16, 0)], data=b"\0" * 66))
     w("blockrow", gguf_bytes(1, tensors=[(b"w", [33], 8, 0)], data=b"\0" * 64))
     w("offset", gguf_bytes(1, tensors=[(b"w", [32], 0, 1 << 63)], data=b"\0" * 128))
     w("unaligned", gguf_bytes(1, tensors=[(b"w", [4], 0, 4)], data=b"\0" * 64))
