@@ -25,6 +25,11 @@ enum {
     NPUC__GGML_Q5_0 = 6,
     NPUC__GGML_Q5_1 = 7,
     NPUC__GGML_Q8_0 = 8,
+    NPUC__GGML_Q2_K = 10,
+    NPUC__GGML_Q3_K = 11,
+    NPUC__GGML_Q4_K = 12,
+    NPUC__GGML_Q5_K = 13,
+    NPUC__GGML_Q6_K = 14,
     NPUC__GGML_I8 = 24,
     NPUC__GGML_I16 = 25,
     NPUC__GGML_I32 = 26,
@@ -75,6 +80,11 @@ extern const npuc_writer_backend npuc__gguf_writer_backend;
  * order of GGUF_TYPE_IDS there). */
 extern const npuc__format_row npuc__gguf_format;
 int npuc__gguf_writer_type(const npuc_writer *w);
+/* The llama.cpp mix "gguf-type" names (gguf_mix.h), or 0 for a plain type. */
+int npuc__gguf_writer_mix(const npuc_writer *w);
+/* A "gguf-type" value's type id (a mix: its default type) and mix; -1 for
+ * a value that is not a choice. */
+int npuc__gguf_type_choice(const char *value, int *type, int *mix);
 
 #define NPUC__GGUF_MAGIC "GGUF"
 #define NPUC__GGUF_VERSION 3u

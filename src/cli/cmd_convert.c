@@ -39,7 +39,15 @@ static const char USAGE[] =
     "                           bf16, q8_0, q4_0, q4_1, q5_0 or q5_1 (default f16,\n"
     "                           or a GGUF input's type); rank 0-1 stay f32, and so\n"
     "                           do tensors whose last dimension is not a multiple\n"
-    "                           of 32 (a warning names them)\n"
+    "                           of 32 (a warning names them); or one of llama.cpp's\n"
+    "                           mixes q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m,\n"
+    "                           q5_k_s, q5_k_m, q6_k (a type per tensor by role and\n"
+    "                           layer, as llama-quantize chooses; one line per\n"
+    "                           tensor on stdout says which and why)\n"
+    "      --gguf-tensor-type REGEX=TYPE  the type of the tensors whose name\n"
+    "                           contains a match of REGEX, before the mix\n"
+    "                           (repeatable: the first matching rule wins; as\n"
+    "                           llama-quantize --tensor-type)\n"
     "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
     "                           else npuc)\n"
     "      --max-shard-size SIZE  checkpoint directories: at most SIZE per shard\n"
@@ -63,7 +71,15 @@ const cli_command cli_cmd_convert = {
     .run = run,
 };
 
-enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD };
+enum {
+    OPT_DTYPE = CLI_OPT_USER,
+    OPT_DEFLATE,
+    OPT_H5_STYLE,
+    OPT_GGUF_TYPE,
+    OPT_GGUF_ARCH,
+    OPT_MAX_SHARD,
+    OPT_GGUF_TENSOR_TYPE
+};
 
 static const cli_option OPTIONS[] = {
     {"dtype", 0, 1, OPT_DTYPE},
@@ -72,6 +88,7 @@ static const cli_option OPTIONS[] = {
     {"gguf-type", 0, 1, OPT_GGUF_TYPE},
     {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
     {"max-shard-size", 0, 1, OPT_MAX_SHARD},
+    {"gguf-tensor-type", 0, 1, OPT_GGUF_TENSOR_TYPE},
     {NULL, 0, 0, 0},
 };
 
@@ -82,6 +99,8 @@ typedef struct convert_opts {
     int style_set;
     int gguf_set;
     int shard_set;
+    int gguf_mix;                               /* --gguf-type names a llama.cpp mix */
+    char rules[NPUC_WRITE_OPT_VALUE_MAX];       /* --gguf-tensor-type rules, one a line */
     npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch */
 } convert_opts;
 
@@ -118,6 +137,19 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         o->shard_set = 1;
         return CLI_CONTINUE;
     }
+    case OPT_GGUF_TENSOR_TYPE: {
+        const char *eq = strchr(arg, '=');
+        size_t have = strlen(o->rules);
+        if (!eq || eq == arg || !eq[1] || strchr(arg, '\n'))
+            return cli_usage_error(a->cmd, "--gguf-tensor-type: expected REGEX=TYPE, got '%s'", arg);
+        if (have + !!have + strlen(arg) >= sizeof o->rules)
+            return cli_usage_error(a->cmd, "--gguf-tensor-type: the rules together exceed %zu bytes",
+                                   sizeof o->rules - 1);
+        if (have) o->rules[have++] = '\n';
+        memcpy(o->rules + have, arg, strlen(arg) + 1);
+        o->gguf_set = 1;
+        return CLI_CONTINUE;
+    }
     case OPT_GGUF_TYPE:
     case OPT_GGUF_ARCH: {
         const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : "gguf-arch";
@@ -128,10 +160,35 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
             rc = cli_usage_error(a->cmd, "--%s: %s", key, npuc_ctx_errmsg(c));
         npuc_ctx_free(c);
         o->gguf_set = 1;
+        /* the mixes are the values with a K type in their name (q4_k_m); the plain types have none */
+        if (id == OPT_GGUF_TYPE) o->gguf_mix = strstr(arg, "_k") != NULL;
         return rc;
     }
     }
     return cli_usage_error(a->cmd, "unhandled option (a bug in npuc)");
+}
+
+/* One line per tensor on stdout: its name, GGUF type and why
+ * ("blk.3.ffn_down.weight  Q6_K: ffn_down, layer 3 of 32, use_more_bits"). */
+static int print_plan(const cli_args *a, npuc_ctx *ctx, const npuc_model *m, const npuc_write_opts *wo,
+                      const convert_opts *co) {
+    size_t n = npuc_model_count(m);
+    npuc_gguf_choice *c = calloc(n ? n : 1, sizeof *c);
+    if (!c) return cli_fail(ctx, NPUC_ERR_NOMEM);
+    npuc_status st = npuc_gguf_plan(ctx, m, wo, co->dtype_set, co->dtype, c);
+    if (st != NPUC_OK) {
+        free(c);
+        return cli_fail(ctx, st);
+    }
+    int w = 0;
+    for (size_t i = 0; i < n; i++) {
+        int l = (int)strlen(npuc_model_tensor(m, i)->name);
+        if (l > w) w = l;
+    }
+    (void)a;
+    for (size_t i = 0; i < n; i++) printf("%-*s  %s\n", w, npuc_model_tensor(m, i)->name, c[i].reason);
+    free(c);
+    return CLI_EXIT_OK;
 }
 
 static int run(int argc, char **argv) {
@@ -181,6 +238,10 @@ static int run(int argc, char **argv) {
     npuc_write_opts wo = co.write;
     wo.format = ofmt;
     wo.overwrite = a.force;
+    if (co.rules[0] && npuc_write_opts_set(ctx, &wo, "gguf-tensor-type", co.rules) != NPUC_OK) {
+        rc = cli_usage_error(a.cmd, "--gguf-tensor-type: %s", npuc_ctx_errmsg(ctx));
+        goto done;
+    }
     npuc_status st = npuc_model_convert(ctx, m, out, &wo, co.dtype_set, co.dtype);
     cli_warn_ctx(&a, ctx);
     if (st != NPUC_OK) {
@@ -188,6 +249,9 @@ static int run(int argc, char **argv) {
         goto done;
     }
 
+    if (npuc_format_accepts(ofmt, "gguf-type") && (co.gguf_mix || co.rules[0] || a.verbose) &&
+        (rc = print_plan(&a, ctx, m, &wo, &co)) != CLI_EXIT_OK)
+        goto done;
     if (!a.quiet) {
         uint64_t params = 0, bytes = 0;
         size_t n = npuc_model_count(m);

@@ -33,8 +33,11 @@
 typedef enum npuc__opt_type {
     NPUC__OPT_INT = 0, /* a decimal integer in [min, max] */
     NPUC__OPT_CHOICE,  /* one of choices[]; backends get its index */
-    NPUC__OPT_NAME     /* a name of min..max bytes of [A-Za-z0-9_.-] (GGUF's
+    NPUC__OPT_NAME,    /* a name of min..max bytes of [A-Za-z0-9_.-] (GGUF's
                           general.architecture) */
+    NPUC__OPT_TEXT     /* min..max bytes, no control characters but newlines
+                          (GGUF's REGEX=TYPE rules, one a line); the
+                          backend parses it */
 } npuc__opt_type;
 
 /* One write option a format accepts. */

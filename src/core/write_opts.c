@@ -51,6 +51,15 @@ static npuc_status check_value(npuc_ctx *ctx, const npuc__opt_decl *d, const cha
             return npuc_fail(ctx, NPUC_ERR_ARG, "%s %ld is outside %ld..%ld", d->label, v, d->min, d->max);
         return NPUC_OK;
     }
+    if (d->type == NPUC__OPT_TEXT) {
+        size_t n = strlen(value);
+        int ok = n >= (size_t)d->min && n <= (size_t)d->max;
+        for (const char *c = value; ok && *c; c++) ok = *c == '\n' || (unsigned char)*c >= 0x20;
+        if (!ok)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%.64s': expected %ld..%ld bytes without control characters",
+                             d->label, value, d->min, d->max);
+        return NPUC_OK;
+    }
     if (d->type == NPUC__OPT_NAME) {
         size_t n = strlen(value);
         int ok = n >= (size_t)d->min && n <= (size_t)d->max;
