@@ -371,22 +371,25 @@ static int layer_of(const char *name) {
     return l;
 }
 
-static int before(const char *const *names, size_t a, size_t b) {
-    const int la = layer_of(names[a]), lb = layer_of(names[b]);
-    return la != lb ? la < lb : strcmp(names[a], names[b]) < 0;
+typedef struct ord {
+    int layer;
+    const char *name;
+    size_t i;
+} ord;
+
+static int ord_cmp(const void *a, const void *b) {
+    const ord *x = a, *y = b;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    const int c = strcmp(x->name, y->name);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
-void npuc__gguf_mix_order(const char *const *names, size_t n, size_t *idx) {
-    for (size_t i = 0; i < n; i++) idx[i] = i;
-    /* merge sort through a scratch copy would need memory; a model has a
-     * few thousand tensors at most, so insertion sort on nearly sorted
-     * input (files are stored layer by layer) stays linear in practice */
-    for (size_t i = 1; i < n; i++) {
-        size_t v = idx[i], j = i;
-        while (j > 0 && before(names, v, idx[j - 1])) {
-            idx[j] = idx[j - 1];
-            j--;
-        }
-        idx[j] = v;
-    }
+int npuc__gguf_mix_order(const char *const *names, size_t n, size_t *idx) {
+    ord *o = malloc((n ? n : 1) * sizeof *o);
+    if (!o) return -1;
+    for (size_t i = 0; i < n; i++) o[i] = (ord){layer_of(names[i]), names[i], i};
+    qsort(o, n, sizeof *o, ord_cmp);
+    for (size_t i = 0; i < n; i++) idx[i] = o[i].i;
+    free(o);
+    return 0;
 }

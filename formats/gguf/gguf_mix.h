@@ -66,8 +66,9 @@ void npuc__gguf_mix_count(npuc__gguf_mix_state *s, const char *const *names, siz
 
 /* The layer-major order llama-quantize visits tensors in (its model
  * loader's weights_map: by the N of "blk.N.", names without one first,
- * then by name): fills idx[0..n) with a permutation of 0..n-1. */
-void npuc__gguf_mix_order(const char *const *names, size_t n, size_t *idx);
+ * then by name): fills idx[0..n) with a permutation of 0..n-1; -1 when
+ * out of memory. */
+int npuc__gguf_mix_order(const char *const *names, size_t n, size_t *idx);
 
 /* The ggml type of one tensor under mix (NONE: base for every quantized
  * tensor) with base its default type.  name, rank and shape (npuc order,

@@ -152,7 +152,7 @@ npuc_status npuc__gguf_plan(npuc_ctx *ctx, const char *path, int mix, int base, 
     }
     for (size_t i = 0; i < n; i++) names[i] = t[i].name;
     npuc__gguf_mix_count(&s, names, n);
-    npuc__gguf_mix_order(names, n, order);
+    if (npuc__gguf_mix_order(names, n, order) != 0) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
     for (size_t k = 0; k < n; k++) {
         const size_t i = order[k];
         const npuc_tensor_info *ti = &t[i];
