@@ -10,15 +10,17 @@ src/llama-quant.cpp (commit 007dbbf3), independently of npuc's C code.
       "name TYPE" for every tensor in FILE's header
   expect FILE MIX [REGEX=TYPE ...]
       "name TYPE" that llama-quantize's rules give every tensor of FILE
-  check SRC OUT MIX [REGEX=TYPE ...]
-      compares OUT's types with `expect SRC MIX`; exits 1 naming each
-      difference
+  check SRC OUT MIX [REGEX=TYPE ...] [--ftype N] [--lines FILE]
+      compares OUT's types with `expect SRC MIX`; with --ftype, OUT's
+      general.file_type; with --lines, that FILE (npuc convert's stdout)
+      has one line "NAME  TYPE: reason" per tensor, in OUT's order; exits 1
+      naming each difference
+  safetensors OUT
+      a small safetensors file without metadata
 """
 import re
 import struct
 import sys
-
-import numpy as np
 
 TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K",
          12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16"}
@@ -36,6 +38,7 @@ def _s(x):
 
 
 def make(out, layers, embd, ff, head, head_kv, experts=0, tied=False, qkv=False):
+    import numpy as np
     rng = np.random.default_rng(1234)
     vocab = 64
     kv = embd // head * head_kv
@@ -72,7 +75,9 @@ def make(out, layers, embd, ff, head, head_kv, experts=0, tied=False, qkv=False)
         h += _s(v) if t == 8 else struct.pack("<I", v) if t == 4 else struct.pack("<f", v)
     off, datas = 0, []
     for name, ne in ts:
-        n = int(np.prod(ne))
+        n = 1
+        for x in ne:
+            n *= x
         d = (rng.standard_normal(n) * 0.05).astype("<f4").tobytes()
         h += _s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne)
         h += struct.pack("<IQ", 0, off)
@@ -271,15 +276,40 @@ def main(argv):
         for n, t in expect(argv[2], argv[3], argv[4:]).items():
             print(n, t)
     elif cmd == "check":
-        want = expect(argv[2], argv[4], argv[5:])
-        got = {n: t for n, _, t in read_header(argv[3])[1]}
-        bad = [(n, want[n], got.get(n)) for n in want if want[n] != got.get(n)]
-        for n, w, g in bad:
-            print("%s: %s: expected %s, got %s" % (argv[3], n, w, g))
+        a, ftype, lines = argv[5:], None, None
+        if "--lines" in a:
+            i = a.index("--lines")
+            lines = a[i + 1]
+            a = a[:i] + a[i + 2:]
+        if "--ftype" in a:
+            i = a.index("--ftype")
+            ftype = int(a[i + 1])
+            a = a[:i] + a[i + 2:]
+        want = expect(argv[2], argv[4], a)
+        meta, ts = read_header(argv[3])
+        got = {n: t for n, _, t in ts}
+        bad = ["%s: %s: expected %s, got %s" % (argv[3], n, want[n], got.get(n)) for n in want
+               if want[n] != got.get(n)]
         if set(got) != set(want):
-            print("%s: tensor names differ" % argv[3])
-            return 1
+            bad.append("%s: tensor names differ" % argv[3])
+        if ftype is not None and meta.get("general.file_type") != ftype:
+            bad.append("%s: general.file_type %s, expected %d" % (argv[3], meta.get("general.file_type"), ftype))
+        if lines is not None:
+            ls = [l.rstrip("\n") for l in open(lines) if l.strip()]
+            if len(ls) != len(ts):
+                bad.append("%s: %d lines, %d tensors" % (lines, len(ls), len(ts)))
+            for l, (n, _, t) in zip(ls, ts):
+                if not re.match(re.escape(n) + r" +" + t + ": ", l):
+                    bad.append("%s: line %r does not say %s %s" % (lines, l, n, t))
+        for b in bad:
+            print(b)
         return 1 if bad else 0
+    elif cmd == "safetensors":
+        import json
+        h = json.dumps({"a.weight": {"dtype": "F32", "shape": [32, 64], "data_offsets": [0, 8192]}}).encode()
+        h += b" " * (-len(h) % 8)
+        with open(argv[2], "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + b"\0" * 8192)
     else:
         print(__doc__)
         return 2
