@@ -242,6 +242,12 @@ static int run(int argc, char **argv) {
         rc = cli_usage_error(a.cmd, "--gguf-tensor-type: %s", npuc_ctx_errmsg(ctx));
         goto done;
     }
+    /* The per-tensor decisions first, as llama-quantize logs them: they also
+     * explain a refusal (a type this build cannot write). */
+    if (npuc_format_accepts(ofmt, "gguf-type") && (co.gguf_mix || co.rules[0] || a.verbose) &&
+        (rc = print_plan(&a, ctx, m, &wo, &co)) != CLI_EXIT_OK)
+        goto done;
+    fflush(stdout);
     npuc_status st = npuc_model_convert(ctx, m, out, &wo, co.dtype_set, co.dtype);
     cli_warn_ctx(&a, ctx);
     if (st != NPUC_OK) {
@@ -249,9 +255,6 @@ static int run(int argc, char **argv) {
         goto done;
     }
 
-    if (npuc_format_accepts(ofmt, "gguf-type") && (co.gguf_mix || co.rules[0] || a.verbose) &&
-        (rc = print_plan(&a, ctx, m, &wo, &co)) != CLI_EXIT_OK)
-        goto done;
     if (!a.quiet) {
         uint64_t params = 0, bytes = 0;
         size_t n = npuc_model_count(m);
