@@ -12,6 +12,10 @@
  *     and the context gets a warning naming it (npuc__ctx_warn);
  *   - integer tensors keep their type (I8, I16, I32, I64); unsigned and
  *     bool ones have no GGUF type and are refused.
+ * A llama.cpp mix ("gguf-type" q2_k .. q6_k) or "gguf-tensor-type" rules
+ * replace the one type by a per-tensor plan (gguf_mix_plan.c, gguf_mix.c:
+ * llama-quantize's choice by role and layer); a planned type this build
+ * cannot write (a K type without its kernels) is refused as unsupported.
  * Payloads then stream through in declaration order, converted and
  * quantized in chunks of whole blocks, each padded to the alignment.
  *
