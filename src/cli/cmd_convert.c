@@ -230,7 +230,7 @@ static int run(int argc, char **argv) {
         (co.style_set && !npuc_format_accepts(ofmt, "structure")))
         cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
     if (co.gguf_set && !npuc_format_accepts(ofmt, "gguf-type"))
-        cli_warn(&a, "%s: --gguf-type and --gguf-arch apply to GGUF outputs only; ignored", out);
+        cli_warn(&a, "%s: --gguf-type, --gguf-tensor-type and --gguf-arch apply to GGUF outputs only; ignored", out);
 
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;
