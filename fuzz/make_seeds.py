@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""make_seeds.py - the named seeds of the checkpoint, keras and calib fuzz
+"""make_seeds.py - the named seeds of the checkpoint, keras, calib and imatrix fuzz
 targets (docs/fuzzing.md), written from the formats' descriptions with the
 Python standard library, NumPy, h5py and the Keras archive builder of the
 CLI tests (tests/cli/lib/keras_archive.py); never with npuc.
 
-    fuzz/make_seeds.py [TARGET...]     (default: checkpoint keras calib)
+    fuzz/make_seeds.py [TARGET...]     (default: checkpoint keras calib imatrix)
 
 Writes fuzz/corpus/<target>/seed_*; existing files of those names are
 replaced, the fuzzer's finds are left alone.  The seeds are small valid
@@ -280,8 +280,59 @@ def calib():
     write("calib", "act_inf.safetensors", st_bytes({"a": f32([1.0, np.inf, 2.0])}))
 
 
+# ------------------------------------------------------------- imatrix
+
+def imx_entry(name, ncall, vals):
+    n = name.encode()
+    return struct.pack("<i", len(n)) + n + struct.pack("<ii", ncall, len(vals)) + struct.pack("<%df" % len(vals), *vals)
+
+
+def imx_gguf(tensors, chunks=True):
+    """A GGUF imatrix: tensors is a list of (name, ne0, ne1, float values)."""
+    def s(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+    kv = [s("general.type") + struct.pack("<I", 8) + s("imatrix"),
+          s("imatrix.datasets") + struct.pack("<IIQ", 9, 8, 1) + s("wiki.train.raw")]
+    if chunks:
+        kv += [s("imatrix.chunk_count") + struct.pack("<II", 4, 10),
+               s("imatrix.chunk_size") + struct.pack("<II", 4, 512)]
+    ts, data = [], b""
+    for name, ne0, ne1, vals in tensors:
+        ts.append(s(name) + struct.pack("<IQQIQ", 2, ne0, ne1, 0, len(data)))
+        b = struct.pack("<%df" % len(vals), *vals)
+        data += b + b"\0" * (-len(b) % 32)
+    h = b"GGUF" + struct.pack("<IQQ", 3, len(ts), len(kv)) + b"".join(kv) + b"".join(ts)
+    return h + b"\0" * (-len(h) % 32) + data
+
+
+def imatrix():
+    """fuzz_imatrix.c's input: a legacy .dat or a GGUF imatrix (gguf_imatrix.c's layouts)."""
+    good = struct.pack("<i", 2) + imx_entry("blk.0.attn_q.weight", 3, [3.0, 6.0, 0.5, 1.0]) + \
+        imx_entry("blk.0.ffn_up_exps.weight", 2, [1.0] * 8)
+    trailer = struct.pack("<ii", 7, 14) + b"wiki.train.raw"
+    write("imatrix", "legacy.dat", good + trailer)
+    write("imatrix", "legacy_no_trailer.dat", good)
+    write("imatrix", "legacy_ncall0_dup.dat", struct.pack("<i", 3) + imx_entry("w", 0, [1.0, 2.0]) +
+          imx_entry("x", 1, [1.0]) + imx_entry("w", 4, [4.0, 4.0]) + trailer + b"junk")
+    write("imatrix", "legacy_nan.dat", struct.pack("<i", 1) + imx_entry("w", 1, [1.0, float("nan")]))
+    write("imatrix", "legacy_huge_count.dat", struct.pack("<i", 0x7fffffff) + imx_entry("w", 1, [1.0]))
+    write("imatrix", "legacy_huge_nval.dat", struct.pack("<i", 1) + struct.pack("<i", 1) + b"w" +
+          struct.pack("<ii", 1, 0x40000000) + b"\0" * 16)
+    write("imatrix", "legacy_truncated.dat", (good + trailer)[:-9])
+    write("imatrix", "gguf.gguf", imx_gguf([
+        ("blk.0.attn_q.weight.in_sum2", 4, 1, [3.0, 6.0, 0.5, 1.0]), ("blk.0.attn_q.weight.counts", 1, 1, [3.0]),
+        ("blk.0.ffn_up_exps.weight.in_sum2", 4, 2, [1.0] * 8),
+        ("blk.0.ffn_up_exps.weight.counts", 1, 2, [2.0, 0.0]), ("other", 1, 1, [0.0])]))
+    write("imatrix", "gguf_unpaired.gguf", imx_gguf([("w.in_sum2", 4, 1, [1.0] * 4)]))
+    write("imatrix", "gguf_bad_counts.gguf", imx_gguf([
+        ("w.in_sum2", 2, 2, [1.0] * 4), ("w.counts", 1, 3, [1.0, -1.0, float("nan")])]))
+    write("imatrix", "gguf_no_chunks.gguf", imx_gguf([
+        ("w.in_sum2", 4, 1, [1.0] * 4), ("w.counts", 1, 1, [1.0])], chunks=False))
+
+
 def main(argv):
-    makers = {"checkpoint": checkpoint, "keras": keras, "calib": calib}
+    makers = {"checkpoint": checkpoint, "keras": keras, "calib": calib, "imatrix": imatrix}
     for t in argv[1:] or list(makers):
         if t not in makers:
             print(__doc__, file=sys.stderr)

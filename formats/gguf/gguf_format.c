@@ -1,10 +1,11 @@
 /*
  * gguf_format.c - GGUF's row in the format registry: the ".gguf"
- * extension, the "GGUF" magic, and two write options: "gguf-type", the
+ * extension, the "GGUF" magic, and three write options: "gguf-type", the
  * ggml type of the float matrices (default f16, what llama.cpp's
  * convert_hf_to_gguf.py writes by default: quantizing is asked for, never
- * implied), and "gguf-arch", general.architecture (default: the source's,
- * when it is a GGUF file, else "npuc").
+ * implied), "gguf-arch", general.architecture (default: the source's,
+ * when it is a GGUF file, else "npuc"), and "imatrix", the path of a
+ * llama.cpp importance matrix (gguf_imatrix.h; no default).
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,7 +54,7 @@ int npuc__gguf_type_choice(const char *value, int *type, int *mix) {
 }
 
 static const char *gguf_derive(const npuc_writer *w, const char *key) {
-    if (strcmp(key, "gguf-arch") != 0) return NULL;
+    if (strcmp(key, "gguf-arch") != 0) return NULL; /* "imatrix": none */
     for (size_t i = 0; i < w->nmeta; i++)
         if (strcmp(w->meta_k[i], "gguf.general.architecture") == 0 && strlen(w->meta_v[i]) < 40)
             return w->meta_v[i];
@@ -86,6 +87,10 @@ static const npuc__opt_decl GGUF_OPTS[] = {
     {.key = "gguf-arch", .type = NPUC__OPT_NAME, .label = "GGUF architecture", .min = 1, .max = 39,
      .dflt = NULL,
      .help = "general.architecture (default: the source GGUF's, else npuc)"},
+    {.key = "imatrix", .type = NPUC__OPT_PATH, .label = "GGUF importance matrix", .min = 1,
+     .max = NPUC_WRITE_OPT_VALUE_MAX - 1, .dflt = NULL,
+     .help = "llama.cpp importance matrix (legacy .dat or GGUF) for the quantized types: loaded and "
+             "checked against every quantized tensor (docs/gguf.md)"},
 };
 
 static const char *const GGUF_EXT[] = {".gguf", NULL};

@@ -25,6 +25,12 @@
  * of the source as a string under "npuc." + its key, and, when a name was
  * shortened, npuc.gguf.long_names: [short, full, short, full, ...].
  *
+ * Option "imatrix" (a llama.cpp importance matrix, gguf_imatrix.h): loaded
+ * once in begin(), every tensor stored in a block type gets its importance
+ * row by name, a length that does not match is refused, and the call site
+ * in ggw_write marks where the weighted quantizers will take it (not yet:
+ * the bytes are those without importance).
+ *
  * npuc artifacts whose "npuc" entry describes encoded tensors are refused:
  * their parts are codes and scales only npuc can read.  Fake-quantized
  * tensors are dense and are written like any other.
@@ -40,6 +46,7 @@
 
 #include "gguf_format.h"
 #include "gguf_mix.h"
+#include "gguf_imatrix.h"
 
 /* Elements converted (plain types) or quantized (block types) at a time:
  * multiples of the block.  A block type's chunk is one parallel region of
@@ -55,12 +62,17 @@ typedef struct ggw_tensor {
     int type;
     char name[NPUC__GGUF_NAME_MAX + 1];
     uint64_t nbytes, offset;
+    /* With an importance matrix ("imatrix" option), for a tensor stored in a
+     * block type: n_mat(t) matrices of row input columns, n_mat * row
+     * floats owned by the state's imatrix; NULL without an entry. */
+    const float *imp;
 } ggw_tensor;
 
 typedef struct ggw_state {
     FILE *f;
     ggw_tensor *t;
     unsigned char *out; /* one converted chunk */
+    npuc__imatrix *im;  /* the "imatrix" option's file, or NULL */
 } ggw_state;
 
 typedef struct ggw_buf {
@@ -340,11 +352,54 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
     return NPUC_OK;
 }
 
+/* The matrices of tensor t as llama-quantize counts them for importance:
+ * GGUF ne[2] (the first of three npuc dims: a MoE weight's experts), 1 for
+ * a matrix. */
+static uint64_t n_mat(const npuc_tensor_info *t) { return t->rank >= 3 ? (uint64_t)t->shape[t->rank - 3] : 1; }
+
+/* The "imatrix" option: the file is loaded once, and every tensor stored in
+ * a block type looks up its importance by name, as llama-quantize does
+ * before quantizing it: n_mat = GGUF ne[2] matrices (the first of three
+ * npuc dims; 1 for a matrix) of ne[0] input columns.  A length that does
+ * not match is an error (gguf_imatrix.h); tensors without an entry and
+ * entries that match no tensor are warnings.  Tensors written unquantized
+ * only mark their entries as matched. */
+static npuc_status attach_imatrix(npuc_writer *w, ggw_state *s) {
+    const char *path = npuc__writer_opt(w, "imatrix");
+    if (!path) return NPUC_OK;
+    npuc_status st = npuc__imatrix_load(w->ctx, path, &s->im);
+    if (st != NPUC_OK) return st;
+    size_t nq = 0, nmiss = 0;
+    const char *miss_first = NULL;
+    for (size_t i = 0; i < w->n; i++) {
+        const npuc_tensor_info *t = &w->t[i];
+        ggw_tensor *g = &s->t[i];
+        const char *alt = strcmp(g->name, t->name) != 0 ? g->name : NULL;
+        if (npuc__ggml_type_by_id((uint32_t)g->type)->blck == 1) {
+            if (t->rank >= 2) (void)npuc__imatrix_mark(s->im, t->name, alt);
+            continue;
+        }
+        nq++;
+        const uint64_t row = (uint64_t)t->shape[t->rank - 1];
+        if ((st = npuc__imatrix_lookup(w->ctx, s->im, t->name, alt, row, n_mat(t), &g->imp)) != NPUC_OK) return st;
+        if (!g->imp && nmiss++ == 0) miss_first = t->name;
+    }
+    if (nq == 0)
+        npuc__ctx_warn(w->ctx, "%s: --imatrix %s is not used: no tensor is stored in a quantized type", w->path,
+                       path);
+    else if (nmiss)
+        npuc__ctx_warn(w->ctx, "%s: %zu of %zu quantized tensors have no imatrix entry (first: '%s') and are "
+                               "quantized without importance", w->path, nmiss, nq, miss_first);
+    npuc__imatrix_warn_unmatched(w->ctx, s->im);
+    return NPUC_OK;
+}
+
 static void state_free(ggw_state *s) {
     if (!s) return;
     if (s->f) fclose(s->f);
     free(s->t);
     free(s->out);
+    npuc__imatrix_free(s->im);
     free(s);
 }
 
@@ -362,7 +417,7 @@ static npuc_status ggw_begin(npuc_writer *w) {
     s->t = calloc(w->n ? w->n : 1, sizeof *s->t);
     s->out = malloc(GGW_OUT_BYTES);
     if (!s->t || !s->out) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
-    if ((st = build_header(w, s, &b)) != NPUC_OK) goto fail;
+    if ((st = build_header(w, s, &b)) != NPUC_OK || (st = attach_imatrix(w, s)) != NPUC_OK) goto fail;
     s->f = fopen(w->tmp, "wbe");
     if (!s->f) {
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, w->tmp, strerror(errno));
@@ -426,6 +481,15 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
         } else {
             size_t at;
             uint64_t bad;
+            /* IMATRIX CALL SITE (issue 29): imp is the importance of the
+             * matrix holding this chunk's first element (row floats), NULL
+             * without an importance matrix or entry.  Not passed on yet:
+             * npuc__gguf_quantize has no importance parameter until the
+             * weighted kernels land; then pass row and imp here, and cut the
+             * chunks at matrix bounds (numel / n_mat(t) elements) so that one
+             * chunk never spans two experts of a 3-D tensor. */
+            const float *imp = g->imp ? g->imp + done / (t->numel / n_mat(t)) * row : NULL;
+            (void)imp;
             if (npuc__gguf_quantize(g->type, p, t->dtype, s->out, k, npuc_ctx_threads(w->ctx), &bad) != 0) {
                 const int nf = first_nonfinite(p, t->dtype, k, &at);
                 if (nf)

@@ -235,6 +235,30 @@ NPUC_API npuc_status npuc_trt_cache_export(npuc_ctx *ctx, const char *calib_path
 NPUC_API npuc_status npuc_aimet_export(npuc_ctx *ctx, const char *calib_path, const char *artifact_path,
                                        const char *version, const char *out, int overwrite);
 
+typedef struct npuc_model npuc_model; /* model.h */
+
+/* ------------------------------------------- importance matrix for llama.cpp
+ *
+ * llama.cpp's legacy importance matrix (the .dat that llama-imatrix writes
+ * and `llama-quantize --imatrix` reads) from calibration inputs
+ * (docs/calibration.md, "Importance matrix for llama.cpp"): for every float
+ * tensor W.input [..., K] of the files (leading axes are rows; tensors of one
+ * W in several files are one entry whose rows are all of theirs, with the
+ * same K), the sum of x^2 per input column, accumulated in double over the
+ * rows in file then row order.  Written to out atomically, entries in name
+ * order: name W, ncall = the row count, the K sums as float32, so that
+ * sum / ncall, what llama-quantize divides, is the mean of x^2; the trailer
+ * holds the largest row count and files[0]'s path as the dataset name.
+ * *nentries (may be NULL) gets the number of entries.  Errors, naming the
+ * file and tensor, with nothing written: no W.input tensor
+ * (NPUC_ERR_NOT_FOUND), a W.input that is not float, of rank < 2 or without
+ * rows, or whose K differs between files (NPUC_ERR_FORMAT), NaN or Inf in a
+ * row or a sum beyond float32 (NPUC_ERR_VALUE), more than 2^31-1 rows or
+ * values (NPUC_ERR_UNSUPPORTED: the format's counts are int32),
+ * NPUC_ERR_EXISTS, NPUC_ERR_IO. */
+NPUC_API npuc_status npuc_imatrix_from_calib(npuc_ctx *ctx, npuc_model *const *files, size_t nfiles,
+                                             const char *out, int overwrite, size_t *nentries);
+
 #ifdef __cplusplus
 }
 #endif

@@ -153,7 +153,8 @@ typedef struct npuc_writer npuc_writer;
  * copy it, assign it, no freeing. */
 #define NPUC_WRITE_OPTS_MAX 8        /* options one npuc_write_opts holds */
 #define NPUC_WRITE_OPT_KEY_MAX 24    /* bytes of a key, NUL included */
-#define NPUC_WRITE_OPT_VALUE_MAX 256 /* bytes of a value, NUL included */
+#define NPUC_WRITE_OPT_VALUE_MAX 1024 /* bytes of a value, NUL included (a path:
+                                         GGUF's "imatrix") */
 
 typedef struct npuc_write_opt {
     char key[NPUC_WRITE_OPT_KEY_MAX];

@@ -149,6 +149,20 @@ typedef struct npuc_quantize_opts {
     npuc_qmethod method;           /* default NPUC_QMETHOD_RTN; GPTQ needs calib */
     double damp;                   /* GPTQ dampening, in (0, 1], default 0.01 */
     int act_order;                 /* GPTQ: columns in decreasing diag(H) order */
+    /* Mixed precision under a budget (docs/budget.md): with target_size (bytes
+     * of the output file) or target_bpw (bits per weight over the quantized
+     * tensors, scales and zero points included) every quantized tensor not
+     * pinned by layer_bits, layer_group_size or the 8-bit edge rule gets the
+     * candidate scheme that keeps the budget with the least summed relative
+     * squared error.  candidates: "int4/g32,uint8/ch,..." (NULL: int2..int8 x
+     * per channel, g32, g64, g128 x symmetric, asymmetric, f16 scales);
+     * plan_out: a JSON file with the choice per tensor and the size/error
+     * curve (NULL: none). */
+    uint64_t target_size;
+    double target_bpw;
+    const char *candidates;
+    const char *plan_out;
+    const char *plan; /* apply this plan_out document instead of measuring */
     /* Called after each tensor is written (from the calling thread). */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
     void *user;

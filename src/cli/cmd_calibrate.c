@@ -11,6 +11,10 @@
  * samples are read through the model API and fed to the library's
  * accumulator (npuc_act_calib) chunk by chunk, --chunk-rows rows at a time,
  * once per pass the method needs; results do not depend on the chunking.
+ *
+ * --imatrix-out FILE writes llama.cpp's legacy importance matrix from the
+ * <weight>.input tensors instead (npuc_imatrix_from_calib; with -o as
+ * well, both are written).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +29,7 @@
 
 static const char USAGE[] =
     "Usage: npuc calibrate ACTS... -o CALIB.json [options]\n"
+    "       npuc calibrate CALIB... --imatrix-out FILE [-o CALIB.json] [-f] [-q]\n"
     "\n"
     "Computes activation ranges, scales and zero points from activation samples:\n"
     "every float tensor [N, ...] of the ACTS files (safetensors or HDF5) is the N\n"
@@ -49,6 +54,12 @@ static const char USAGE[] =
     "      --trt-version V        the cache header's version (default 8601)\n"
     "      --export-encodings FILE  also write AIMET activation_encodings\n"
     "      --encodings-version V  0.6.1 or 1.0.0 (default 1.0.0)\n"
+    "      --imatrix-out FILE     write llama.cpp's importance matrix (legacy .dat, for\n"
+    "                             llama-quantize --imatrix or npuc convert --imatrix)\n"
+    "                             from the <weight>.input rows: per input column the\n"
+    "                             sum of x^2 with ncall = the row count, so each\n"
+    "                             importance is the mean of x^2; entries are named\n"
+    "                             <weight> (docs/calibration.md); -o is then optional\n"
     "  -f, --force                overwrite existing outputs\n"
     "  -q, --quiet                no notes on stderr\n"
     "  -h, --help                 show this help\n"
@@ -57,6 +68,7 @@ static const char USAGE[] =
     "\n"
     "Example:\n"
     "  npuc calibrate acts.safetensors -o calib.json --method entropy --trt-cache model.cache\n"
+    "  npuc calibrate calib.safetensors --imatrix-out model.imatrix.dat\n"
     "\n"
     "Exit codes: 0 ok, 1 failed, 2 usage error, unreadable file, NaN/Inf samples.\n";
 
@@ -80,7 +92,8 @@ enum {
     OPT_TRT,
     OPT_TRT_VERSION,
     OPT_ENC,
-    OPT_ENC_VERSION
+    OPT_ENC_VERSION,
+    OPT_IMATRIX_OUT
 };
 
 static const cli_option OPTIONS[] = {
@@ -94,6 +107,7 @@ static const cli_option OPTIONS[] = {
     {"trt-version", 0, 1, OPT_TRT_VERSION},
     {"export-encodings", 0, 1, OPT_ENC},
     {"encodings-version", 0, 1, OPT_ENC_VERSION},
+    {"imatrix-out", 0, 1, OPT_IMATRIX_OUT},
     {NULL, 0, 0, 0},
 };
 
@@ -104,6 +118,7 @@ typedef struct calib_args {
     long chunk;     /* 0: default */
     int nohist;
     const char *trt, *trt_version, *enc, *enc_version;
+    const char *imatrix_out;
 } calib_args;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
@@ -137,6 +152,7 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         break;
     }
     case OPT_ENC: c->enc = arg; break;
+    case OPT_IMATRIX_OUT: c->imatrix_out = arg; break;
     case OPT_ENC_VERSION:
         if (strcmp(arg, "0.6.1") != 0 && strcmp(arg, "1.0.0") != 0)
             return cli_usage_error(&cli_cmd_calibrate, "--encodings-version '%s': use 0.6.1 or 1.0.0", arg);
@@ -352,14 +368,18 @@ static int run(int argc, char **argv) {
     float *buf = NULL;
     json_t *doc = NULL, *list = NULL;
     npuc_status st = NPUC_OK;
-    if (!a.output) {
-        rc = cli_usage_error(&cli_cmd_calibrate, "missing -o CALIB.json");
+    if (!a.output && !c.imatrix_out) {
+        rc = cli_usage_error(&cli_cmd_calibrate, "missing -o CALIB.json (or --imatrix-out FILE)");
+        goto done;
+    }
+    if (!a.output && (c.trt || c.enc)) {
+        rc = cli_usage_error(&cli_cmd_calibrate, "--trt-cache and --export-encodings need -o CALIB.json");
         goto done;
     }
     /* Every output is tried before the work, so a run never fails at the end. */
-    const char *const outs[] = {a.output, c.trt, c.enc};
-    const char *const what[] = {"calibration", "TensorRT cache", "AIMET encodings"};
-    for (int k = 0; k < 3; k++) {
+    const char *const outs[] = {a.output, c.trt, c.enc, c.imatrix_out};
+    const char *const what[] = {"calibration", "TensorRT cache", "AIMET encodings", "importance matrix"};
+    for (int k = 0; k < 4; k++) {
         if (!outs[k]) continue;
         if (!a.force && access(outs[k], F_OK) == 0) {
             cli_error("%s: the output exists (use -f to overwrite it)", outs[k]);
@@ -388,6 +408,17 @@ static int run(int argc, char **argv) {
     }
     for (int f = 0; f < a.npos; f++)
         if ((rc = cli_open_model(ctx, &a, a.pos[f], &m[f])) != CLI_EXIT_OK) goto done;
+    if (c.imatrix_out) {
+        size_t ne;
+        if ((st = npuc_imatrix_from_calib(ctx, m, (size_t)a.npos, c.imatrix_out, a.force, &ne)) != NPUC_OK)
+            goto fail;
+        cli_note(&a, "wrote %s: llama.cpp importance matrix (legacy format), %zu entr%s", c.imatrix_out, ne,
+                 ne == 1 ? "y" : "ies");
+        if (!a.output) {
+            rc = CLI_EXIT_OK;
+            goto done;
+        }
+    }
     if ((rc = gather(&a, &c, m, (size_t)a.npos, &acts, &nacts)) != CLI_EXIT_OK) goto done;
     if (nacts == 0) {
         cli_error("%s: no activation samples (float tensors [N, ...]) in the input", a.pos[0]);

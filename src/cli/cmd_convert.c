@@ -50,6 +50,13 @@ static const char USAGE[] =
     "                           llama-quantize --tensor-type)\n"
     "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
     "                           else npuc)\n"
+    "      --imatrix FILE       llama.cpp importance matrix (legacy .dat or GGUF)\n"
+    "                           for the quantized GGUF types: loaded and checked\n"
+    "                           against every quantized tensor (a length that does\n"
+    "                           not match is an error; tensors without an entry and\n"
+    "                           entries matching no tensor are warnings).  The\n"
+    "                           importance-weighted quantizers are not connected\n"
+    "                           yet: the bytes are those without --imatrix\n"
     "      --max-shard-size SIZE  checkpoint directories: at most SIZE per shard\n"
     "                           (default: the input's sharding; docs/checkpoints.md)\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
@@ -78,6 +85,7 @@ enum {
     OPT_GGUF_TYPE,
     OPT_GGUF_ARCH,
     OPT_MAX_SHARD,
+    OPT_IMATRIX,
     OPT_GGUF_TENSOR_TYPE
 };
 
@@ -89,6 +97,7 @@ static const cli_option OPTIONS[] = {
     {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
     {"max-shard-size", 0, 1, OPT_MAX_SHARD},
     {"gguf-tensor-type", 0, 1, OPT_GGUF_TENSOR_TYPE},
+    {"imatrix", 0, 1, OPT_IMATRIX},
     {NULL, 0, 0, 0},
 };
 
@@ -99,9 +108,9 @@ typedef struct convert_opts {
     int style_set;
     int gguf_set;
     int shard_set;
-    int gguf_mix;                               /* --gguf-type names a llama.cpp mix */
-    char rules[NPUC_WRITE_OPT_VALUE_MAX];       /* --gguf-tensor-type rules, one a line */
-    npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch */
+    int gguf_mix;                         /* --gguf-type names a llama.cpp mix */
+    char rules[NPUC_WRITE_OPT_VALUE_MAX]; /* --gguf-tensor-type rules, one a line */
+    npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch, --imatrix */
 } convert_opts;
 
 static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
@@ -151,8 +160,9 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         return CLI_CONTINUE;
     }
     case OPT_GGUF_TYPE:
-    case OPT_GGUF_ARCH: {
-        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : "gguf-arch";
+    case OPT_GGUF_ARCH:
+    case OPT_IMATRIX: {
+        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : id == OPT_GGUF_ARCH ? "gguf-arch" : "imatrix";
         npuc_ctx *c = NULL;
         int rc = CLI_CONTINUE;
         if (npuc_ctx_new(&c) != NPUC_OK) return cli_usage_error(a->cmd, "out of memory");
@@ -230,7 +240,8 @@ static int run(int argc, char **argv) {
         (co.style_set && !npuc_format_accepts(ofmt, "structure")))
         cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
     if (co.gguf_set && !npuc_format_accepts(ofmt, "gguf-type"))
-        cli_warn(&a, "%s: --gguf-type, --gguf-tensor-type and --gguf-arch apply to GGUF outputs only; ignored", out);
+        cli_warn(&a, "%s: --gguf-type, --gguf-tensor-type, --gguf-arch and --imatrix apply to GGUF outputs only; ignored",
+                 out);
 
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;

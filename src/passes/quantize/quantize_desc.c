@@ -13,6 +13,7 @@
 
 #include "export/export_hook.h"
 #include "passes/pass_desc.h"
+#include "passes/quantize/budget_alloc.h"
 
 /* "REGEX=N" with N an integer in [lo, hi]: the recipe-side check of a
  * rule's value (the pass checks it again, naming the flag). */
@@ -35,6 +36,13 @@ static int check_rule_group(const char *s, char *why, size_t n) {
 }
 
 enum { GRAN = 1 };
+
+static int check_size(const char *s, char *why, size_t n) {
+    uint64_t v;
+    if (npuc__budget_parse_size(s, &v) == 0 && v > 0) return 0;
+    snprintf(why, n, "'%s': expected a size in bytes, or with a K, M or G suffix", s);
+    return -1;
+}
 
 static const char *const SCALE_DTYPES[] = {"f32", "f16", "bf16", NULL};
 static const char *const GRIDS[] = {"restricted", "full", NULL};
@@ -97,6 +105,26 @@ static const npuc_pass_option OPTIONS[] = {
      .flags = NPUC_OPT_RULE,
      .metavar = "REGEX=G", .section = "Selection", .help = "groups of G for matching tensors; the first match wins",
      .check = check_rule_group, .override_key = "group_size"},
+    {.name = "target_size", .flag = "target-size", .type = NPUC_OPT_STR, .metavar = "SIZE", .section = "Budget",
+     .help = "choose every tensor's scheme so that the output file is at most SIZE\n"
+             "(bytes, or with a K/M/G suffix) with the least summed relative error\n"
+             "(docs/budget.md)", .check = check_size},
+    {.name = "target_bpw", .flag = "target-bpw", .type = NPUC_OPT_NUM, .lo = 1, .hi = 32, .metavar = "B",
+     .section = "Budget",
+     .help = "choose every tensor's scheme so that the quantized tensors average at\n"
+             "most B bits per weight, scales and zero points included",
+     .bad = "must be a number from 1 to 32"},
+    {.name = "candidates", .flag = "candidates", .type = NPUC_OPT_STR, .metavar = "LIST", .section = "Budget",
+     .check = npuc__budget_check_candidates,
+     .help = "the schemes the budget chooses from, e.g. int4/g32,int8/ch,uint4/g128\n"
+             "(default: int2..int8 and uint2..uint8 at ch, g32, g64, g128, f16 scales)"},
+    {.name = "plan_out", .flag = "plan-out", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
+     .section = "Budget",
+     .help = "write the chosen scheme per tensor and the size/error curve as JSON"},
+    {.name = "plan", .flag = "plan", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
+     .section = "Budget",
+     .help = "apply the schemes of a --plan-out file without measuring (same model\n"
+             "and selection flags)"},
     {.name = "quantize_all", .flag = "quantize-all", .type = NPUC_OPT_BOOL, .section = "Selection",
      .help = "below 8 bits, also take the first and last weight layers to\n"
              "the low width (default: they stay at 8 bits)"},
@@ -125,6 +153,8 @@ static const npuc_pass_section SECTIONS[] = {
     {"Calibration", "Tensors without calibration data are rounded to nearest, with a note\n"
                     "(an error under --strict).", 0},
     {"Selection", "A pattern that matches no tensor is an error.", 1},
+    {"Budget", "Tensors pinned by --layer-bits, --layer-group-size or the 8-bit edge rule\n"
+               "keep their scheme; an unreachable budget exits 2 naming the least size.", 0},
     {"Output", NULL, 0},
     {NULL, NULL, 0},
 };
@@ -251,8 +281,25 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.layer_group_size = lg->v;
     o.nlayer_group_size = lg->n;
     NPUC__PASS_IO(o, io);
+    if ((v = npuc__pass_get(s, "target_size")) && npuc__budget_parse_size(v->s, &o.target_size) != 0)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size '%s': not a size", v->s);
+    if (npuc__pass_get(s, "target_bpw")) o.target_bpw = npuc__pass_num(s, "target_bpw");
+    if ((v = npuc__pass_get(s, "candidates"))) o.candidates = v->s;
+    char *plan_out = NULL;
+    if (npuc__pass_path(s, "plan_out", &plan_out) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    o.plan_out = plan_out;
+    char *plan_in = NULL;
+    if (npuc__pass_path(s, "plan", &plan_in) != 0) {
+        free(plan_out);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    o.plan = plan_in;
     char *calib = NULL; /* relative to the recipe's folder in a recipe */
-    if (npuc__pass_path(s, "calib", &calib) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    if (npuc__pass_path(s, "calib", &calib) != 0) {
+        free(plan_out);
+        free(plan_in);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
     o.calib = calib;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
     /* AIMET encodings (src/export/aimet_hook.c): checked first, written from the published artifact. */
@@ -265,6 +312,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
         st = npuc__aimet_hook_write(ctx, act, sink.path, npuc__pass_str(s, "encodings_version"), enc,
                                     o.write.overwrite, sum);
     free(calib);
+    free(plan_out);
+    free(plan_in);
     free(enc);
     free(act);
     return st;

@@ -38,6 +38,7 @@
 #include "passes/pass_driver.h"
 #include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
+#include "passes/quantize/budget_alloc.h"
 #include "passes/quantize/quant_gptq.h"
 #include "passes/sparsify/sparsify_nm.h"
 #include "calib_out_error.h"
@@ -58,6 +59,7 @@ typedef struct qplan {
     int packed;
     int nm;             /* --pattern applies (see the end of this file) */
     int gptq;           /* --method gptq with calibration data for this tensor */
+    int pinned;         /* scheme fixed by --layer-bits, --layer-group-size or the edge rule */
     npuc_nm_geom nmg;
     char *nmn[3];
 } qplan;
@@ -73,13 +75,14 @@ typedef struct edge_books {
 } edge_books;
 
 static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer, const int *explicit_bits,
-                              qplan *plan, npuc_tensor_record *rep, edge_books *b) {
+                              int budget, qplan *plan, npuc_tensor_record *rep, edge_books *b) {
     const size_t n = npuc_model_count(m);
     unsigned char *elig = calloc(n ? n : 1, 1);
     if (!elig) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         elig[i] = (unsigned char)plan[i].quantize;
-        if (plan[i].quantize && plan[i].p.bits < 8) b->below8 = 1;
+        /* A budget may take any tensor below 8 bits: the edges are pinned. */
+        if (plan[i].quantize && (plan[i].p.bits < 8 || budget)) b->below8 = 1;
     }
     npuc__edge_roles er;
     npuc_status st = npuc__edge_roles_find(ctx, m, elig, layer, &er);
@@ -89,8 +92,10 @@ static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer,
     b->alphabetical = er.alphabetical;
     b->guess = -1;
     for (size_t i = 0; i < n; i++) {
-        if (er.edge[i] == NPUC_EDGE_NONE || !plan[i].quantize || explicit_bits[i] || plan[i].p.bits >= 8) continue;
+        if (er.edge[i] == NPUC_EDGE_NONE || !plan[i].quantize || explicit_bits[i] || (plan[i].p.bits >= 8 && !budget))
+            continue;
         plan[i].p.bits = 8;
+        plan[i].pinned = 1;
         b->kept++;
         if (er.confidence[i] == NPUC_CONF_GUESS) {
             b->guessed++;
@@ -176,11 +181,13 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         if (r >= 0) {
             q->p.bits = atoi(lb.value[r]);
             explicit_bits[i] = 1;
+            q->pinned = 1;
         }
         int rg = npuc__rules_match(&lg, t->name);
         if (rg >= 0) {
             q->p.gran = NPUC_GRAN_GROUP;
             q->p.group_size = (uint32_t)atol(lg.value[rg]);
+            q->pinned = 1;
         }
         if (!in || ex) continue;
         if (!npuc_dtype_is_float(t->dtype)) {
@@ -201,7 +208,9 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
      * input convolution, the output head: graph/graph_roles.h, from names,
      * else storage order as a guess) stay at 8 bits; a layer is a stored
      * tensor, or the factors of one lowrank entry together. */
-    if (!o->quantize_all) st = keep_edges(ctx, m, layer, explicit_bits, plan, rep, edges);
+    if (!o->quantize_all)
+        st = keep_edges(ctx, m, layer, explicit_bits, o->target_size || o->target_bpw > 0 || o->plan, plan, rep,
+                        edges);
     free(explicit_bits);
     if (st != NPUC_OK) goto done;
     if ((st = npuc__rules_check_hits(ctx, &inc, "--include", path)) != NPUC_OK ||
@@ -293,6 +302,61 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
         (q->gptq && json_object_set_new(e, "method", json_string("gptq"))))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     return NPUC_OK;
+}
+
+/* --target-size / --target-bpw (budget_alloc.h): every quantized tensor not
+ * pinned gets the candidate scheme the allocator chooses.  For a target
+ * size, the bytes besides the quantized payloads are estimated from the
+ * other tensors and a safetensors-style header (names, shapes, offsets and
+ * the artifact description); the estimate errs on the large side, so the
+ * output lands at or under the target (docs/budget.md). */
+static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_quantize_opts *o,
+                               qplan *plan, npuc_tensor_record *rec) {
+    const size_t n = npuc_model_count(m);
+    if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw/--plan choose stored schemes: "
+                                                          "drop --fake-quant");
+    if (o->plan && (o->target_size || o->target_bpw > 0 || o->plan_out))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--plan applies a plan: without --target-size, --target-bpw or --plan-out");
+    if (o->pattern_m || o->method == NPUC_QMETHOD_GPTQ)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw work with round-to-nearest dense schemes: "
+                                            "drop --pattern and --method gptq");
+    int *q = calloc(n ? n : 1, sizeof *q), *pin = calloc(n ? n : 1, sizeof *pin);
+    npuc_quant_params *p = calloc(n ? n : 1, sizeof *p);
+    char (*note)[128] = calloc(n ? n : 1, sizeof *note);
+    if (!q || !pin || !p || !note) {
+        free(q), free(pin), free(p), free(note);
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    uint64_t overhead = 4096; /* the header's fixed part and metadata, generously */
+    for (size_t i = 0; i < npuc_model_meta_count(m); i++) {
+        const char *k, *v;
+        npuc_model_meta_at(m, i, &k, &v);
+        overhead += strlen(k) + strlen(v) * 2 + 8;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        q[i] = plan[i].quantize;
+        pin[i] = plan[i].pinned;
+        p[i] = plan[i].p;
+        /* Per stored tensor: its name, dtype, shape and offsets in JSON;
+         * per quantized tensor three of them and its description entry. */
+        overhead += q[i] ? 3 * (2 * strlen(t->name) + 160) + 2 * strlen(t->name) + 400 : 2 * strlen(t->name) + 160;
+        if (!q[i]) overhead += t->nbytes;
+    }
+    const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
+                                 cal != NULL, overhead};
+    npuc_status st = o->plan ? npuc__budget_apply_plan(ctx, m, o->plan, q, pin, p, note)
+                             : npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
+    for (size_t i = 0; st == NPUC_OK && i < n; i++) {
+        if (!q[i] || pin[i]) continue;
+        plan[i].p = p[i];
+        plan[i].packed = p[i].bits < 8;
+        if ((st = npuc_quant_shape_of(ctx, npuc_model_tensor(m, i), &p[i], &plan[i].qs)) != NPUC_OK)
+            st = npuc__prefix_path(ctx, st, npuc_model_path(m));
+        if (note[i][0]) snprintf(rec[i].note, sizeof rec[i].note, "%s", note[i]);
+    }
+    free(q), free(pin), free(p), free(note);
+    return st;
 }
 
 /* ------------------------------------------------ --pattern N:M (sparsify_quant.c)
@@ -581,6 +645,9 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = input_layers(ctx, m, prev, layer)) != NPUC_OK) goto fail;
     if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
+    if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
+    if ((o->target_size || o->target_bpw > 0 || o->plan) && (st = budget_plan(ctx, m, cal, o, plan, sum->records)) != NPUC_OK)
+        goto fail;
     if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
                        npuc_dtype_name(o->params.scale_dtype));
@@ -591,7 +658,6 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq needs calibration data: add --calib FILE");
         goto fail;
     }
-    if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
     if (o->method == NPUC_QMETHOD_GPTQ && (st = gptq_plan(ctx, m, o, cal, plan, sum->records)) != NPUC_OK) goto fail;
     if (cal && (st = out_error_plan(ctx, m, cal, plan)) != NPUC_OK) goto fail;
     /* Never silent: per-channel and per-group scales, and N:M groups, follow

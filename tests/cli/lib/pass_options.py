@@ -32,6 +32,10 @@ SAMPLES = {
     "calib": "calib.safetensors",
     "export_encodings": "encodings.json",
     "activation_encodings": "calib.json",
+    "target_size": "1M",
+    "candidates": "int4/g32,int8/ch",
+    "plan_out": "plan.json",
+    "plan": "plan.json",
 }
 FILES = {"graph.txt": "features.0.weight=features.3.weight\n", "pairs.txt": "features.0.weight=features.1\n",
          "calib.json": '{"schema": "npuc.calibration/1", "bits": 8, "symmetric": true, "activations": '

@@ -1,0 +1,471 @@
+/*
+ * budget_alloc.c - measuring every candidate scheme of every free tensor and
+ * choosing one per tensor under --target-size / --target-bpw
+ * (budget_alloc.h).
+ *
+ * Measurement reads each free tensor once (npuc__load_f32) and quantizes it
+ * with every candidate while it is in memory, through npuc_quantize_tensor:
+ * the production quantizer, so the codes the run then writes are exactly
+ * the ones measured.  A candidate whose parameters the tensor does not take
+ * (no channel axis for a per-channel scheme) is left out for that tensor; a
+ * tensor no candidate fits keeps its planned scheme, pinned.
+ *
+ * Bytes are those of the per-tensor lines: codes (bit-packed below 8 bits),
+ * scales in the candidate's scale dtype, and one byte per zero point when
+ * asymmetric.  --target-bpw counts them over every quantized tensor, pinned
+ * ones included; --target-size adds the caller's estimate of everything
+ * else in the file.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "budget_alloc.h"
+#include "budget_solve.h"
+#include "kernels/npuc_kernels.h"
+#include "npuc_internal.h"
+#include "passes/pass_util.h"
+#include "calib_out_error.h"
+
+#define MAX_CANDIDATES 128
+
+int npuc__budget_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    if (!s || !*s || *s == '-') return -1;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0) || !isfinite(v)) return -1;
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'i' && mul > 1) end++; /* KiB, MiB, GiB */
+    if (*end == 'B' && (mul > 1 || end[-1] != 'B')) end++;
+    if (*end) return -1;
+    v *= mul;
+    if (v >= 18446744073709551615.0) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* One scheme: "int4/g32", "uint8/ch", "int3/t". */
+static int parse_scheme(const char *s, size_t len, const npuc_quant_params *base, npuc_quant_params *p) {
+    char buf[32];
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    *p = *base;
+    const char *q = buf;
+    if (strncmp(q, "uint", 4) == 0) {
+        p->symmetric = 0;
+        q += 4;
+    } else if (strncmp(q, "int", 3) == 0) {
+        p->symmetric = 1;
+        q += 3;
+    } else {
+        return -1;
+    }
+    if (*q < '2' || *q > '8' || q[1] != '/') return -1;
+    p->bits = *q - '0';
+    q += 2;
+    if (strcmp(q, "ch") == 0) {
+        p->gran = NPUC_GRAN_CHANNEL;
+    } else if (strcmp(q, "t") == 0) {
+        p->gran = NPUC_GRAN_TENSOR;
+    } else if (q[0] == 'g') {
+        char *end;
+        long g = strtol(q + 1, &end, 10);
+        if (end == q + 1 || *end || g < 2 || g > (1L << 30)) return -1;
+        p->gran = NPUC_GRAN_GROUP;
+        p->group_size = (uint32_t)g;
+    } else {
+        return -1;
+    }
+    if (!p->symmetric) p->grid = NPUC_GRID_RESTRICTED;
+    return 0;
+}
+
+/* The candidate set: the list given, or int2..int8 x {ch, g32, g64, g128}
+ * x {symmetric, asymmetric}.  Scales are f16 unless --scale-dtype chose
+ * bf16 (the default f32 becomes f16: 4.5 bits per weight at int4 g32). */
+static npuc_status candidates(npuc_ctx *ctx, const char *list, const npuc_quant_params *base0,
+                              npuc_quant_params *c, size_t *nc) {
+    npuc_quant_params base = *base0;
+    if (base.scale_dtype == NPUC_DTYPE_F32) base.scale_dtype = NPUC_DTYPE_F16;
+    base.axis = base0->axis;
+    *nc = 0;
+    if (!list) {
+        static const char *const G[] = {"ch", "g32", "g64", "g128"};
+        for (int sym = 1; sym >= 0; sym--)
+            for (int b = 2; b <= 8; b++)
+                for (size_t g = 0; g < 4; g++) {
+                    char s[24];
+                    snprintf(s, sizeof s, "%s%d/%s", sym ? "int" : "uint", b, G[g]);
+                    if (parse_scheme(s, strlen(s), &base, &c[(*nc)++]) != 0)
+                        return npuc_fail(ctx, NPUC_ERR_INTERNAL, "default candidate '%s'", s);
+                }
+        return NPUC_OK;
+    }
+    const char *s = list;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (*nc == MAX_CANDIDATES)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "--candidates: more than %d schemes", MAX_CANDIDATES);
+        if (parse_scheme(s, len, &base, &c[*nc]) != 0)
+            return npuc_fail(ctx, NPUC_ERR_ARG,
+                             "--candidates '%.*s': expected a scheme like int4/g32, uint8/ch or int8/t "
+                             "(bits 2..8, groups of 2..2^30)", (int)len, s);
+        for (size_t k = 0; k < *nc; k++)
+            if (memcmp(&c[k], &c[*nc], sizeof c[k]) == 0)
+                return npuc_fail(ctx, NPUC_ERR_ARG, "--candidates: '%.*s' is listed twice", (int)len, s);
+        (*nc)++;
+        if (!e) break;
+        s = e + 1;
+    }
+    return NPUC_OK;
+}
+
+int npuc__budget_check_candidates(const char *list, char *why, size_t n) {
+    npuc_quant_params c[MAX_CANDIDATES], base = npuc_quant_params_defaults();
+    size_t nc;
+    npuc_ctx *ctx;
+    if (npuc_ctx_new(&ctx) != NPUC_OK) return -1;
+    const int rc = candidates(ctx, list, &base, c, &nc) == NPUC_OK ? 0 : -1;
+    if (rc) snprintf(why, n, "%s", npuc_ctx_errmsg(ctx));
+    npuc_ctx_free(ctx);
+    return rc;
+}
+
+static uint64_t scheme_bytes(const npuc_tensor_info *t, const npuc_quant_params *p, const npuc_quant_shape *qs) {
+    const uint64_t codes = p->bits < 8 ? npuc_packed_size(t->numel, p->bits) : t->numel;
+    const npuc_dtype sd = p->scale_dtype == NPUC_DTYPE_F16 || p->scale_dtype == NPUC_DTYPE_BF16 ? p->scale_dtype
+                                                                                                 : NPUC_DTYPE_F32;
+    return codes + qs->nscales * npuc_dtype_size(sd) + (p->symmetric ? 0 : qs->nscales);
+}
+
+typedef struct measured {
+    npuc__bchoice *c; /* per free tensor, its available candidates */
+    size_t *cand;     /* which candidate each choice is */
+    size_t n;
+} measured;
+
+/* Measures every candidate on tensor i: the relative squared output error
+ * over the calibration data when cal has W.input or W.hessian for it, else
+ * the relative squared weight error.  *used_out says which. */
+static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const npuc_quant_params *cand,
+                           size_t nc, npuc_scratch *s_in, npuc_scratch *s_codes, npuc_scratch *s_sc,
+                           npuc_scratch *s_zp, npuc_scratch *s_deq, measured *out, int *used_out) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    const float *x;
+    npuc_status st = npuc__load_f32(ctx, m, i, s_in, 0, &x);
+    if (st != NPUC_OK) return st;
+    out->c = malloc(nc * sizeof *out->c);
+    out->cand = malloc(nc * sizeof *out->cand);
+    out->n = 0;
+    if (!out->c || !out->cand) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    uint8_t *codes = npuc__scratch(s_codes, t->numel);
+    const int oe = cal && npuc_calib_has(cal, t->name) == 1 && t->layout != NPUC_LAYOUT_NONE;
+    float *deq = oe ? npuc__scratch(s_deq, t->numel * sizeof(float)) : NULL;
+    *used_out = 0;
+    if (!codes || (oe && !deq)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    for (size_t k = 0; k < nc; k++) {
+        npuc_quant_shape qs;
+        if (npuc_quant_shape_of(ctx, t, &cand[k], &qs) != NPUC_OK) continue; /* not for this tensor */
+        float *sc = npuc__scratch(s_sc, qs.nscales * sizeof(float));
+        int32_t *zp = npuc__scratch(s_zp, qs.nscales * sizeof(int32_t));
+        if (!sc || !zp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        npuc_error_stats e;
+        if ((st = npuc_quantize_tensor(ctx, t, x, &cand[k], codes, sc, zp, deq, &e)) != NPUC_OK)
+            return npuc__prefix_path(ctx, st, npuc_model_path(m));
+        double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
+        if (oe) {
+            npuc_tensor_record r;
+            const char *why = NULL;
+            memset(&r, 0, sizeof r);
+            if ((st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why)) != NPUC_OK)
+                return npuc__prefix_path(ctx, st, npuc_model_path(m));
+            if (!why && r.has_out_error) {
+                d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
+                *used_out = 1;
+            }
+        }
+        out->c[out->n] = (npuc__bchoice){scheme_bytes(t, &cand[k], &qs), isfinite(d) ? d : 0.0};
+        out->cand[out->n++] = k;
+    }
+    npuc_model_release(m, i);
+    npuc_ctx_clear(ctx);
+    return NPUC_OK;
+}
+
+static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const size_t *freei,
+                              size_t nfree, const measured *ms, const size_t *pick, const npuc_quant_params *cand,
+                              size_t nc, const npuc__bitem *items, uint64_t fixed, uint64_t budget,
+                              const npuc__bresult *res) {
+    json_t *doc = json_object(), *tens = json_array(), *curve = json_array(), *uni = json_array();
+    if (!doc || !tens || !curve || !uni) goto nomem;
+    json_object_set_new(doc, "format", json_string("npuc.plan/1"));
+    json_object_set_new(doc, "model", json_string(npuc_model_path(m)));
+    if (rq->target_size) json_object_set_new(doc, "target_size", json_integer((json_int_t)rq->target_size));
+    if (rq->target_bpw > 0) json_object_set_new(doc, "target_bpw", json_real(rq->target_bpw));
+    json_object_set_new(doc, "objective", json_string(rq->calibrated ? "sum of relative squared output errors "
+                                                                    "(weight errors where no calibration data)"
+                                                                  : "sum of relative squared weight errors"));
+    json_object_set_new(doc, "payload_budget", json_integer((json_int_t)budget));
+    json_object_set_new(doc, "pinned_bytes", json_integer((json_int_t)fixed));
+    json_object_set_new(doc, "predicted_distortion", json_real(res->dist));
+    json_object_set_new(doc, "optimal", json_boolean(res->exact));
+    for (size_t f = 0; f < nfree; f++) {
+        char name[32];
+        const size_t k = ms[f].cand[pick[f]];
+        npuc_quant_scheme_name(&cand[k], name, sizeof name);
+        json_t *e = json_pack("{s:s, s:s, s:I, s:f}", "name", npuc_model_tensor(m, freei[f])->name, "scheme", name,
+                              "bytes", (json_int_t)ms[f].c[pick[f]].bytes, "distortion", ms[f].c[pick[f]].dist);
+        if (!e || json_array_append_new(tens, e)) goto nomem;
+    }
+    /* The size/distortion curve: 24 budgets from the least to the most. */
+    uint64_t lo = 0, hi = 0;
+    for (size_t f = 0; f < nfree; f++) {
+        uint64_t mn = UINT64_MAX, mx = 0;
+        for (size_t j = 0; j < ms[f].n; j++) {
+            if (ms[f].c[j].bytes < mn) mn = ms[f].c[j].bytes;
+            if (ms[f].c[j].bytes > mx) mx = ms[f].c[j].bytes;
+        }
+        lo += mn;
+        hi += mx;
+    }
+    size_t *tmp = malloc((nfree ? nfree : 1) * sizeof *tmp);
+    if (!tmp) goto nomem;
+    for (int q = 0; q <= 24; q++) {
+        npuc__bresult r;
+        const uint64_t b = lo + (hi - lo) / 24 * (uint64_t)q;
+        if (npuc__budget_solve(items, nfree, b, 0, tmp, &r) != 0) continue;
+        json_array_append_new(curve, json_pack("{s:I, s:f}", "bytes", (json_int_t)(r.bytes + fixed), "distortion",
+                                               r.dist));
+    }
+    free(tmp);
+    /* The uniform schemes, where every free tensor takes them. */
+    for (size_t k = 0; k < nc; k++) {
+        uint64_t b = 0;
+        double d = 0;
+        size_t f = 0;
+        for (; f < nfree; f++) {
+            size_t j = 0;
+            while (j < ms[f].n && ms[f].cand[j] != k) j++;
+            if (j == ms[f].n) break;
+            b += ms[f].c[j].bytes;
+            d += ms[f].c[j].dist;
+        }
+        if (f < nfree) continue;
+        char name[32];
+        npuc_quant_scheme_name(&cand[k], name, sizeof name);
+        json_array_append_new(uni, json_pack("{s:s, s:I, s:f}", "scheme", name, "bytes", (json_int_t)(b + fixed),
+                                             "distortion", d));
+    }
+    json_object_set_new(doc, "tensors", tens);
+    json_object_set_new(doc, "curve", curve);
+    json_object_set_new(doc, "uniform", uni);
+    tens = curve = uni = NULL;
+    npuc_atomic_file *af;
+    npuc_status st = npuc_atomic_file_open(ctx, rq->plan_out, rq->overwrite, &af);
+    if (st != NPUC_OK) {
+        json_decref(doc);
+        return st;
+    }
+    if (json_dump_file(doc, npuc_atomic_file_temp(af), JSON_INDENT(1)) != 0) {
+        npuc_atomic_file_abort(af);
+        json_decref(doc);
+        return npuc_fail(ctx, NPUC_ERR_IO, "%s: cannot write the plan", rq->plan_out);
+    }
+    json_decref(doc);
+    return npuc_atomic_file_commit(af);
+nomem:
+    json_decref(doc);
+    json_decref(tens);
+    json_decref(curve);
+    json_decref(uni);
+    return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+}
+
+npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__budget_req *rq,
+                                const int *quantize, const int *pinned, npuc_quant_params *p, char (*note)[128]) {
+    const char *path = npuc_model_path(m);
+    const size_t n = npuc_model_count(m);
+    npuc_quant_params cand[MAX_CANDIDATES];
+    size_t nc = 0, nfree = 0;
+    npuc_status st;
+    npuc_quant_params base = npuc_quant_params_defaults();
+    for (size_t i = 0; i < n; i++)
+        if (quantize[i]) {
+            base = p[i]; /* range, axis, grid, scale dtype as asked */
+            break;
+        }
+    if ((st = candidates(ctx, rq->candidates, &base, cand, &nc)) != NPUC_OK) return st;
+    size_t *freei = calloc(n ? n : 1, sizeof *freei);
+    measured *ms = calloc(n ? n : 1, sizeof *ms);
+    npuc__bitem *items = calloc(n ? n : 1, sizeof *items);
+    size_t *pick = calloc(n ? n : 1, sizeof *pick);
+    npuc_scratch s_in = {0}, s_codes = {0}, s_sc = {0}, s_zp = {0}, s_deq = {0};
+    int *outerr = calloc(n ? n : 1, sizeof *outerr);
+    uint64_t fixed = 0, numel = 0;
+    if (!freei || !ms || !items || !pick || !outerr) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n && st == NPUC_OK; i++) {
+        if (!quantize[i]) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        numel += t->numel;
+        if (!pinned[i]) {
+            if ((st = measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, &ms[nfree],
+                              &outerr[i])) != NPUC_OK)
+                break;
+            if (ms[nfree].n) {
+                items[nfree] = (npuc__bitem){ms[nfree].c, ms[nfree].n};
+                freei[nfree++] = i;
+                continue;
+            }
+            free(ms[nfree].c);
+            free(ms[nfree].cand);
+            ms[nfree] = (measured){0};
+            snprintf(note[i], 128, "budget: no candidate fits this tensor; kept as planned");
+        }
+        npuc_quant_shape qs;
+        if ((st = npuc_quant_shape_of(ctx, t, &p[i], &qs)) != NPUC_OK) {
+            st = npuc__prefix_path(ctx, st, path);
+            break;
+        }
+        fixed += scheme_bytes(t, &p[i], &qs);
+    }
+    if (st != NPUC_OK) goto done;
+    /* The payload budget of the free tensors. */
+    uint64_t budget = UINT64_MAX;
+    if (rq->target_bpw > 0) {
+        const double bits = floor(rq->target_bpw * (double)numel / 8.0);
+        budget = bits >= (double)fixed ? (uint64_t)bits - fixed : 0;
+        if (bits < (double)fixed) budget = 0;
+    }
+    if (rq->target_size) {
+        const uint64_t other = fixed + rq->overhead;
+        const uint64_t b = rq->target_size > other ? rq->target_size - other : 0;
+        if (b < budget) budget = b;
+    }
+    npuc__bresult res;
+    int rc = npuc__budget_solve(items, nfree, budget, 0, pick, &res);
+    if (rc < 0) {
+        st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the budget solver failed", path);
+        goto done;
+    }
+    if (rc == 1 || (rq->target_bpw > 0 && 8.0 * (double)(res.bytes + fixed) > rq->target_bpw * (double)numel) ||
+        (rq->target_size && res.bytes + fixed + rq->overhead > rq->target_size)) {
+        const uint64_t least = res.bytes + fixed;
+        if (rq->target_size)
+            st = npuc_fail(ctx, NPUC_ERR_ARG,
+                           "%s: --target-size %llu is not reachable with these candidates: the smallest output "
+                           "is about %llu bytes", path, (unsigned long long)rq->target_size,
+                           (unsigned long long)(least + rq->overhead));
+        else
+            st = npuc_fail(ctx, NPUC_ERR_ARG,
+                           "%s: --target-bpw %g is not reachable with these candidates: the least is %.4f bits "
+                           "per weight", path, rq->target_bpw, numel ? 8.0 * (double)least / (double)numel : 0.0);
+        goto done;
+    }
+    for (size_t f = 0; f < nfree; f++) {
+        const size_t i = freei[f], j = pick[f];
+        p[i] = cand[ms[f].cand[j]];
+        /* Why: what the next larger choice on the front would buy per byte. */
+        double best = 0;
+        for (size_t q = 0; q < ms[f].n; q++)
+            if (ms[f].c[q].bytes > ms[f].c[j].bytes && ms[f].c[q].dist < ms[f].c[j].dist) {
+                const double g = (ms[f].c[j].dist - ms[f].c[q].dist) / (double)(ms[f].c[q].bytes - ms[f].c[j].bytes);
+                if (g > best) best = g;
+            }
+        const char *what = outerr[i] ? "output" : "weight";
+        if (best > 0)
+            snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; more bytes would buy %.3g per KiB", what,
+                     ms[f].c[j].dist, best * 1024);
+        else
+            snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; the best candidate", what, ms[f].c[j].dist);
+    }
+    if (rq->plan_out)
+        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res);
+done:
+    for (size_t f = 0; ms && f < n; f++) {
+        free(ms[f].c);
+        free(ms[f].cand);
+    }
+    free(ms);
+    free(freei);
+    free(items);
+    free(pick);
+    free(outerr);
+    npuc__scratch_free(&s_deq);
+    npuc__scratch_free(&s_in);
+    npuc__scratch_free(&s_codes);
+    npuc__scratch_free(&s_sc);
+    npuc__scratch_free(&s_zp);
+    return st;
+}
+
+npuc_status npuc__budget_apply_plan(npuc_ctx *ctx, npuc_model *m, const char *plan, const int *quantize,
+                                    const int *pinned, npuc_quant_params *p, char (*note)[128]) {
+    const size_t n = npuc_model_count(m);
+    npuc_quant_params base = npuc_quant_params_defaults();
+    for (size_t i = 0; i < n; i++)
+        if (quantize[i]) {
+            base = p[i];
+            break;
+        }
+    if (base.scale_dtype == NPUC_DTYPE_F32) base.scale_dtype = NPUC_DTYPE_F16;
+    json_error_t je;
+    /* A plan is small: one entry per tensor; 64 MiB is far beyond any. */
+    FILE *f = fopen(plan, "rb");
+    if (!f) return npuc_fail(ctx, NPUC_ERR_NOT_FOUND, "--plan %s: cannot open it", plan);
+    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) > (64L << 20)) {
+        fclose(f);
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: not a plan (over 64 MiB)", plan);
+    }
+    rewind(f);
+    json_t *doc = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (!doc) return npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: line %d: %s", plan, je.line, je.text);
+    npuc_status st = NPUC_OK;
+    unsigned char *seen = calloc(n ? n : 1, 1);
+    json_t *tens = json_object_get(doc, "tensors");
+    const char *fmt = json_string_value(json_object_get(doc, "format"));
+    if (!seen) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    else if (!fmt || strcmp(fmt, "npuc.plan/1") != 0 || !json_is_array(tens))
+        st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: not an npuc.plan/1 document (quantize --plan-out writes one)",
+                       plan);
+    for (size_t k = 0; st == NPUC_OK && k < json_array_size(tens); k++) {
+        json_t *e = json_array_get(tens, k);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *scheme = json_string_value(json_object_get(e, "scheme"));
+        size_t i;
+        if (!name || !scheme) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: tensor entry %zu has no name or scheme", plan, k);
+        } else if (npuc_model_find(m, name, &i) != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--plan %s: tensor '%s' is not in %s", plan, name, npuc_model_path(m));
+        } else if (!quantize[i] || pinned[i]) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--plan %s: tensor '%s' is %s in this run, the plan cannot choose it",
+                           plan, name, quantize[i] ? "pinned" : "not quantized");
+        } else if (seen[i]) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: tensor '%s' is listed twice", plan, name);
+        } else if (parse_scheme(scheme, strlen(scheme), &base, &p[i]) != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "--plan %s: tensor '%s': scheme '%s' is not one npuc writes", plan,
+                           name, scheme);
+        } else {
+            seen[i] = 1;
+            snprintf(note[i], 128, "plan: %s", scheme);
+        }
+    }
+    for (size_t i = 0; st == NPUC_OK && i < n; i++)
+        if (quantize[i] && !pinned[i] && !seen[i])
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--plan %s: no scheme for tensor '%s' (a plan from another model or "
+                           "other flags?)", plan, npuc_model_tensor(m, i)->name);
+    free(seen);
+    json_decref(doc);
+    return st;
+}
