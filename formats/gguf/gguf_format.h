@@ -93,6 +93,11 @@ extern const npuc_writer_backend npuc__gguf_writer_backend;
  * order of GGUF_TYPE_IDS there). */
 extern const npuc__format_row npuc__gguf_format;
 int npuc__gguf_writer_type(const npuc_writer *w);
+/* The llama.cpp mix "gguf-type" names (gguf_mix.h), or 0 for a plain type. */
+int npuc__gguf_writer_mix(const npuc_writer *w);
+/* A "gguf-type" value's type id (a mix: its default type) and mix; -1 for
+ * a value that is not a choice. */
+int npuc__gguf_type_choice(const char *value, int *type, int *mix);
 
 #define NPUC__GGUF_MAGIC "GGUF"
 #define NPUC__GGUF_VERSION 3u

@@ -18,6 +18,10 @@
  *     either; every such tensor gets its own warning;
  *   - integer tensors keep their type (I8, I16, I32, I64); unsigned and
  *     bool ones have no GGUF type and are refused.
+ * A llama.cpp mix ("gguf-type" q2_k .. q6_k) or "gguf-tensor-type" rules
+ * replace the one type by a per-tensor plan (gguf_mix_plan.c, gguf_mix.c:
+ * llama-quantize's choice by role and layer); a planned type this build
+ * cannot write (a K type without its kernels) is refused as unsupported.
  * Payloads then stream through in declaration order, converted and
  * quantized in chunks of whole blocks, each padded to the alignment.
  *
@@ -47,6 +51,7 @@
 #include <jansson.h>
 
 #include "gguf_format.h"
+#include "gguf_mix.h"
 #include "gguf_imatrix.h"
 
 /* Elements converted (plain types) or quantized (block types) at a time:
@@ -217,6 +222,11 @@ static int plan_type(npuc_writer *w, const npuc_tensor_info *t, int want, size_t
     }
     if (t->rank < 2) return NPUC__GGML_F32;
     const npuc__ggml_type *g = npuc__ggml_type_by_id((uint32_t)want);
+    if (!g->known) {
+        npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s': ggml type %s is not supported by this build of npuc",
+                  w->path, t->name, g->name);
+        return -1;
+    }
     const int64_t row = t->shape[t->rank - 1];
     if (npuc__gguf_is_ktype(want) && row % g->blck != 0) {
         /* llama-quantize's fallback (llama_tensor_get_type), IQ4_NL -> Q4_0. */
@@ -270,6 +280,21 @@ static int has_encoded_tensors(const npuc_writer *w) {
 
 static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
     int want = npuc__gguf_writer_type(w);
+    /* A llama.cpp mix or --gguf-tensor-type rules: each tensor's type from
+     * the plan (gguf_mix_plan.c), else `want` for every tensor. */
+    const int mix = npuc__gguf_writer_mix(w);
+    const char *rules = npuc__writer_opt(w, "gguf-tensor-type");
+    int *planned = NULL;
+    if (mix || rules) {
+        npuc_status pst;
+        if (!(planned = malloc((w->n ? w->n : 1) * sizeof *planned)))
+            return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+        if ((pst = npuc__gguf_plan(w->ctx, w->path, mix, want, rules, (const char *const *)w->meta_k,
+                                   (const char *const *)w->meta_v, w->nmeta, w->t, w->n, planned, NULL)) != NPUC_OK) {
+            free(planned);
+            return pst;
+        }
+    }
     const char *arch = npuc__writer_opt(w, "gguf-arch");
     size_t nkept = 0, nlong = 0;
     const char *kept_first = NULL;
@@ -277,17 +302,26 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
     for (size_t i = 0; i < w->n; i++) {
         const npuc_tensor_info *t = &w->t[i];
         ggw_tensor *g = &s->t[i];
-        if ((g->type = plan_type(w, t, want, &nkept, &kept_first)) < 0) return npuc_ctx_errcode(w->ctx);
+        g->type = plan_type(w, t, planned ? planned[i] : want, &nkept, &kept_first);
+        if (g->type < 0) {
+            free(planned);
+            return npuc_ctx_errcode(w->ctx);
+        }
         const npuc__ggml_type *gt = npuc__ggml_type_by_id((uint32_t)g->type);
         uint64_t row = t->rank ? (uint64_t)t->shape[t->rank - 1] : 1, padded;
         if (npuc__gguf_nbytes(gt, row, t->numel, &g->nbytes) != 0 ||
-            npuc_add_overflow(g->nbytes, NPUC__GGUF_ALIGN - 1, &padded))
+            npuc_add_overflow(g->nbytes, NPUC__GGUF_ALIGN - 1, &padded)) {
+            free(planned);
             return npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: tensor '%s': size overflows", w->path, t->name);
+        }
         g->offset = off;
-        if (npuc_add_overflow(off, padded / NPUC__GGUF_ALIGN * NPUC__GGUF_ALIGN, &off))
+        if (npuc_add_overflow(off, padded / NPUC__GGUF_ALIGN * NPUC__GGUF_ALIGN, &off)) {
+            free(planned);
             return npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: total size overflows", w->path);
+        }
         nlong += (size_t)gguf_name(t->name, g->name);
     }
+    free(planned);
     /* Shortened names must stay distinct from every other name. */
     for (size_t i = 0; nlong && i < w->n; i++) {
         if (strcmp(s->t[i].name, w->t[i].name) == 0) continue;
@@ -313,7 +347,7 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
     put_u64(b, 4 + nsrc + (nlong ? 1 : 0));
     kv_str(b, "general.architecture", arch ? arch : "npuc");
     kv_u32(b, "general.alignment", NPUC__GGUF_ALIGN);
-    kv_u32(b, "general.file_type", file_type(want));
+    kv_u32(b, "general.file_type", mix ? npuc__gguf_mix_ftype(mix) : file_type(want));
     kv_u32(b, "general.quantization_version", 2);
     for (size_t i = 0; i < w->nmeta; i++) {
         if (regenerated(w->meta_k[i])) continue;

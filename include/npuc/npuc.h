@@ -8,6 +8,7 @@
  *   tensor.h  tensor descriptions, roles and layouts
  *   model.h   reading and writing weight files
  *   hdf5.h    HDF5 specifics: the Keras tree a file holds
+ *   gguf.h    GGUF specifics: each tensor's ggml type and why (mixes, overrides)
  *   calib.h   range estimation for quantization
  *   quant.h   integer quantization of tensors and models, decompression
  *   record.h  what a pass did to each tensor: records and summaries
@@ -52,6 +53,7 @@
 #include "tensor.h"
 #include "model.h"
 #include "hdf5.h"
+#include "gguf.h"
 #include "metrics.h"
 #include "calib.h"
 #include "quant.h"

@@ -36,14 +36,25 @@ static const char USAGE[] =
     "                           an HDF5 input, else keras2 when tensors have Keras\n"
     "                           layer groups, else plain\n"
     "      --gguf-type TYPE     GGUF type of float tensors of rank >= 2: f32, f16,\n"
-    "                           bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k,\n"
-    "                           q4_k, q5_k or q6_k (default f16, or a GGUF input's\n"
-    "                           type); rank 0-1 stay f32, and so do tensors whose\n"
-    "                           last dimension is not a multiple of 32 (a warning\n"
-    "                           names them); under a K type, rows not a multiple of\n"
-    "                           256 fall back as llama-quantize's (q4_k->q5_0,\n"
+    "                           bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q3_k, q4_k or\n"
+    "                           q5_k (default f16, or a GGUF input's type); rank\n"
+    "                           0-1 stay f32, and so do tensors whose last\n"
+    "                           dimension is not a multiple of 32 (a warning names\n"
+    "                           them); under a K type, rows not a multiple of 256\n"
+    "                           fall back as llama-quantize's (q4_k->q5_0,\n"
     "                           q5_k->q5_1, q6_k->q8_0, q2_k/q3_k->q4_0; a warning\n"
-    "                           per tensor)\n"
+    "                           per tensor); or one of llama.cpp's mixes q2_k,\n"
+    "                           q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s,\n"
+    "                           q5_k_m, q6_k (a type per tensor by role and layer,\n"
+    "                           as llama-quantize chooses; one line per tensor on\n"
+    "                           stdout says which and why)\n"
+    "      --gguf-pure          every tensor in --gguf-type's own type, no mix\n"
+    "                           rules (llama-quantize --pure; q2_k and q6_k then\n"
+    "                           mean Q2_K and Q6_K for every tensor)\n"
+    "      --gguf-tensor-type REGEX=TYPE  the type of the tensors whose name\n"
+    "                           contains a match of REGEX, before the mix\n"
+    "                           (repeatable: the first matching rule wins; as\n"
+    "                           llama-quantize --tensor-type)\n"
     "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
     "                           else npuc)\n"
     "      --imatrix FILE       llama.cpp importance matrix (legacy .dat or GGUF)\n"
@@ -74,7 +85,17 @@ const cli_command cli_cmd_convert = {
     .run = run,
 };
 
-enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD, OPT_IMATRIX };
+enum {
+    OPT_DTYPE = CLI_OPT_USER,
+    OPT_DEFLATE,
+    OPT_H5_STYLE,
+    OPT_GGUF_TYPE,
+    OPT_GGUF_ARCH,
+    OPT_MAX_SHARD,
+    OPT_IMATRIX,
+    OPT_GGUF_TENSOR_TYPE,
+    OPT_GGUF_PURE
+};
 
 static const cli_option OPTIONS[] = {
     {"dtype", 0, 1, OPT_DTYPE},
@@ -83,7 +104,9 @@ static const cli_option OPTIONS[] = {
     {"gguf-type", 0, 1, OPT_GGUF_TYPE},
     {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
     {"max-shard-size", 0, 1, OPT_MAX_SHARD},
+    {"gguf-tensor-type", 0, 1, OPT_GGUF_TENSOR_TYPE},
     {"imatrix", 0, 1, OPT_IMATRIX},
+    {"gguf-pure", 0, 0, OPT_GGUF_PURE},
     {NULL, 0, 0, 0},
 };
 
@@ -94,6 +117,9 @@ typedef struct convert_opts {
     int style_set;
     int gguf_set;
     int shard_set;
+    int gguf_mix;                         /* --gguf-type names a llama.cpp mix */
+    int gguf_pure;                        /* --gguf-pure: no mix rules */
+    char rules[NPUC_WRITE_OPT_VALUE_MAX]; /* --gguf-tensor-type rules, one a line */
     npuc_write_opts write; /* --deflate, --h5-style, --gguf-type, --gguf-arch, --imatrix */
 } convert_opts;
 
@@ -130,6 +156,24 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         o->shard_set = 1;
         return CLI_CONTINUE;
     }
+    case OPT_GGUF_PURE:
+        (void)npuc_write_opts_set(NULL, &o->write, "gguf-pure", "yes");
+        o->gguf_set = 1;
+        o->gguf_pure = 1;
+        return CLI_CONTINUE;
+    case OPT_GGUF_TENSOR_TYPE: {
+        const char *eq = strchr(arg, '=');
+        size_t have = strlen(o->rules);
+        if (!eq || eq == arg || !eq[1] || strchr(arg, '\n'))
+            return cli_usage_error(a->cmd, "--gguf-tensor-type: expected REGEX=TYPE, got '%s'", arg);
+        if (have + !!have + strlen(arg) >= sizeof o->rules)
+            return cli_usage_error(a->cmd, "--gguf-tensor-type: the rules together exceed %zu bytes",
+                                   sizeof o->rules - 1);
+        if (have) o->rules[have++] = '\n';
+        memcpy(o->rules + have, arg, strlen(arg) + 1);
+        o->gguf_set = 1;
+        return CLI_CONTINUE;
+    }
     case OPT_GGUF_TYPE:
     case OPT_GGUF_ARCH:
     case OPT_IMATRIX: {
@@ -141,10 +185,35 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
             rc = cli_usage_error(a->cmd, "--%s: %s", key, npuc_ctx_errmsg(c));
         npuc_ctx_free(c);
         o->gguf_set = 1;
+        /* the mixes are the values with a K type in their name (q4_k_m); the plain types have none */
+        if (id == OPT_GGUF_TYPE) o->gguf_mix = strstr(arg, "_k") != NULL;
         return rc;
     }
     }
     return cli_usage_error(a->cmd, "unhandled option (a bug in npuc)");
+}
+
+/* One line per tensor on stdout: its name, GGUF type and why
+ * ("blk.3.ffn_down.weight  Q6_K: ffn_down, layer 3 of 32, use_more_bits"). */
+static int print_plan(const cli_args *a, npuc_ctx *ctx, const npuc_model *m, const npuc_write_opts *wo,
+                      const convert_opts *co) {
+    size_t n = npuc_model_count(m);
+    npuc_gguf_choice *c = calloc(n ? n : 1, sizeof *c);
+    if (!c) return cli_fail(ctx, NPUC_ERR_NOMEM);
+    npuc_status st = npuc_gguf_plan(ctx, m, wo, co->dtype_set, co->dtype, c);
+    if (st != NPUC_OK) {
+        free(c);
+        return cli_fail(ctx, st);
+    }
+    int w = 0;
+    for (size_t i = 0; i < n; i++) {
+        int l = (int)strlen(npuc_model_tensor(m, i)->name);
+        if (l > w) w = l;
+    }
+    (void)a;
+    for (size_t i = 0; i < n; i++) printf("%-*s  %s\n", w, npuc_model_tensor(m, i)->name, c[i].reason);
+    free(c);
+    return CLI_EXIT_OK;
 }
 
 static int run(int argc, char **argv) {
@@ -186,7 +255,8 @@ static int run(int argc, char **argv) {
         (co.style_set && !npuc_format_accepts(ofmt, "structure")))
         cli_warn(&a, "%s: --deflate and --h5-style apply to HDF5 outputs only; ignored", out);
     if (co.gguf_set && !npuc_format_accepts(ofmt, "gguf-type"))
-        cli_warn(&a, "%s: --gguf-type, --gguf-arch and --imatrix apply to GGUF outputs only; ignored", out);
+        cli_warn(&a, "%s: --gguf-type, --gguf-tensor-type, --gguf-arch and --imatrix apply to GGUF outputs only; ignored",
+                 out);
 
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, in, &m)) != CLI_EXIT_OK) goto done;
@@ -194,6 +264,16 @@ static int run(int argc, char **argv) {
     npuc_write_opts wo = co.write;
     wo.format = ofmt;
     wo.overwrite = a.force;
+    if (co.rules[0] && npuc_write_opts_set(ctx, &wo, "gguf-tensor-type", co.rules) != NPUC_OK) {
+        rc = cli_usage_error(a.cmd, "--gguf-tensor-type: %s", npuc_ctx_errmsg(ctx));
+        goto done;
+    }
+    /* The per-tensor decisions first, as llama-quantize logs them: they also
+     * explain a refusal (a type this build cannot write). */
+    if (npuc_format_accepts(ofmt, "gguf-type") && ((co.gguf_mix && !co.gguf_pure) || co.rules[0] || a.verbose) &&
+        (rc = print_plan(&a, ctx, m, &wo, &co)) != CLI_EXIT_OK)
+        goto done;
+    fflush(stdout);
     npuc_status st = npuc_model_convert(ctx, m, out, &wo, co.dtype_set, co.dtype);
     cli_warn_ctx(&a, ctx);
     if (st != NPUC_OK) {

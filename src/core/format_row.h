@@ -35,8 +35,11 @@ typedef enum npuc__opt_type {
     NPUC__OPT_CHOICE,  /* one of choices[]; backends get its index */
     NPUC__OPT_NAME,    /* a name of min..max bytes of [A-Za-z0-9_.-] (GGUF's
                           general.architecture) */
-    NPUC__OPT_PATH     /* a file path of min..max bytes without control
+    NPUC__OPT_PATH,    /* a file path of min..max bytes without control
                           characters (GGUF's imatrix), opened by the backend */
+    NPUC__OPT_TEXT     /* min..max bytes, no control characters but newlines
+                          (GGUF's REGEX=TYPE rules, one a line); the
+                          backend parses it */
 } npuc__opt_type;
 
 /* One write option a format accepts. */

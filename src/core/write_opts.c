@@ -51,6 +51,15 @@ static npuc_status check_value(npuc_ctx *ctx, const npuc__opt_decl *d, const cha
             return npuc_fail(ctx, NPUC_ERR_ARG, "%s %ld is outside %ld..%ld", d->label, v, d->min, d->max);
         return NPUC_OK;
     }
+    if (d->type == NPUC__OPT_TEXT) {
+        size_t n = strlen(value);
+        int ok = n >= (size_t)d->min && n <= (size_t)d->max;
+        for (const char *c = value; ok && *c; c++) ok = *c == '\n' || (unsigned char)*c >= 0x20;
+        if (!ok)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "%s '%.64s': expected %ld..%ld bytes without control characters",
+                             d->label, value, d->min, d->max);
+        return NPUC_OK;
+    }
     if (d->type == NPUC__OPT_NAME) {
         size_t n = strlen(value);
         int ok = n >= (size_t)d->min && n <= (size_t)d->max;
@@ -194,6 +203,6 @@ long npuc__writer_opt_long(const npuc_writer *w, const char *key, long fallback)
     long x;
     if (!v) return fallback;
     if (d->type == NPUC__OPT_CHOICE) return (x = choice_index(d, v)) >= 0 ? x : fallback;
-    if (d->type == NPUC__OPT_NAME || d->type == NPUC__OPT_PATH) return fallback;
+    if (d->type == NPUC__OPT_NAME || d->type == NPUC__OPT_PATH || d->type == NPUC__OPT_TEXT) return fallback;
     return parse_long(v, &x) == 0 ? x : fallback;
 }

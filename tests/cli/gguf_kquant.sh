@@ -1,4 +1,5 @@
-# gguf_kquant.sh - `npuc convert --gguf-type q2_k|q3_k|q4_k|q5_k|q6_k` checked
+# gguf_kquant.sh - `npuc convert --gguf-type q2_k|q3_k|q4_k|q5_k|q6_k` (q2_k and
+# q6_k with --gguf-pure: every tensor one type) checked
 # against ggml itself (tests/cli/lib/gguf_kquant_check.py, ggml's
 # libggml-base.so through ctypes; docs/gguf.md):
 #   - every tensor's bytes equal ggml_quantize_chunk's for its type, and the
@@ -16,9 +17,12 @@ LIB="${NPUC_GGML_LIB:-}"
     skip "ggml's libggml-base.so not found (NPUC_GGML_LIB='$LIB'); .ci/install-deps --test installs @node-llama-cpp/linux-x64"
 K() { "$PY" "$TESTLIB/gguf_kquant_check.py" "$@"; }
 
+# q2_k and q6_k name llama.cpp's mixes (tests/cli/gguf_mix.sh); --gguf-pure
+# makes them one type for every tensor, as llama-quantize --pure does.
+pure() { case $1 in q2_k | q6_k) echo --gguf-pure ;; esac; }
 K make "$T/m.safetensors"
 for ty in q2_k q3_k q4_k q5_k q6_k; do
-    expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/m_$ty.gguf" --gguf-type "$ty"
+    expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/m_$ty.gguf" --gguf-type "$ty" $(pure "$ty")
     TY=${ty^^}
     must_match "$T/err" "warning: .*m_$ty.gguf: tensor 'odd96.w': written as Q[0-9]_[01], not $TY: its rows \(GGUF ne\[0\] = 96\) are not a multiple of 256"
     must_match "$T/err" "warning: .*m_$ty.gguf: tensor 'odd100.w': written as F16, not $TY: .*not a multiple of 32 either"
@@ -35,9 +39,9 @@ done
 
 # Thread count and the forced reference kernels do not change a byte.
 for ty in q4_k q6_k; do
-    OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/t1_$ty.gguf" --gguf-type "$ty"
-    OMP_NUM_THREADS=2 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/t2_$ty.gguf" --gguf-type "$ty"
-    NPUC_FORCE_REF=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/tr_$ty.gguf" --gguf-type "$ty"
+    OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/t1_$ty.gguf" --gguf-type "$ty" $(pure "$ty")
+    OMP_NUM_THREADS=2 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/t2_$ty.gguf" --gguf-type "$ty" $(pure "$ty")
+    NPUC_FORCE_REF=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/tr_$ty.gguf" --gguf-type "$ty" $(pure "$ty")
     cmp "$T/t1_$ty.gguf" "$T/m_$ty.gguf" || fail "$ty: 1 thread differs"
     cmp "$T/t2_$ty.gguf" "$T/m_$ty.gguf" || fail "$ty: 2 threads differ"
     cmp "$T/tr_$ty.gguf" "$T/m_$ty.gguf" || fail "$ty: NPUC_FORCE_REF=1 differs"

@@ -60,7 +60,7 @@ static void test_rows_are_complete(void **state) {
             assert_true(npuc_format_accepts(id, d->key));
             assert_ptr_equal(npuc__format_opt_decl(r, d->key), d);
             if (d->type == NPUC__OPT_INT) assert_true(d->min <= d->max);
-            else if (d->type == NPUC__OPT_NAME || d->type == NPUC__OPT_PATH)
+            else if (d->type == NPUC__OPT_NAME || d->type == NPUC__OPT_PATH || d->type == NPUC__OPT_TEXT)
                 assert_true(d->min >= 1 && d->min <= d->max && d->max < NPUC_WRITE_OPT_VALUE_MAX);
             else assert_true(d->choices && d->choices[0]);
             if (!d->dflt) assert_non_null(r->derive); /* someone decides the default */
