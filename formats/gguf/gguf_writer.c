@@ -514,16 +514,22 @@ static npuc_status ggw_write(npuc_writer *w, size_t i, const void *data, uint64_
         } else {
             size_t at;
             uint64_t bad;
-            /* IMATRIX CALL SITE (issue 29): imp is the importance of the
-             * matrix holding this chunk's first element (row floats), NULL
-             * without an importance matrix or entry.  Not passed on yet:
-             * npuc__gguf_quantize has no importance parameter until the
-             * weighted kernels land; then pass row and imp here, and cut the
-             * chunks at matrix bounds (numel / n_mat(t) elements) so that one
-             * chunk never spans two experts of a 3-D tensor. */
-            const float *imp = g->imp ? g->imp + done / (t->numel / n_mat(t)) * row : NULL;
-            (void)imp;
-            if (npuc__gguf_quantize(g->type, p, t->dtype, s->out, k, npuc_ctx_threads(w->ctx), &bad) != 0) {
+            /* With an importance matrix, the weighted quantizers take whole
+             * rows of one matrix: the chunk is cut at the matrix's end (a 3-D
+             * tensor holds n_mat(t) matrices of `row` columns, one importance
+             * row each). */
+            const float *imp = NULL;
+            if (g->imp) {
+                const uint64_t mat = row * (t->rank >= 2 ? (uint64_t)t->shape[t->rank - 2] : 1);
+                if (k % row != 0)
+                    return npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
+                                     "%s: tensor '%s': rows of %llu values are too long for the weighted quantizer",
+                                     w->path, t->name, (unsigned long long)row);
+                if (k > mat - done % mat) k = (size_t)(mat - done % mat);
+                imp = g->imp + (done / mat) % n_mat(t) * row;
+            }
+            if (npuc__gguf_quantize_rows(g->type, p, t->dtype, s->out, k, row, imp, npuc_ctx_threads(w->ctx), &bad) !=
+                0) {
                 const int nf = first_nonfinite(p, t->dtype, k, &at);
                 if (nf)
                     return npuc_fail(w->ctx, NPUC_ERR_VALUE, "%s: tensor '%s': element %llu is %s; %s cannot hold it",

@@ -37,6 +37,19 @@ for ty in q2_k q3_k q4_k q5_k q6_k; do
     must_match "$T/out" "par.w"
 done
 
+# --imatrix: the importance-weighted quantizers, byte-identical to ggml's
+# with the same importance rows (a legacy .dat written by the check script
+# from the format's description), on 1 and 2 threads.
+K dat "$T/imp.dat" "$T/m.safetensors"
+for ty in q4_k q3_k q5_k q4_0 q4_1 q5_0 q5_1 q2_k q6_k; do
+    expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/i_$ty.gguf" --gguf-type "$ty" $(pure "$ty") \
+        --imatrix "$T/imp.dat"
+    K icheck "$NPUC_GGML_LIB" "$T/m.safetensors" "$T/i_$ty.gguf" "$T/imp.dat"
+done
+OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/i1.gguf" --gguf-type q4_k \
+    --imatrix "$T/imp.dat"
+cmp "$T/i1.gguf" "$T/i_q4_k.gguf" || fail "--imatrix: 1 thread differs from 2"
+
 # Thread count and the forced reference kernels do not change a byte.
 for ty in q4_k q6_k; do
     OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/t1_$ty.gguf" --gguf-type "$ty" $(pure "$ty")

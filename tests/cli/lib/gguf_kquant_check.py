@@ -47,13 +47,17 @@ def ggml(path):
     return lib
 
 
-def quantize(lib, tid, x):
+def quantize(lib, tid, x, imp=None):
     x = np.ascontiguousarray(x, dtype=np.float32)
     row = x.shape[-1]
     nrow = x.size // row
     name, blck, tsize = TYPES[tid]
     out = np.zeros(x.size // blck * tsize, dtype=np.uint8)
-    n = lib.ggml_quantize_chunk(tid, x.ctypes.data, out.ctypes.data, 0, nrow, row, None)
+    if imp is not None:
+        imp = np.ascontiguousarray(imp, dtype=np.float32)
+        assert imp.size == row, (imp.size, row)
+    n = lib.ggml_quantize_chunk(tid, x.ctypes.data, out.ctypes.data, 0, nrow, row,
+                                None if imp is None else imp.ctypes.data)
     assert n == out.size, (name, n, out.size)
     return out.tobytes()
 
@@ -167,6 +171,63 @@ def dequant(libpath, out, dense):
     print(f"ok: {dense}: {len(ts)} tensors equal ggml's dequantization bit for bit")
 
 
+def write_dat(path, src):
+    """A legacy llama.cpp imatrix (.dat) for every 2-D tensor of src, written
+    from the format's description: int32 entry count; per entry int32 name
+    length, name, int32 ncall, int32 nval, nval float32 sums; then int32 last
+    call and a dataset name.  Importance = sums / ncall, random and positive,
+    some columns 1000x the others."""
+    import struct
+    rng = np.random.default_rng(5)
+    _, st = g.st_read(src)
+    ents = [(n, a.shape[-1]) for n, (dt, a) in st.items() if a.ndim == 2]
+    b = struct.pack("<i", len(ents))
+    for n, k in ents:
+        v = rng.gamma(0.5, 1.0, k) * np.where(rng.random(k) < 0.05, 1000.0, 1.0) * 3
+        b += struct.pack("<i", len(n)) + n.encode() + struct.pack("<ii", 3, k) + v.astype("<f4").tobytes()
+    b += struct.pack("<i", 3) + struct.pack("<i", 4) + b"test"
+    with open(path, "wb") as f:
+        f.write(b)
+
+
+def read_dat(path):
+    import struct
+    b = open(path, "rb").read()
+    (n,), pos, out = struct.unpack_from("<i", b, 0), 4, {}
+    for _ in range(n):
+        (ln,) = struct.unpack_from("<i", b, pos)
+        name = b[pos + 4:pos + 4 + ln].decode()
+        pos += 4 + ln
+        ncall, nval = struct.unpack_from("<ii", b, pos)
+        v = np.frombuffer(b, "<f4", nval, pos + 8)
+        pos += 8 + 4 * nval
+        out[name] = (v / np.float32(ncall)).astype(np.float32)
+    return out
+
+
+def icheck(libpath, src, out, dat):
+    """Every tensor of out equals ggml_quantize_chunk of src's tensor with the
+    .dat's importance row as quant weights (and that importance changes
+    ggml's bytes somewhere, so the check can tell)."""
+    lib = ggml(libpath)
+    imp = read_dat(dat)
+    _, st = g.st_read(src)
+    _, ts = gguf_read(out)
+    changed = nblocks = 0
+    for t in ts:
+        dt, a = st[t["name"]]
+        if a.ndim != 2 or TYPES[t["type"]][0] in ("F32", "F16"):
+            continue
+        x = g.as_f32(dt, a).reshape(-1, a.shape[-1])
+        ref = quantize(lib, t["type"], x, imp[t["name"]])
+        changed += ref != quantize(lib, t["type"], x)
+        assert t["raw"] == ref, f"{t['name']} ({TYPES[t['type']][0]}): differs from ggml with its importance"
+        nblocks += len(ref) // TYPES[t["type"]][2]
+    assert changed, "the importance changed no tensor's bytes in ggml: the check cannot tell"
+    print(f"ok: {out}: {nblocks} blocks byte-identical to ggml_quantize_chunk with importance ({changed} tensors differ "
+          f"from the unweighted bytes)")
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"make": make, "check": check, "dequant": dequant}[cmd](*args)
+    {"make": make, "check": check, "dequant": dequant, "dat": write_dat, "icheck": icheck}[cmd](*args)
