@@ -42,6 +42,9 @@ static const char USAGE[] =
     "                           of 32 (a warning names them)\n"
     "      --gguf-arch NAME     GGUF general.architecture (default: a GGUF input's,\n"
     "                           else npuc)\n"
+    "      --external-data auto|always  ONNX outputs: tensors of 1 KiB or more go to\n"
+    "                           OUT.data always, or (auto, the default) only when\n"
+    "                           the model would reach 2 GiB (docs/onnx.md)\n"
     "      --max-shard-size SIZE  checkpoint directories: at most SIZE per shard\n"
     "                           (default: the input's sharding; docs/checkpoints.md)\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
@@ -63,7 +66,7 @@ const cli_command cli_cmd_convert = {
     .run = run,
 };
 
-enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD };
+enum { OPT_DTYPE = CLI_OPT_USER, OPT_DEFLATE, OPT_H5_STYLE, OPT_GGUF_TYPE, OPT_GGUF_ARCH, OPT_MAX_SHARD, OPT_EXTERNAL };
 
 static const cli_option OPTIONS[] = {
     {"dtype", 0, 1, OPT_DTYPE},
@@ -72,6 +75,7 @@ static const cli_option OPTIONS[] = {
     {"gguf-type", 0, 1, OPT_GGUF_TYPE},
     {"gguf-arch", 0, 1, OPT_GGUF_ARCH},
     {"max-shard-size", 0, 1, OPT_MAX_SHARD},
+    {"external-data", 0, 1, OPT_EXTERNAL},
     {NULL, 0, 0, 0},
 };
 
@@ -119,15 +123,16 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         return CLI_CONTINUE;
     }
     case OPT_GGUF_TYPE:
-    case OPT_GGUF_ARCH: {
-        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : "gguf-arch";
+    case OPT_GGUF_ARCH:
+    case OPT_EXTERNAL: {
+        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : id == OPT_GGUF_ARCH ? "gguf-arch" : "external-data";
         npuc_ctx *c = NULL;
         int rc = CLI_CONTINUE;
         if (npuc_ctx_new(&c) != NPUC_OK) return cli_usage_error(a->cmd, "out of memory");
         if (npuc_write_opts_set(c, &o->write, key, arg) != NPUC_OK)
             rc = cli_usage_error(a->cmd, "--%s: %s", key, npuc_ctx_errmsg(c));
         npuc_ctx_free(c);
-        o->gguf_set = 1;
+        o->gguf_set |= id != OPT_EXTERNAL;
         return rc;
     }
     }

@@ -237,6 +237,7 @@ static const struct {
     {"convert", "--dtype", "f32 f16 bf16"},
     {"convert", "--h5-style", "plain keras2 keras3"},
     {"convert", "--gguf-type", "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1"},
+    {"convert", "--external-data", "auto always"},
     {"quantize", "--range", "minmax percentile= mse entropy"},
     {"*", "--report", "@FILES:json csv md html txt"},
     {"report", "-o", "@FILES:json csv md html txt"},
