@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "onnx/onnx_format.h"
+#include "onnx/onnx_model.h"
 #include "testutil.h"
 
 static npuc_ctx *ctx;
@@ -135,6 +136,33 @@ static void test_good(void **state) {
         assert_int_equal(npuc_model_read_f32(ctx, md, i, v), NPUC_OK);
         assert_memory_equal(v, want[i], numel[i] * sizeof(float));
     }
+    /* The graph for the graph module. */
+    npuc__onnx_model *gm;
+    assert_int_equal(npuc__onnx_graph_parse(ctx, md, &gm), NPUC_OK);
+    assert_int_equal(gm->ir_version, 7);
+    assert_int_equal(gm->nopsets, 1);
+    assert_string_equal(gm->opsets[0].domain, "");
+    assert_int_equal(gm->opsets[0].version, 13);
+    const npuc__onnx_graph *g = gm->graph;
+    assert_string_equal(g->name, "main");
+    assert_int_equal(g->ninitializers, 1);
+    assert_string_equal(g->initializers[0], "w");
+    assert_int_equal(g->nnodes, 2);
+    assert_string_equal(g->nodes[0].op_type, "Constant");
+    assert_string_equal(g->nodes[0].domain, "");
+    assert_int_equal(g->nodes[0].nattrs, 1);
+    assert_string_equal(g->nodes[0].attrs[0].name, "value");
+    assert_int_equal(g->nodes[0].attrs[0].type, NPUC__ONNX_ATTR_TENSOR);
+    assert_string_equal(g->nodes[0].attrs[0].weight, "c");
+    const npuc__onnx_node *nif = &g->nodes[1];
+    assert_string_equal(nif->op_type, "If");
+    assert_int_equal(nif->ninputs, 1);
+    assert_string_equal(nif->inputs[0], "cond");
+    assert_string_equal(nif->outputs[0], "y");
+    assert_int_equal(nif->attrs[0].ngraphs, 1);
+    assert_string_equal(nif->attrs[0].graphs[0]->name, "then");
+    assert_string_equal(nif->attrs[0].graphs[0]->initializers[0], "inner");
+    npuc__onnx_graph_free(gm);
     /* Unchanged values: the same bytes back. */
     const char *out = npuc_test_path("good_out.onnx");
     npuc_write_opts wo = npuc_write_opts_defaults();
