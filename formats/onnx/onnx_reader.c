@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@
 #endif
 
 enum { SRC_EMPTY, SRC_RAW, SRC_TYPED, SRC_EXTERNAL };
+#define OX_SPARES 2
 
 typedef struct ox_src {
     int kind;
@@ -66,11 +68,53 @@ typedef struct ox_state {
     const unsigned char *map;
     uint64_t size;
     ox_src *src; /* by tensor index */
+    uint64_t *cap; /* by tensor index: the capacity of its loaded buffer */
     size_t nsrc, capsrc;
     ox_ext *ext;
     size_t next;
     npuc_model *m;
+    pthread_mutex_t lock; /* guards spare: loads may come from several threads */
+    struct {
+        void *p;
+        uint64_t cap;
+    } spare[OX_SPARES]; /* released payload buffers, reused by later loads */
 } ox_state;
+
+/* A buffer of at least n bytes: a released one that fits, else a new one
+ * (its capacity in *cap). */
+static void *buf_get(ox_state *s, uint64_t n, uint64_t *cap) {
+    void *p = NULL;
+    pthread_mutex_lock(&s->lock);
+    int best = -1;
+    for (int k = 0; k < OX_SPARES; k++)
+        if (s->spare[k].p && s->spare[k].cap >= n && (best < 0 || s->spare[k].cap < s->spare[best].cap)) best = k;
+    if (best >= 0) {
+        p = s->spare[best].p;
+        *cap = s->spare[best].cap;
+        s->spare[best].p = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (p) return p;
+    *cap = n ? n : 1;
+    return *cap <= SIZE_MAX ? malloc((size_t)*cap) : NULL;
+}
+
+/* Keeps p (capacity cap) for a later load, or frees it (or the smallest
+ * spare, when p is larger). */
+static void buf_put(ox_state *s, void *p, uint64_t cap) {
+    pthread_mutex_lock(&s->lock);
+    int slot = -1;
+    for (int k = 0; k < OX_SPARES; k++)
+        if (!s->spare[k].p || (s->spare[k].cap < cap && (slot < 0 || s->spare[slot].p))) slot = k;
+    if (slot >= 0) {
+        void *old = s->spare[slot].p;
+        s->spare[slot].p = p;
+        s->spare[slot].cap = cap;
+        p = old;
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(p);
+}
 
 /* ------------------------------------------------------------ loading */
 
@@ -130,7 +174,8 @@ static npuc_status ox_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     ox_state *s = m->be_state;
     const npuc_tensor_info *t = &m->t[i];
     const ox_src *src = &s->src[i];
-    unsigned char *p = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    uint64_t cap;
+    unsigned char *p = buf_get(s, t->nbytes, &cap);
     if (!p) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", m->path, t->name);
     int rc = 0;
     if (src->kind == SRC_RAW) rc = pread_all(s->fd, p, t->nbytes, src->off);
@@ -138,14 +183,25 @@ static npuc_status ox_load(npuc_ctx *ctx, npuc_model *m, size_t i, void **data, 
     else if (src->kind == SRC_TYPED) decode_typed(s->map + src->off, src->len, src->field, t->dtype, p, t->numel);
     if (rc != 0) {
         int e = errno;
-        free(p);
+        buf_put(s, p, cap);
         return npuc_fail(ctx, NPUC_ERR_IO, "%s: tensor '%s': read%s%s: %s", m->path, t->name,
                          src->kind == SRC_EXTERNAL ? " of " : "", src->kind == SRC_EXTERNAL ? s->ext[src->file].loc : "",
                          e ? strerror(e) : "the file shrank while npuc was reading it");
     }
+    pthread_mutex_lock(&s->lock);
+    s->cap[i] = cap;
+    pthread_mutex_unlock(&s->lock);
     *data = p;
-    *owned = 1;
+    *owned = 0;
     return NPUC_OK;
+}
+
+static void ox_release(npuc_model *m, size_t i, void *data) {
+    ox_state *s = m->be_state;
+    pthread_mutex_lock(&s->lock);
+    uint64_t cap = s->cap[i];
+    pthread_mutex_unlock(&s->lock);
+    buf_put(s, data, cap);
 }
 
 static void ox_close(npuc_model *m) {
@@ -158,13 +214,31 @@ static void ox_close(npuc_model *m) {
         if (s->ext[i].fd >= 0) close(s->ext[i].fd);
         free(s->ext[i].loc);
     }
+    for (int k = 0; k < OX_SPARES; k++) free(s->spare[k].p);
+    pthread_mutex_destroy(&s->lock);
     free(s->ext);
     free(s->src);
+    free(s->cap);
     free(s);
     m->be_state = NULL;
 }
 
-static const npuc_backend OX_BACKEND = {ox_load, ox_close, NULL, NULL, NULL};
+/* Asks the kernel to read tensor i's bytes ahead of its load (a hint;
+ * reads only offsets and descriptors, which nothing changes once open). */
+static void ox_prefetch(npuc_model *m, size_t i) {
+#if defined(__linux__)
+    const ox_state *s = m->be_state;
+    const ox_src *src = &s->src[i];
+    if (src->kind == SRC_RAW) (void)readahead(s->fd, (off64_t)src->off, (size_t)m->t[i].nbytes);
+    else if (src->kind == SRC_EXTERNAL)
+        (void)readahead(s->ext[src->file].fd, (off64_t)src->off, (size_t)m->t[i].nbytes);
+#else
+    (void)m;
+    (void)i;
+#endif
+}
+
+static const npuc_backend OX_BACKEND = {ox_load, ox_close, ox_release, ox_prefetch, NULL};
 
 /* ------------------------------------------------------------ external data */
 
@@ -496,6 +570,7 @@ npuc_status npuc__onnx_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
     }
     s->fd = s->dirfd = -1;
+    pthread_mutex_init(&s->lock, NULL);
     m->be = &OX_BACKEND;
     m->be_state = s;
     npuc__ox_buf skel = {0};
@@ -527,6 +602,8 @@ npuc_status npuc__onnx_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
     if (!b64) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto done; }
     st = npuc__model_add_meta(ctx, m, NPUC__ONNX_MODEL_KEY, b64);
     free(b64);
+    if (st == NPUC_OK && !(s->cap = calloc(m->n + 1, sizeof *s->cap)))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
     if (st == NPUC_OK) st = npuc__model_finish(ctx, m, 0);
 done:
     npuc__ox_free(&skel);
