@@ -73,6 +73,11 @@ void npuc__ox_put_bytes(npuc__ox_buf *b, uint32_t num, const void *p, size_t n);
 void npuc__ox_put_hole(npuc__ox_buf *b, uint32_t num, uint64_t size, size_t idx);
 /* Field num holding child (a sub-message, holes included); frees child. */
 void npuc__ox_put_sub(npuc__ox_buf *b, uint32_t num, npuc__ox_buf *child);
+/* The fields of the TensorProto msg[0..len) except its values (the typed
+ * data fields, raw_data, external_data, data_location): name, dims,
+ * data_type, doc_string and unknown fields, as they are.  msg is already
+ * checked. */
+void npuc__ox_put_tensor_meta(npuc__ox_buf *b, const unsigned char *msg, uint64_t len);
 static inline uint64_t npuc__ox_size(const npuc__ox_buf *b) { return b->n + b->holes; }
 void npuc__ox_free(npuc__ox_buf *b);
 

@@ -531,13 +531,7 @@ static npuc_status rd_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__
     }
     s->src[idx] = src;
     /* The graph keeps the TensorProto without its values. */
-    for (q = w->msg; q < end;) {
-        (void)npuc__ox_next(&q, end, &f);
-        if (f.num == 4 || f.num == 5 || f.num == 7 || f.num == 9 || f.num == 10 || f.num == 11 || f.num == 13 ||
-            f.num == 14)
-            continue;
-        npuc__ox_put(out, f.start, (size_t)(f.end - f.start));
-    }
+    npuc__ox_put_tensor_meta(out, w->msg, w->len);
     return NPUC_OK;
 }
 

@@ -147,6 +147,18 @@ void npuc__ox_free(npuc__ox_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+void npuc__ox_put_tensor_meta(npuc__ox_buf *b, const unsigned char *msg, uint64_t len) {
+    const unsigned char *q = msg, *end = msg + len;
+    npuc__ox_field f;
+    while (q < end && !npuc__ox_next(&q, end, &f)) {
+        /* the values: float/int32/int64/raw/double/uint64 data, external_data, data_location */
+        if (f.num == 4 || f.num == 5 || f.num == 7 || f.num == 9 || f.num == 10 || f.num == 11 || f.num == 13 ||
+            f.num == 14)
+            continue;
+        npuc__ox_put(b, f.start, (size_t)(f.end - f.start));
+    }
+}
+
 /* ------------------------------------------------------------ base64 */
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

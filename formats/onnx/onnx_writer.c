@@ -139,13 +139,7 @@ static npuc_status wr_weight(npuc__ox_walk *wk, const npuc__ox_weight *wt, npuc_
                          "%s: tensor '%s': the output's %s shape or dtype differs from the ONNX graph's (changing a "
                          "weight's shape or type is a graph edit npuc does not write to ONNX yet)",
                          w->path, wt->name, npuc_dtype_name(t->dtype));
-    for (q = wt->msg; q < end;) {
-        (void)npuc__ox_next(&q, end, &f);
-        if (f.num == 4 || f.num == 5 || f.num == 7 || f.num == 9 || f.num == 10 || f.num == 11 || f.num == 13 ||
-            f.num == 14)
-            continue;
-        npuc__ox_put(out, f.start, (size_t)(f.end - f.start));
-    }
+    npuc__ox_put_tensor_meta(out, wt->msg, wt->len);
     put_data(w, s, (size_t)i, out);
     return NPUC_OK;
 }
