@@ -60,6 +60,27 @@ PYEOF
     fi
 done
 
+# A real runtime: onnxruntime for Node (npm onnxruntime-node, installed by
+# .ci/install-deps --test into $NPUC_NODE_CACHE) runs the original and each
+# written model on the same seeded inputs: convert exactly, fake-quant int8
+# per channel within 3% relative output error, pruned models finite.
+NODE_CACHE="${NPUC_NODE_CACHE:-$HOME/.cache/npuc-node}"
+if command -v node >/dev/null && [ -d "$NODE_CACHE/node_modules/onnxruntime-node" ]; then
+    R() { NODE_PATH="$NODE_CACHE/node_modules" node "$NPUC_SRC/tests/cli/onnx/ort_compare.js" "$@"; }
+    for b in $MODELS_ONNX; do
+        O feeds "$M/$b.onnx" "$T/$b.feeds.json"
+        R "$M/$b.onnx" "$T/$b.onnx" "$T/$b.feeds.json" 0
+        R "$M/$b.onnx" "$T/$b.back.onnx" "$T/$b.feeds.json" 0
+        R "$M/$b.onnx" "$T/$b.p.onnx" "$T/$b.feeds.json" 10
+        if [ "$b" != lstm ]; then
+            R "$M/$b.onnx" "$T/$b.fq.onnx" "$T/$b.feeds.json" 0.03
+            R "$M/$b.onnx" "$T/$b.d.onnx" "$T/$b.feeds.json" 0.03
+        fi
+    done
+else
+    echo "onnx: runtime comparisons skipped: no node or no onnxruntime-node in $NODE_CACHE (.ci/install-deps --test installs it)"
+fi
+
 # ONNX input with external data keeps it; --external-data always moves
 # tensors of 1 KiB or more out, at offsets that are multiples of 4096.
 [ -s "$T/external.onnx.data" ] || fail "external.onnx: converting to ONNX dropped its external data"

@@ -11,6 +11,7 @@
       weights lost exactly floor(S*n) values, the smallest in magnitude
   onnx_check.py fakequant ORIG OUT          as equal, except that rank >= 2
       weights are int8 symmetric per output channel (axis 0), min-max scales
+  onnx_check.py feeds MODEL OUT.json        seeded inputs for ort_compare.js
   onnx_check.py bad KIND DIR                writes a malformed model DIR/KIND.onnx
 """
 import json
@@ -193,6 +194,21 @@ if __name__ == "__main__":
         compare(sys.argv[2], sys.argv[3], cmd)
     elif cmd == "pruned":
         compare(sys.argv[2], sys.argv[3], cmd, float(sys.argv[4]))
+    elif cmd == "feeds":
+        # Seeded inputs for every graph input: floats N(0, 1), bools true.
+        m = onnx.load(sys.argv[2], load_external_data=False)
+        rng = np.random.default_rng(3)
+        feeds = {}
+        for i in m.graph.input:
+            t = i.type.tensor_type
+            dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+            n = int(np.prod(dims)) if dims else 1
+            if t.elem_type == onnx.TensorProto.BOOL:
+                feeds[i.name] = {"type": "bool", "dims": dims, "data": [1] * n}
+            else:
+                feeds[i.name] = {"type": "float32", "dims": dims, "data": rng.standard_normal(n).tolist()}
+        with open(sys.argv[3], "w") as f:
+            json.dump(feeds, f)
     elif cmd == "bad":
         bad(sys.argv[2], sys.argv[3])
     else:
