@@ -12,6 +12,7 @@
 #include "gguf/gguf_format.h"
 #include "hdf5/h5_common.h"
 #include "keras/keras_format.h"
+#include "onnx/onnx_format.h"
 #include "safetensors/st_format.h"
 
 static const npuc__format_row *const ROWS[] = {
@@ -20,6 +21,7 @@ static const npuc__format_row *const ROWS[] = {
     &npuc__gguf_format,
     &npuc__keras_format,
     &npuc__ck_format,
+    &npuc__onnx_format,
 };
 
 const npuc__format_row *const *npuc__format_table(size_t *n) {

@@ -21,9 +21,10 @@ static const char USAGE[] =
     "Usage: npuc convert IN -o OUT [options]\n"
     "\n"
     "Writes the tensors of IN to OUT; the output format follows OUT's extension\n"
-    "(.safetensors; .h5 .hdf5 for HDF5; .keras for a Keras 3 archive; .gguf).  Tensor\n"
-    "bytes, names, shapes, metadata, Keras layer groups and layouts are kept (GGUF:\n"
-    "see docs/gguf.md for its types, names and metadata keys; .keras: docs/keras.md).\n"
+    "(.safetensors; .h5 .hdf5 for HDF5; .keras for a Keras 3 archive; .gguf; .onnx).\n"
+    "Tensor bytes, names, shapes, metadata, Keras layer groups and layouts are kept\n"
+    "(GGUF: see docs/gguf.md for its types, names and metadata keys; .keras:\n"
+    "docs/keras.md; .onnx: the source's ONNX graph with the new values, docs/onnx.md).\n"
     "\n"
     "Options:\n"
     "  -o, --output OUT         the file to write (required)\n"
@@ -65,6 +66,9 @@ static const char USAGE[] =
     "                           K types and q4_0, q4_1, q5_0, q5_1 then quantize\n"
     "                           with llama-quantize's weighted search (q8_0 and\n"
     "                           the float types ignore it)\n"
+    "      --external-data auto|always  ONNX outputs: tensors of 1 KiB or more go to\n"
+    "                           OUT.data always, or (auto, the default) only when\n"
+    "                           the model would reach 2 GiB (docs/onnx.md)\n"
     "      --max-shard-size SIZE  checkpoint directories: at most SIZE per shard\n"
     "                           (default: the input's sharding; docs/checkpoints.md)\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable);\n"
@@ -95,7 +99,8 @@ enum {
     OPT_MAX_SHARD,
     OPT_IMATRIX,
     OPT_GGUF_TENSOR_TYPE,
-    OPT_GGUF_PURE
+    OPT_GGUF_PURE,
+    OPT_EXTERNAL
 };
 
 static const cli_option OPTIONS[] = {
@@ -108,6 +113,7 @@ static const cli_option OPTIONS[] = {
     {"gguf-tensor-type", 0, 1, OPT_GGUF_TENSOR_TYPE},
     {"imatrix", 0, 1, OPT_IMATRIX},
     {"gguf-pure", 0, 0, OPT_GGUF_PURE},
+    {"external-data", 0, 1, OPT_EXTERNAL},
     {NULL, 0, 0, 0},
 };
 
@@ -177,15 +183,19 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     }
     case OPT_GGUF_TYPE:
     case OPT_GGUF_ARCH:
-    case OPT_IMATRIX: {
-        const char *key = id == OPT_GGUF_TYPE ? "gguf-type" : id == OPT_GGUF_ARCH ? "gguf-arch" : "imatrix";
+    case OPT_IMATRIX:
+    case OPT_EXTERNAL: {
+        const char *key = id == OPT_GGUF_TYPE   ? "gguf-type"
+                          : id == OPT_GGUF_ARCH ? "gguf-arch"
+                          : id == OPT_IMATRIX   ? "imatrix"
+                                                : "external-data";
         npuc_ctx *c = NULL;
         int rc = CLI_CONTINUE;
         if (npuc_ctx_new(&c) != NPUC_OK) return cli_usage_error(a->cmd, "out of memory");
         if (npuc_write_opts_set(c, &o->write, key, arg) != NPUC_OK)
             rc = cli_usage_error(a->cmd, "--%s: %s", key, npuc_ctx_errmsg(c));
         npuc_ctx_free(c);
-        o->gguf_set = 1;
+        o->gguf_set |= id != OPT_EXTERNAL;
         /* the mixes are the values with a K type in their name (q4_k_m); the plain types have none */
         if (id == OPT_GGUF_TYPE) o->gguf_mix = strstr(arg, "_k") != NULL;
         return rc;

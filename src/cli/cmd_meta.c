@@ -240,6 +240,7 @@ static const struct {
      "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k q5_k q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k"},
     {"convert", "--imatrix", "@FILES:dat gguf"},
     {"calibrate", "--imatrix-out", "@FILES:dat"},
+    {"convert", "--external-data", "auto always"},
     {"quantize", "--range", "minmax percentile= mse entropy"},
     {"*", "--report", "@FILES:json csv md html txt"},
     {"report", "-o", "@FILES:json csv md html txt"},

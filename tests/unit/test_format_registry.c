@@ -201,7 +201,7 @@ static void test_writer_checks_options(void **state) {
     o.nopt = 0;
     assert_int_equal(npuc_writer_open(ctx, npuc_test_path("model.xyz"), &o, &w), NPUC_ERR_ARG);
     assert_non_null(strstr(npuc_ctx_errmsg(ctx), "model.xyz: cannot tell the output format from the "
-                                                 "name (use .safetensors, .h5, .gguf or .keras)"));
+                                                 "name (use .safetensors, .h5, .gguf, .keras or .onnx)"));
 }
 
 /* How a model is stored reads back through the row's describe hook. */

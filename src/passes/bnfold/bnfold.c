@@ -408,6 +408,11 @@ static npuc_status open_output(driver *d, npuc__drive *dr, npuc_summary *sum) {
     int err = 0;
     char *fold = NULL;
     npuc_status st = npuc__drive_open(dr, copy_meta, &mc);
+    /* ONNX keeps a graph whose BatchNormalization nodes would have to go:
+     * a graph edit (issue 28) the ONNX writer does not make yet. */
+    if (st == NPUC_OK && dr->w && strcmp(npuc_format_name(dr->w->format), "onnx") == 0)
+        st = npuc_fail(d->ctx, NPUC_ERR_UNSUPPORTED, "%s: fold-bn cannot write ONNX yet (removing BatchNormalization "
+                       "nodes is a graph edit); write safetensors", dr->w->path);
     if (st == NPUC_OK && dr->w && d->plan->npairs) {
         if (!(fold = bnfold_meta(d, &err))) st = npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
         else st = npuc_writer_meta(dr->w, "npuc.bnfold", fold);
