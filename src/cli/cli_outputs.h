@@ -18,6 +18,14 @@
  * "x.gguf" is never written as something else under that name. */
 int cli_check_output_name(const cli_command *cmd, const char *path);
 
+/* The checks on a report's path (`npuc report -o`, the pass commands' and
+ * `run`'s --report; `what` is "report"): its extension is a report's (.txt
+ * .md .csv .json .html .htm; a device or FIFO such as /dev/stdout passes),
+ * an existing file needs force, and an existing file that a reader opens as
+ * a model is refused even with force (issue 31 item 11).  CLI_EXIT_OK, or
+ * prints the reason and returns CLI_EXIT_USAGE. */
+int cli_check_report_name(const char *path, int force, const char *what);
+
 /* A side file being written: stdio on this run's own temporary file. */
 typedef struct cli_side_file {
     npuc_atomic_file *af;

@@ -223,6 +223,7 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     if (h && h->prepare && (rc = h->prepare(r)) != CLI_CONTINUE) return rc;
     /* An unwritable --report fails before any work (cli_outputs.h). */
     if ((rc = cli_side_probe(r->a.report, "report")) != CLI_CONTINUE) return rc;
+    if (r->a.report && (rc = cli_check_report_name(r->a.report, 1, "report")) != CLI_EXIT_OK) return rc;
     npuc_ctx_set_threads(r->ctx, r->a.jobs);
     npuc_ctx_set_policy(r->ctx, &r->a.policy);
     if ((rc = cli_open_model(r->ctx, &r->a, r->in, &r->m)) != CLI_EXIT_OK) return rc;

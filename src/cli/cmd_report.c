@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 enum {
     OPT_FORMAT = CLI_OPT_USER,
@@ -158,11 +159,10 @@ static int run(int argc, char **argv) {
         rc = cli_usage_error(&cli_cmd_report, "--max-output-error needs calibration data: add --calib FILE");
         goto done;
     }
-    if (a.output && !a.force && access(a.output, F_OK) == 0) {
-        cli_error("%s: exists (use -f to overwrite)", a.output);
-        rc = CLI_EXIT_USAGE;
+    /* A report's name, never a model's (issue 31 item 11: cli_outputs.h). */
+    if (a.output && ((rc = cli_side_probe(a.output, "report")) != CLI_CONTINUE ||
+                     (rc = cli_check_report_name(a.output, a.force, "report")) != CLI_EXIT_OK))
         goto done;
-    }
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &mo)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, a.pos[1], &mc)) != CLI_EXIT_OK) goto done;

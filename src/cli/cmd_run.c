@@ -284,6 +284,7 @@ static int run(int argc, char **argv) {
     if ((rcode = cli_check_output_name(&cli_cmd_run, a.output)) != CLI_EXIT_OK) goto done;
     /* An unwritable --report fails before any work (cli_outputs.h). */
     if ((rcode = cli_side_probe(a.report, "report")) != CLI_CONTINUE) goto done;
+    if (a.report && (rcode = cli_check_report_name(a.report, 1, "report")) != CLI_EXIT_OK) goto done;
     rcode = CLI_EXIT_OK;
     if ((rcode = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     npuc_ctx_set_policy(ctx, &a.policy);
