@@ -231,7 +231,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose++; break;
-        case 'o': a->output = optarg; break;
+        case 'o':
+            a->output = optarg;
+            cli_signal_set_target(optarg); /* named from the start ("interrupted" line, main.c) */
+            break;
         case 'f': a->force = 1; break;
         case 'j': {
             long j;
@@ -801,6 +804,7 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
     } else if (cli_check_output_name(a->cmd, *out) != CLI_EXIT_OK) {
         return CLI_EXIT_USAGE; /* "-o x.gguf": no format claims it */
     }
+    cli_signal_set_target(*out); /* the "interrupted" line names it (cli_outputs.h) */
     if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) w->format = npuc_model_format(m);
     return CLI_EXIT_OK;
 }

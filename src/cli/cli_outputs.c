@@ -42,6 +42,14 @@ static int check_parent(const char *path, const char *what) {
     return CLI_EXIT_OK;
 }
 
+void cli_signal_set_target(const char *path) {
+    static char copy[4096];
+    cli_signal_target = NULL; /* the handler never reads a half-copied name */
+    if (!path) return;
+    snprintf(copy, sizeof copy, "%s", path);
+    cli_signal_target = copy;
+}
+
 int cli_check_output_name(const cli_command *cmd, const char *path) {
     struct stat sb;
     /* -o DIR: the writer decides, before the name's extension matters (a
@@ -49,6 +57,7 @@ int cli_check_output_name(const cli_command *cmd, const char *path) {
      * into an empty folder or replace a checkpoint with -f). */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return CLI_EXIT_OK;
     if (check_parent(path, "output") != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    cli_signal_set_target(path);
     if (npuc_format_from_path(path) != NPUC_FORMAT_AUTO || !has_extension(path)) return CLI_EXIT_OK;
     /* Ask the library: opening a writer for the name without a format
      * fails with the registry's message (it creates nothing). */
@@ -83,6 +92,7 @@ int cli_check_report_name(const char *path, int force, const char *what) {
                   npuc_format_from_path(path) != NPUC_FORMAT_AUTO ? ", not a model file's extension" : "");
         return CLI_EXIT_USAGE;
     }
+    if (!cli_signal_target) cli_signal_set_target(path); /* an artifact, when there is one, is named */
     if (!exists || !S_ISREG(sb.st_mode)) return CLI_EXIT_OK;
     /* An existing file: -f replaces a report, never a model renamed to a
      * report's extension (the readers decide, from its bytes). */

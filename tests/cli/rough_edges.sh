@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 31, rough edges a user met (items 11-13): a report never lands on a
+# model file; an output into a missing folder is exit 2 whichever flag names
+# it; --help names every format the registry has and the pass commands'
+# -v; repeated warnings come grouped.
+source "$(dirname "$0")/lib/cli_test.bash"
+cnn="$NPUC_SRC/samples/cnn_bn.safetensors"
+"$NPUC_BIN" quantize -q "$cnn" -o "$T/q.safetensors" >/dev/null
+
+# Item 11: `report A B -o A.safetensors -f` is refused, the model untouched;
+# so is a model renamed to a report's extension; a report is replaced.
+cp "$cnn" "$T/a.safetensors"
+before=$(sha256sum <"$T/a.safetensors")
+expect_rc 2 "$NPUC_BIN" report "$T/a.safetensors" "$T/q.safetensors" -o "$T/a.safetensors" -f
+must_match "$T/err" 'a report is \.txt, \.md, \.csv, \.json or \.html, not a model'
+cp "$cnn" "$T/model.txt"
+expect_rc 2 "$NPUC_BIN" report "$T/a.safetensors" "$T/q.safetensors" -o "$T/model.txt" -f
+must_match "$T/err" 'is a safetensors model, not a report'
+cmp -s "$cnn" "$T/model.txt" || fail "report -f replaced a model named .txt"
+expect_rc 2 "$NPUC_BIN" quantize "$cnn" -o "$T/q2.safetensors" --report "$T/model.txt"
+expect_rc 2 "$NPUC_BIN" report "$T/a.safetensors" "$T/q.safetensors" -o "$T/r.bin"
+[ "$(sha256sum <"$T/a.safetensors")" = "$before" ] || fail "a refused report changed the model"
+echo old >"$T/r.json"
+expect_rc 0 "$NPUC_BIN" report -q "$T/a.safetensors" "$T/q.safetensors" -o "$T/r.json" -f
+"$PY" -c "import json,sys; json.load(open(sys.argv[1]))" "$T/r.json" || fail "-f did not replace an old report"
+echo "item 11: a report never replaces a model"
+
+# Item 13: a missing folder is exit 2 for -o, --report and --summary alike.
+expect_rc 2 "$NPUC_BIN" quantize "$cnn" -o "$T/no/such/q.safetensors"
+must_match "$T/err" "cannot write the output there: $T/no/such does not exist"
+expect_rc 2 "$NPUC_BIN" convert "$cnn" -o "$T/no/such/c.h5"
+expect_rc 2 "$NPUC_BIN" quantize "$cnn" -o "$T/q3.safetensors" --report "$T/no/such/r.json"
+must_match "$T/err" "cannot write the report there: $T/no/such does not exist"
+expect_rc 2 "$NPUC_BIN" report "$cnn" "$T/q.safetensors" -o "$T/no/such/r.json"
+[ ! -e "$T/q3.safetensors" ] || fail "an output was published beside a report that cannot be written"
+echo "item 13: a missing folder is exit 2 everywhere"
