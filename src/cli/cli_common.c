@@ -68,6 +68,15 @@ void cli_warn(const cli_args *a, const char *fmt, ...) {
     va_end(ap);
 }
 
+void cli_warn_summary(const cli_args *a, const char *prefix, const npuc_summary *s) {
+    size_t n;
+    char **g = npuc_warnings_group((const char *const *)s->warnings, s->nwarnings, &n);
+    const char *const *w = g ? (const char *const *)g : (const char *const *)s->warnings;
+    if (!g) n = s->nwarnings; /* out of memory: ungrouped */
+    for (size_t i = 0; i < n; i++) cli_warn(a, "%s%s%s", prefix ? prefix : "", prefix ? ": " : "", w[i]);
+    npuc_warnings_free(g, g ? n : 0);
+}
+
 void cli_warn_ctx(const cli_args *a, const npuc_ctx *ctx) {
     size_t n = npuc_ctx_warning_count(ctx), i = 0;
     for (const char *w; (w = npuc_ctx_warning(ctx, i)) != NULL; i++) cli_warn(a, "%s", w);
@@ -691,7 +700,7 @@ int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, c
         printf("%s\n", line);
     }
     if (flags & CLI_RESULT_WARNINGS)
-        for (size_t i = 0; i < sum->nwarnings; i++) cli_warn(a, "%s", sum->warnings[i]);
+        cli_warn_summary(a, NULL, sum);
     if (report) {
         info.timestamp = 1;
         st = npuc_report_write_file(ctx, report, npuc_report_format_from_path(report), sum, &info);

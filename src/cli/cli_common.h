@@ -171,6 +171,10 @@ void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* `npuc: warning: <message>` on stderr unless -q. */
 void cli_warn(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* cli_warn for each warning the library left on ctx (npuc_ctx_warning). */
+/* Prints s's warnings through cli_warn, grouped (npuc_warnings_group: one
+ * line for warnings that differ only in the tensor they name); prefix, when
+ * not NULL, goes before each ("<input>: "). */
+void cli_warn_summary(const cli_args *a, const char *prefix, const npuc_summary *s);
 void cli_warn_ctx(const cli_args *a, const npuc_ctx *ctx);
 /* `npuc: <message>` on stderr unless -q (summaries, notes). */
 void cli_note(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);

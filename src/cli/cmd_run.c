@@ -194,12 +194,18 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
     fprintf(f, "total: %zu tensors in, %zu out%s\n", nin, nout, rest);
     /* The report file keeps the warnings; on a terminal run they go to
      * stderr (cli_warn), never into the results on stdout. */
-    if (f != stdout)
-        for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
+    int nomem = 0;
+    if (f != stdout) {
+        size_t ng;
+        char **g = npuc_warnings_group((const char *const *)s->warnings, s->nwarnings, &ng);
+        for (size_t i = 0; g && i < ng; i++) fprintf(f, "warning: %s\n", g[i]);
+        npuc_warnings_free(g, g ? ng : 0);
+        nomem = !g;
+    }
     free(colw);
     free(rows);
     free(cells);
-    return ferror(f) ? -1 : 0;
+    return ferror(f) || nomem ? -1 : 0;
 }
 
 /* ------------------------------------------------------------ the run */
@@ -340,7 +346,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     fflush(stdout);
-    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
+    cli_warn_summary(&a, NULL, &sum);
     if (gate) {
         cli_error("%s", gate_msg);
         rcode = cli_exit_code(gate);

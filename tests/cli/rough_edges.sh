@@ -34,3 +34,35 @@ must_match "$T/err" "cannot write the report there: $T/no/such does not exist"
 expect_rc 2 "$NPUC_BIN" report "$cnn" "$T/q.safetensors" -o "$T/no/such/r.json"
 [ ! -e "$T/q3.safetensors" ] || fail "an output was published beside a report that cannot be written"
 echo "item 13: a missing folder is exit 2 everywhere"
+
+# Item 12: 24 warnings that differ only in the tensor (lowrank on 24
+# depthwise kernels) are one line on stderr and in the report, with the
+# count and every tensor.
+"$PY" - "$T/dw.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+rng = np.random.default_rng(12)
+t = {}
+for i in range(24):
+    t[f"blocks.{i}.dw.weight"] = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    t[f"blocks.{i}.pw.weight"] = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+hdr, off, blobs = {}, 0, []
+for k, v in t.items():
+    hdr[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + v.nbytes]}
+    off += v.nbytes
+    blobs.append(v.tobytes())
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --include dw "$T/dw.safetensors" -o "$T/dwl.safetensors" --report "$T/dwl.json"
+[ "$(grep -c 'depthwise kernel' "$T/err")" -eq 1 ] || fail "the depthwise warnings are not one line: $(grep -c 'depthwise kernel' "$T/err")"
+"$PY" - "$T/err" "$T/dwl.json" <<'PY' || fail "the grouped warning does not list the 24 tensors"
+import json, re, sys
+want = ", ".join(f"'blocks.{i}.dw.weight'" for i in range(24))
+line = [l for l in open(sys.argv[1]) if "depthwise kernel" in l][0]
+assert f"(24 tensors: {want})" in line, line
+ws = [w for w in json.load(open(sys.argv[2]))["warnings"] if "depthwise kernel" in w]
+assert len(ws) == 1 and f"(24 tensors: {want})" in ws[0], ws
+PY
+echo "item 12: 24 repeated warnings are one line with the count and the tensors"
