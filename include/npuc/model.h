@@ -59,6 +59,11 @@ NPUC_API npuc_format npuc_format_from_path(const char *path);
 NPUC_API const char *npuc_format_name(npuc_format f);
 /* The format called name ("hdf5"), or NPUC_FORMAT_AUTO when there is none. */
 NPUC_API npuc_format npuc_format_find(const char *name);
+/* The i-th file extension (with the dot) of format f, i from 0; NULL past
+ * the last, and for a format that is a folder (checkpoint) or an unknown
+ * id.  Formats are ids 1, 2, ... while npuc_format_name is not "auto": the
+ * CLI's --help lists them so. */
+NPUC_API const char *npuc_format_ext(npuc_format f, size_t i);
 /* 1 when format f declares the write option key (see npuc_write_opts_set). */
 NPUC_API int npuc_format_accepts(npuc_format f, const char *key);
 

@@ -68,6 +68,17 @@ void cli_warn(const cli_args *a, const char *fmt, ...) {
     va_end(ap);
 }
 
+void cli_print_formats(FILE *f) {
+    fputs("Formats (from the library's format registry; docs/formats.md):\n", f);
+    for (int id = 1; strcmp(npuc_format_name((npuc_format)id), "auto") != 0; id++) {
+        fprintf(f, "  %-12s", npuc_format_name((npuc_format)id));
+        const char *e = npuc_format_ext((npuc_format)id, 0);
+        if (!e) fputs(" a folder (or its index file)", f);
+        for (size_t i = 0; e; e = npuc_format_ext((npuc_format)id, ++i)) fprintf(f, "%s%s", i ? " " : " ", e);
+        fputc('\n', f);
+    }
+}
+
 void cli_warn_summary(const cli_args *a, const char *prefix, const npuc_summary *s) {
     size_t n;
     char **g = npuc_warnings_group((const char *const *)s->warnings, s->nwarnings, &n);
@@ -811,7 +822,7 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
         snprintf(s, n, "%.*s.%s%s", (int)stem, in, tag, *dot ? dot : ".safetensors");
         *out = *alloc = s;
     } else if (cli_check_output_name(a->cmd, *out) != CLI_EXIT_OK) {
-        return CLI_EXIT_USAGE; /* "-o x.gguf": no format claims it */
+        return CLI_EXIT_USAGE; /* "-o x.onnx": no format claims it */
     }
     cli_signal_set_target(*out); /* the "interrupted" line names it (cli_outputs.h) */
     if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) w->format = npuc_model_format(m);

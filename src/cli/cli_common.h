@@ -171,6 +171,9 @@ void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* `npuc: warning: <message>` on stderr unless -q. */
 void cli_warn(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* cli_warn for each warning the library left on ctx (npuc_ctx_warning). */
+/* Prints "Formats ...:" and one line per registry format with its
+ * extensions (npuc --help, npuc info --help). */
+void cli_print_formats(FILE *f);
 /* Prints s's warnings through cli_warn, grouped (npuc_warnings_group: one
  * line for warnings that differ only in the tensor they name); prefix, when
  * not NULL, goes before each ("<input>: "). */

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 /* 1 when the last path component has an extension: a '.' after its
- * first character ("x.gguf"; not ".hidden", "dir.d/x"). */
+ * first character ("x.onnx"; not ".hidden", "dir.d/x"). */
 static int has_extension(const char *path) {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     const char *dot = strrchr(base, '.');

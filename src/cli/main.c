@@ -54,10 +54,11 @@ void cli_print_main_usage(FILE *f) {
           "       npuc help --options [--json]\n"
           "       npuc --version | version [--json]\n"
           "\n"
-          "Compresses neural-network weight files (safetensors, HDF5/Keras).\n"
-          "\n"
-          "Commands:\n",
+          "Compresses neural-network weight files.\n"
+          "\n",
           f);
+    cli_print_formats(f);
+    fputs("\nCommands:\n", f);
     const cli_command *cmds[CLI_MAX_COMMANDS];
     size_t n = cli_command_list(cmds);
     int w = 0;

@@ -66,3 +66,25 @@ ws = [w for w in json.load(open(sys.argv[2]))["warnings"] if "depthwise kernel" 
 assert len(ws) == 1 and f"(24 tensors: {want})" in ws[0], ws
 PY
 echo "item 12: 24 repeated warnings are one line with the count and the tensors"
+
+# Item 13: --help names every format of the registry (read from the rows'
+# sources here) with its extensions; the pass commands' --help lists -v.
+"$NPUC_BIN" --help >"$T/help.main"
+"$NPUC_BIN" info --help >"$T/help.info"
+n=0
+for row in "$NPUC_SRC"/formats/*/*_format.c; do
+    name=$(sed -n 's/^ *\.name = "\([a-z0-9_-]*\)",.*/\1/p' "$row" | head -1)
+    [ -n "$name" ] || continue
+    n=$((n + 1))
+    exts=$(sed -n 's/^static const char \*const [A-Z0-9_]*_EXT\[\] = {\(.*\)NULL};/\1/p' "$row" | tr -d '",')
+    for h in main info; do
+        line=$(grep -E "^  $name " "$T/help.$h") || fail "npuc $h --help does not list the format $name"
+        for e in $exts; do [[ " $line " == *" $e "* ]] || fail "--help: $name without its extension $e: $line"; done
+    done
+done
+[ "$n" -ge 5 ] || fail "found only $n format rows under formats/"
+! grep -q 'safetensors, HDF5/Keras)' "$T/help.main" || fail "npuc --help still names two formats only"
+for c in quantize prune sparsify lowrank fold-bn; do
+    "$NPUC_BIN" "$c" --help | grep -qE '^ +-v, --verbose' || fail "npuc $c --help does not list -v"
+done
+echo "item 13: --help lists the $n registry formats and -v"
