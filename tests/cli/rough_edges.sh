@@ -88,3 +88,17 @@ for c in quantize prune sparsify lowrank fold-bn; do
     "$NPUC_BIN" "$c" --help | grep -qE '^ +-v, --verbose' || fail "npuc $c --help does not list -v"
 done
 echo "item 13: --help lists the $n registry formats and -v"
+
+# Item 13: fold-bn's total says how many tensors go in and come out (the
+# output's count, read back by the safetensors header here); a prune note
+# names --round-to only when it was given.
+expect_rc 0 "$NPUC_BIN" fold-bn "$cnn" -o "$T/f.safetensors"
+nout=$("$PY" -c "import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; print(len([k for k in json.loads(f.read(n)) if k!='__metadata__']))" "$T/f.safetensors")
+nin=$("$PY" -c "import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; print(len([k for k in json.loads(f.read(n)) if k!='__metadata__']))" "$cnn")
+must_match "$T/out" "^total: $nin tensors in, $nout out,"
+expect_rc 0 "$NPUC_BIN" prune "$cnn" -o "$T/p.safetensors" --structured filter --sparsity 0.05
+must_match "$T/out" 'keeps all 8 channels \(sparsity 0\.05\)\)'
+! grep -q 'round-to' "$T/out" || fail "a prune note names --round-to, which was not given"
+expect_rc 0 "$NPUC_BIN" prune "$cnn" -o "$T/p.safetensors" -f --structured filter --sparsity 0.05 --round-to 8
+must_match "$T/out" 'keeps all 8 channels \(sparsity 0\.05, --round-to 8\)'
+echo "item 13: fold-bn counts in and out; --round-to named only when given"
