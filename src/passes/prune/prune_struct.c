@@ -125,7 +125,7 @@ static npuc_status keep_mask(npuc_ctx *ctx, const double *score, uint64_t c, uin
 static npuc_status scores_of(npuc_ctx *ctx, plan *P, size_t ti, int axis, int l2, double *acc,
                              npuc_scratch *scr) {
     const float *x;
-    npuc_status st = npuc__load_f32(ctx, P->m, ti, scr, 1, &x);
+    npuc_status st = npuc__load_f32(ctx, P->m, ti, scr, &x);
     if (st != NPUC_OK) return st;
     uint64_t nb = 0;
     const npuc_tensor_info *t = npuc_model_tensor(P->m, ti);
@@ -463,7 +463,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, size_t i, const top *o,
                            npuc_scratch *sb, npuc_error_stats *err) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
-    npuc_status st = npuc__load_f32(ctx, m, i, sa, 1, &x);
+    npuc_status st = npuc__load_f32(ctx, m, i, sa, &x);
     if (st != NPUC_OK) return st;
     float *y = npuc__scratch(sb, t->numel * sizeof(float));
     if (!y) {

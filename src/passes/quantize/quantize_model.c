@@ -10,8 +10,9 @@
  *   declare  every output tensor (codes, scales, zero points, or the tensor
  *            itself) and the "npuc" description, so the writer can lay out the
  *            file before the first payload;
- *   stream   one tensor at a time: load (zero-copy from the mmap when the
- *            source is aligned F32), quantize, write, release.  Scratch buffers
+ *   stream   one tensor at a time: load (the backend's buffer itself when the
+ *            source is aligned F32, else a converted copy), quantize, write,
+ *            release.  Scratch buffers
  *            grow to the largest tensor and are reused, so peak anonymous
  *            memory is about twice the largest tensor, whatever the model size.
  *
@@ -660,7 +661,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         const int fuse = !cal && !q->nm && !q->gptq && (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16);
         if (fuse) {
             if ((st = npuc_model_data(ctx, m, i, &half)) != NPUC_OK) goto fail;
-        } else if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) {
+        } else if ((st = npuc__load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) {
             goto fail;
         }
         const float *x0 = x; /* --pattern: sparsify first */

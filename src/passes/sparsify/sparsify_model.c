@@ -205,7 +205,7 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         }
         const npuc_nm_geom *g = &plan[i].g;
         const float *x;
-        if ((st = npuc__load_f32(ctx, m, i, &s_in, 1, &x)) != NPUC_OK) goto fail;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
         float *y = npuc__scratch(&s_out, t->numel * sizeof(float));
         if (!y) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name); goto fail; }
         npuc_prune_stats ps;
