@@ -98,3 +98,10 @@ done >"$T/choosers"
 grep -qE '__builtin_cpu_supports *\(' -r "$NPUC_SRC/src" "$NPUC_SRC/formats" &&
     fail "__builtin_cpu_supports is back (clang 14 rejects some of its feature strings: kernels/cpu_x86.h)"
 echo "item 15: no mmap / MADV_POPULATE_READ payload comments; one place chooses kernels"
+
+# Issue 31 item 16: FNV-1a is written once (src/core/strmap.c): its primes
+# appear in no other source file.
+grep -rlE '1099511628211|16777619' "$NPUC_SRC/src" "$NPUC_SRC/formats" "$NPUC_SRC/calib" |
+    grep -v '/src/core/strmap\.c$' >"$T/fnv" || true
+[ ! -s "$T/fnv" ] || fail "FNV-1a typed again outside src/core/strmap.c: $(cat "$T/fnv")"
+echo "item 16: one FNV-1a"
