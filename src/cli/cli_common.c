@@ -267,26 +267,19 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         case ID_JSON: a->json = 1; break;
         case ID_PROGRESS: a->progress = 1; break;
         case ID_REPORT: a->report = optarg; break;
-        case ID_DEFLATE: {
+        case ID_DEFLATE:
             /* Checked here against the option's declaration (the HDF5 row),
              * kept as text for cli_write_opts. */
-            npuc_write_opts probe = npuc_write_opts_defaults();
-            if (npuc_write_opts_set(NULL, &probe, "deflate", optarg) != NPUC_OK)
-                rc = cli_usage_error(cmd, "--deflate '%s': level must be 0..9", optarg);
-            else a->deflate = optarg;
+            if ((rc = cli_set_write_opt(cmd, NULL, "deflate", "deflate", optarg)) == CLI_CONTINUE) a->deflate = optarg;
             break;
-        }
         case ID_MAX_SHARD:
             if (cli_parse_max_shard(optarg, &a->max_shard_size) != 0)
                 rc = cli_usage_error(cmd, "--max-shard-size: expected a size such as 500M or 5G, got '%s'", optarg);
             break;
-        case ID_CKPT_FORMAT: {
-            npuc_write_opts probe = npuc_write_opts_defaults();
-            if (npuc_write_opts_set(NULL, &probe, "checkpoint-format", optarg) != NPUC_OK)
-                rc = cli_usage_error(cmd, "--format '%s': expected npuc or compressed-tensors (checkpoint outputs)", optarg);
-            else a->ckpt_format = optarg;
+        case ID_CKPT_FORMAT:
+            if ((rc = cli_set_write_opt(cmd, NULL, "format", "checkpoint-format", optarg)) == CLI_CONTINUE)
+                a->ckpt_format = optarg;
             break;
-        }
         case ID_MAX_MEMORY:
             if (cli_parse_size(optarg, &a->max_memory) != 0 || a->max_memory == 0)
                 rc = cli_usage_error(cmd, "--max-memory: expected a size such as 512M or 4G, got '%s'", optarg);
@@ -365,6 +358,21 @@ int cli_parse_size(const char *s, uint64_t *out) {
 void cli_print_usage(const cli_command *c, FILE *f) {
     if (c->usage) fputs(c->usage, f);
     else c->help(c, f);
+}
+
+int cli_set_write_opt(const cli_command *cmd, npuc_write_opts *w, const char *flag, const char *key,
+                      const char *arg) {
+    npuc_write_opts probe = npuc_write_opts_defaults();
+    npuc_ctx *c = NULL;
+    if (npuc_ctx_new(&c) != NPUC_OK) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    int rc = CLI_CONTINUE;
+    if (npuc_write_opts_set(c, w ? w : &probe, key, arg) != NPUC_OK)
+        rc = cli_usage_error(cmd, "--%s: %s", flag, npuc_ctx_errmsg(c));
+    npuc_ctx_free(c);
+    return rc;
 }
 
 void cli_write_opts(const cli_args *a, npuc_write_opts *w) {

@@ -203,6 +203,12 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w);
 /* Parses --max-shard-size's SIZE (cli_parse_size, > 0, within the
  * checkpoint format's bound) into bytes; 0 or -1. */
 int cli_parse_max_shard(const char *s, uint64_t *out);
+/* Sets the write option key = arg in w (w NULL: only checks it) against the
+ * format registry's declaration; a bad value is a usage error "--FLAG: "
+ * followed by the registry's own message, the same for every command.
+ * CLI_CONTINUE, or the exit code. */
+int cli_set_write_opt(const cli_command *cmd, npuc_write_opts *w, const char *flag, const char *key,
+                      const char *arg);
 
 /* Parses a --max-output-error value, a finite relative error >= 0; 0, or -1. */
 int cli_parse_out_error(const char *s, double *out);

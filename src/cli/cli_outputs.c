@@ -21,7 +21,11 @@ static int has_extension(const char *path) {
  * exist or is not a folder: a path the user typed wrong, exit 2 for every
  * output (-o, --report, --summary) alike (docs/cli.md, exit codes). */
 static int check_parent(const char *path, const char *what) {
-    const char *slash = strrchr(path, '/');
+    size_t end = strlen(path);
+    while (end > 1 && path[end - 1] == '/') end--; /* "out/": a folder output, its parent is the one */
+    const char *slash = NULL;
+    for (size_t k = 0; k < end; k++)
+        if (path[k] == '/') slash = path + k;
     if (!slash) return CLI_EXIT_OK;
     size_t n = (size_t)(slash - path);
     while (n > 0 && path[n - 1] == '/') n--; /* "a//b" */
