@@ -716,9 +716,11 @@ static int run(int argc, char **argv) {
         json_t *e = results[i];
         if (e) json_array_append(files, e);
     }
-    printf("total: %zu files of %zu%s: %zu ok, %zu skipped, %zu failed%s\n", stop ? ndone : n, total,
-           b.shard_n ? " (this shard)" : "", ndone - nfailed - nskipped, nskipped, nfailed,
-           stop ? " (interrupted)" : "");
+    /* Stopped: no totals on stdout (they would read as a finished batch);
+     * the "interrupted" line on stderr says what finished. */
+    if (!stop)
+        printf("total: %zu files of %zu%s: %zu ok, %zu skipped, %zu failed\n", n, total,
+               b.shard_n ? " (this shard)" : "", n - nfailed - nskipped, nskipped, nfailed);
     fflush(stdout);
     if (b.summary) {
         json_t *doc = summary_doc(&b, a.pos[0], rc, outdir, total, files);

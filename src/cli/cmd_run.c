@@ -190,8 +190,8 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
         nin += k == 1 && s->records[i].action != NPUC_ACTION_CREATED;
         nout += k == ns && s->records[i].action != NPUC_ACTION_REMOVED;
     }
-    const char *out_part = strstr(line, " out"); /* "total: N tensors in, M out, ..." */
-    const char *rest = out_part ? out_part + 4 : line + strcspn(line, ",;");
+    const char *rest = line + strcspn(line, ",;");
+    if (strstr(line, " tensors in, ")) rest = strstr(line, " out") + 4; /* "total: N tensors in, M out, ..." */
     fprintf(f, "total: %zu tensors in, %zu out%s\n", nin, nout, rest);
     /* The report file keeps the warnings; on a terminal run they go to
      * stderr (cli_warn), never into the results on stdout. */

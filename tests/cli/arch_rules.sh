@@ -105,3 +105,10 @@ grep -rlE '1099511628211|16777619' "$NPUC_SRC/src" "$NPUC_SRC/formats" "$NPUC_SR
     grep -v '/src/core/strmap\.c$' >"$T/fnv" || true
 [ ! -s "$T/fnv" ] || fail "FNV-1a typed again outside src/core/strmap.c: $(cat "$T/fnv")"
 echo "item 16: one FNV-1a"
+
+# Issue 31 item 16: option bounds live in the option tables (and the N:M
+# bounds in sparsify_nm.h); the passes' C-API checks read them from there.
+grep -rnE '1 <= N < M <= 16|(bits|b) < 2 \|\| (p->bits|bits|b) > 8|damp > 0 && ' "$NPUC_SRC/src/passes" |
+    grep -v 'sparsify/sparsify_nm\.h:' >"$T/bounds" || true
+[ ! -s "$T/bounds" ] || fail "option bounds typed again outside the option tables: $(cat "$T/bounds")"
+echo "item 16: option bounds in one place"

@@ -36,6 +36,7 @@
 #include "graph/graph_roles.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
+#include "passes/pass_desc.h"
 #include "passes/pass_driver.h"
 #include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
@@ -157,10 +158,11 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
     for (size_t r = 0; r < lb.n; r++) {
         char *end;
         long b = strtol(lb.value[r], &end, 10);
-        if (*end || b < 2 || b > 8) {
-            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-bits '%s': bit width must be 2..8", o->layer_bits[r]);
+        if (*end) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-bits '%s': the bit width is not an integer", o->layer_bits[r]);
             goto done;
         }
+        if ((st = npuc__pass_check_value(ctx, "quantize", "layer_bits", (double)b, o->layer_bits[r])) != NPUC_OK) goto done;
     }
     size_t n = npuc_model_count(m);
     int *explicit_bits = calloc(n ? n : 1, sizeof *explicit_bits);
@@ -305,8 +307,8 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
  * named it. */
 static npuc_status nm_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
                            npuc_tensor_record *rec) {
-    if (o->pattern_n < 1 || o->pattern_m > 16 || o->pattern_n >= o->pattern_m)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need 1 <= N < M <= 16", o->pattern_n, o->pattern_m);
+    if (!npuc__nm_ok(o->pattern_n, o->pattern_m))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need " NPUC__NM_BOUNDS, o->pattern_n, o->pattern_m);
     for (size_t i = 0; i < npuc_model_count(m); i++) {
         if (!plan[i].quantize) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -438,8 +440,8 @@ static npuc_status gptq_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
                              qplan *plan, npuc_tensor_record *rec) {
     if (o->pattern_m)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq does not combine with --pattern (use --method rtn)");
-    if (!(o->damp > 0 && o->damp <= 1))
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--damp %g: must be in (0, 1]", o->damp);
+    npuc_status st = npuc__pass_check_value(ctx, "quantize", "damp", o->damp, NULL);
+    if (st != NPUC_OK) return st;
     for (size_t i = 0; i < npuc_model_count(m); i++) {
         if (!plan[i].quantize) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);

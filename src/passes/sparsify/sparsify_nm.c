@@ -43,7 +43,7 @@ int npuc_nm_parse(const char *s, int *n, int *m) {
     if (a < 0 || *s++ != ':') return -1;
     int b = nm_number(&s);
     if (b < 0 || *s) return -1;
-    if (a < 1 || b > 16 || a >= b) return -1;
+    if (!npuc__nm_ok(a, b)) return -1;
     *n = a;
     *m = b;
     return 0;
@@ -57,7 +57,7 @@ static int bits_for(int m) {
 
 int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g) {
     memset(g, 0, sizeof *g);
-    if (n < 1 || m > 16 || n >= m) return -1;
+    if (!npuc__nm_ok(n, m)) return -1;
     const int r = t->rank;
     const int64_t *sh = t->shape;
     uint64_t taps = 1;
