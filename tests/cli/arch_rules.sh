@@ -109,6 +109,6 @@ echo "item 16: one FNV-1a"
 # Issue 31 item 16: option bounds live in the option tables (and the N:M
 # bounds in sparsify_nm.h); the passes' C-API checks read them from there.
 grep -rnE '1 <= N < M <= 16|(bits|b) < 2 \|\| (p->bits|bits|b) > 8|damp > 0 && ' "$NPUC_SRC/src/passes" |
-    grep -v 'sparsify/sparsify_nm\.h:' >"$T/bounds" || true
+    grep -vE 'sparsify/sparsify_nm\.h:|_desc\.c:' >"$T/bounds" || true
 [ ! -s "$T/bounds" ] || fail "option bounds typed again outside the option tables: $(cat "$T/bounds")"
 echo "item 16: option bounds in one place"
