@@ -132,8 +132,8 @@ int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g) {
 npuc_status npuc_nm_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g) {
     const char *name = t->name ? t->name : "?";
     int rc = npuc__nm_geom(t, n, m, g);
-    if (rc == -1 && (n < 1 || m > 16 || n >= m))
-        return npuc_fail(ctx, NPUC_ERR_ARG, "pattern %d:%d: need 1 <= N < M <= 16", n, m);
+    if (rc == -1 && !npuc__nm_ok(n, m))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "pattern %d:%d: need " NPUC__NM_BOUNDS, n, m);
     if (rc == -1)
         return npuc_fail(ctx, NPUC_ERR_ARG, "tensor '%s': layout %s has no input-channel axis for N:M", name,
                          npuc_layout_name(t->layout));
