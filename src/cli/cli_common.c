@@ -48,9 +48,16 @@ int cli_parse_out_error(const char *s, double *out) {
 
 static void vmsg(const char *prefix, const char *fmt, va_list ap) {
     fflush(stdout); /* keep stdout and stderr in order on a shared terminal */
-    fprintf(stderr, "npuc: %s", prefix);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    /* One write for the whole line (stderr is unbuffered): a signal's
+     * "interrupted" line (main.c) then never lands inside another line. */
+    char line[8192];
+    int k = snprintf(line, sizeof line, "npuc: %s", prefix);
+    if (k < 0 || (size_t)k >= sizeof line) k = 0;
+    int m = vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+    size_t n = m < 0 ? (size_t)k : (size_t)k + (size_t)m;
+    if (n > sizeof line - 2) n = sizeof line - 2; /* cut: longer than any message */
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr);
 }
 
 void cli_error(const char *fmt, ...) {
