@@ -53,6 +53,7 @@
 #include "gguf_format.h"
 #include "gguf_mix.h"
 #include "gguf_imatrix.h"
+#include "strmap.h"
 
 /* Elements converted (plain types) or quantized (block types) at a time:
  * multiples of the block.  A block type's chunk is one parallel region of
@@ -149,9 +150,7 @@ static npuc_status pad(npuc_writer *w, FILE *f, uint64_t n, const char *what) {
 
 /* FNV-1a, 32 bits: the tag of a shortened name (docs/gguf.md). */
 static uint32_t fnv1a(const char *s) {
-    uint32_t h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
+    return npuc__fnv1a32(s); /* core/strmap.h: the one FNV-1a */
 }
 
 /* GGUF names hold at most 63 bytes.  A longer name keeps its first bytes

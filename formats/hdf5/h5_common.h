@@ -201,20 +201,4 @@ int npuc__h5_write_str_attr(hid_t obj, const char *name, const char *value);
  * stores a numpy 'S' array (Keras' layer_names / weight_names). */
 int npuc__h5_write_str_array_attr(hid_t obj, const char *name, const char *const *v, size_t n);
 
-/* ------------------------------------------------------------ string map */
-
-/* An open-addressing map from strings (copied) to indices, for the writer's
- * bookkeeping (layer name -> layer index, paths already claimed). */
-typedef struct npuc_h5_strmap {
-    char **key;
-    size_t *val;
-    size_t cap, n;
-} npuc_h5_strmap;
-
-/* 1 and *val (when val is non-NULL) if key is present, else 0. */
-int npuc__h5_strmap_get(const npuc_h5_strmap *s, const char *key, size_t *val);
-/* Sets key -> val; 0 on success, -1 on allocation failure. */
-int npuc__h5_strmap_put(npuc_h5_strmap *s, const char *key, size_t val);
-void npuc__h5_strmap_free(npuc_h5_strmap *s);
-
 #endif

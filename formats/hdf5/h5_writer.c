@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "h5_common.h"
+#include "strmap.h"
 
 #define CHUNK_TARGET_BYTES (1u << 20)
 
@@ -44,7 +45,7 @@ typedef struct h5w_state {
     hid_t file, gcpl, lcpl;
     char **dpath; /* dataset path of each tensor */
     size_t n;
-    npuc_h5_strmap claimed; /* layer / vars groups that belong to a layer */
+    npuc__strmap claimed; /* layer / vars groups that belong to a layer */
     unsigned deflate;       /* the "deflate" option: 0 = contiguous */
     int keras3;             /* a Keras 3 tree: bfloat16 is stored as Keras 3 stores it */
     char err[256];
@@ -264,7 +265,7 @@ static void layering_free(layering *L) {
 /* own: a tensor without a group forms a layer named after itself (Keras 2);
  * else such tensors are skipped (Keras 3 writes them under /vars). */
 static npuc_status make_layering(npuc_writer *w, int own, layering *L) {
-    npuc_h5_strmap idx = {0};
+    npuc__strmap idx = {0};
     size_t n = w->n ? w->n : 1;
     size_t *of = malloc(n * sizeof *of);
     L->layer = malloc(n * sizeof *L->layer);
@@ -278,10 +279,10 @@ static npuc_status make_layering(npuc_writer *w, int own, layering *L) {
         if (!g && !own) { of[i] = SIZE_MAX; continue; }
         if (!g) g = w->t[i].name;
         size_t j;
-        if (!npuc__h5_strmap_get(&idx, g, &j)) {
+        if (!npuc__strmap_get(&idx, g, &j)) {
             j = L->nl++;
             L->layer[j] = g;
-            if (npuc__h5_strmap_put(&idx, g, j) != 0) { st = nomem(w); goto done; }
+            if (npuc__strmap_put(&idx, g, j) != 0) { st = nomem(w); goto done; }
         }
         of[i] = j;
         L->start[j + 1]++;
@@ -295,7 +296,7 @@ static npuc_status make_layering(npuc_writer *w, int own, layering *L) {
     free(fill);
 done:
     free(of);
-    npuc__h5_strmap_free(&idx);
+    npuc__strmap_free(&idx);
     if (st != NPUC_OK) layering_free(L);
     return st;
 }
@@ -320,7 +321,7 @@ static npuc_status layer_group(npuc_writer *w, h5w_state *s, size_t j, const cha
         snprintf(lp, lp_len + 1, "%s%s", prefix, leaf);
         snprintf(claim, lp_len + sl + 1, "%s%s", lp, suffix);
         int ok = 0;
-        if (!npuc__h5_strmap_get(&s->claimed, claim, NULL)) {
+        if (!npuc__strmap_get(&s->claimed, claim, NULL)) {
             /* A generated group must be new, so that nothing already in it
              * (or its `name`) is mistaken for this layer's. */
             htri_t ex = attempt > 0 ? H5Lexists(s->file, lp, H5P_DEFAULT) : 0;
@@ -331,7 +332,7 @@ static npuc_status layer_group(npuc_writer *w, h5w_state *s, size_t j, const cha
             if (g < 0 || npuc__h5_write_str_attr(g, "name", name) != 0) ok = -1;
             if (g >= 0) H5Gclose(g);
         }
-        if (ok == 1 && npuc__h5_strmap_put(&s->claimed, claim, j) != 0) {
+        if (ok == 1 && npuc__strmap_put(&s->claimed, claim, j) != 0) {
             free(lp);
             free(claim);
             return nomem(w);
@@ -572,7 +573,7 @@ static void free_state(npuc_writer *w) {
     if (s->dpath)
         for (size_t i = 0; i < s->n; i++) free(s->dpath[i]);
     free(s->dpath);
-    npuc__h5_strmap_free(&s->claimed);
+    npuc__strmap_free(&s->claimed);
     free(s);
     w->be_state = NULL;
 }

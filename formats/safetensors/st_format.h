@@ -7,8 +7,8 @@
 
 #include "format_row.h"
 
-/* Opens a safetensors file (st_reader.c): header and tensor table, payloads
- * from an mmap. */
+/* Opens a safetensors file (st_reader.c): header and tensor table; payloads
+ * are read later with pread(2) on the file's descriptor. */
 npuc_status npuc__st_open(npuc_ctx *ctx, const char *path, const npuc_open_opts *o, npuc_model **out);
 /* Where the byte buffer of m (opened by npuc__st_open) starts in its file,
  * 8 + header length: m->offset[i] + this is tensor i's file offset.  The

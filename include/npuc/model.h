@@ -4,8 +4,9 @@
  * An npuc_model is an open weight file: a table of tensors (npuc_tensor_info)
  * in storage order, string metadata, and for Keras files the layer each
  * tensor belongs to.  Opening reads the header and tensor table only; a
- * tensor's bytes are read when asked for (safetensors: straight from an mmap;
- * HDF5: into a buffer the model owns until npuc_model_release).  Peak memory
+ * tensor's bytes are read when asked for (safetensors: pread(2) into a buffer
+ * the model owns until npuc_model_release; HDF5: likewise, through the
+ * contained reader).  Peak memory
  * therefore follows the tensors a caller holds at once, not the model.
  *
  * Example (compiled by tests/cli/c_api.sh):
@@ -59,6 +60,11 @@ NPUC_API npuc_format npuc_format_from_path(const char *path);
 NPUC_API const char *npuc_format_name(npuc_format f);
 /* The format called name ("hdf5"), or NPUC_FORMAT_AUTO when there is none. */
 NPUC_API npuc_format npuc_format_find(const char *name);
+/* The i-th file extension (with the dot) of format f, i from 0; NULL past
+ * the last, and for a format that is a folder (checkpoint) or an unknown
+ * id.  Formats are ids 1, 2, ... while npuc_format_name is not "auto": the
+ * CLI's --help lists them so. */
+NPUC_API const char *npuc_format_ext(npuc_format f, size_t i);
 /* 1 when format f declares the write option key (see npuc_write_opts_set). */
 NPUC_API int npuc_format_accepts(npuc_format f, const char *key);
 
@@ -133,7 +139,8 @@ NPUC_API const char *npuc_model_group(const npuc_model *m, size_t i);
  * it as a typed array (npuc_model_read_f32 does).  Fails on I/O errors and on
  * data HDF5 cannot decode. */
 NPUC_API npuc_status npuc_model_data(npuc_ctx *ctx, npuc_model *m, size_t i, const void **data);
-/* Drops a buffer npuc_model_data() may have allocated; a no-op for mmapped data. */
+/* Drops the buffer npuc_model_data() read tensor i into (the model may keep
+ * it for reuse); a no-op when tensor i is not loaded. */
 NPUC_API void npuc_model_release(npuc_model *m, size_t i);
 /* Converts tensor i to float32 into dst (t->numel floats).  Integer and BOOL
  * tensors convert too.  Releases any buffer it had to load.  Errors: I/O

@@ -141,6 +141,15 @@ NPUC_API npuc_status npuc_report_baseline_check(npuc_ctx *ctx, const char *basel
 /* Frees what r holds (NULL is a no-op). */
 NPUC_API void npuc_baseline_result_free(npuc_baseline_result *r);
 
+/* Warnings grouped for reading: lines that are the same text but for the
+ * first name they quote ('...', a tensor) become one line, that text with
+ * the name as '*' followed by " (N tensors: 'a', 'b', ...)", at the place
+ * of the first; other lines are copied.  Reports group their warnings this
+ * way, and the CLI its stderr lines.  Returns a new array of *out_n owned
+ * lines (free with npuc_warnings_free), or NULL when out of memory. */
+NPUC_API char **npuc_warnings_group(const char *const *w, size_t n, size_t *out_n);
+NPUC_API void npuc_warnings_free(char **w, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

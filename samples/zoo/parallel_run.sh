@@ -3,7 +3,8 @@
 #
 #   samples/zoo/parallel_run.sh RECIPE ZOO_DIR OUT_DIR [JOBS]
 #
-# Like xargs_run.sh, with GNU parallel's job log (OUT_DIR/parallel.log: one
+# Like xargs_run.sh (the same files: symlinks to files followed, as
+# `npuc batch` does), with GNU parallel's job log (OUT_DIR/parallel.log: one
 # line per file with its exit code and run time) and its --sshlogin: set
 # NPUC_SSHLOGIN to spread the files over several hosts, e.g.
 #
@@ -27,7 +28,7 @@ printf -v qr %q "$recipe"; printf -v qz %q "$zoo"; printf -v qo %q "$out"; print
 login=()
 [ -n "${NPUC_SSHLOGIN:-}" ] && login=(--sshlogin "$NPUC_SSHLOGIN")
 
-(cd "$zoo" && find . -type f \( -name '*.safetensors' -o -name '*.st' -o -name '*.h5' -o -name '*.hdf5' \
+(cd "$zoo" && find . -xtype f \( -name '*.safetensors' -o -name '*.st' -o -name '*.h5' -o -name '*.hdf5' \
     -o -name '*.keras' \) | sed 's|^\./||' | LC_ALL=C sort) |
     parallel --will-cite --halt never -j "$jobs" "${login[@]}" --joblog "$out/parallel.log" \
         "mkdir -p \$(dirname $qo/{}) && [ -e $qo/{} ] || $qn run -q -j 1 $qr $qz/{} -o $qo/{} --report $qo/{}.report.json >/dev/null"

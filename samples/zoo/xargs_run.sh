@@ -3,7 +3,8 @@
 #
 #   samples/zoo/xargs_run.sh RECIPE ZOO_DIR OUT_DIR [JOBS]
 #
-# Every .safetensors / .h5 / .hdf5 / .keras file under ZOO_DIR becomes
+# Every .safetensors / .h5 / .hdf5 / .keras file under ZOO_DIR (a symlink to
+# a file too, as `npuc batch` takes it; folder symlinks are not entered) becomes
 # OUT_DIR/<same relative path> with its report beside it
 # (<out>.report.json).  A file that already has an output is skipped (npuc
 # writes outputs whole through a temporary file and rename, so an output
@@ -26,6 +27,6 @@ one() { # one relative path
 }
 export -f one
 
-(cd "$zoo" && find . -type f \( -name '*.safetensors' -o -name '*.st' -o -name '*.h5' -o -name '*.hdf5' \
+(cd "$zoo" && find . -xtype f \( -name '*.safetensors' -o -name '*.st' -o -name '*.h5' -o -name '*.hdf5' \
     -o -name '*.keras' \) -print0 | LC_ALL=C sort -z) |
     xargs -0 -P "$jobs" -n 1 bash -c 'one "$1"' _

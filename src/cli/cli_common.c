@@ -48,9 +48,16 @@ int cli_parse_out_error(const char *s, double *out) {
 
 static void vmsg(const char *prefix, const char *fmt, va_list ap) {
     fflush(stdout); /* keep stdout and stderr in order on a shared terminal */
-    fprintf(stderr, "npuc: %s", prefix);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    /* One write for the whole line (stderr is unbuffered): a signal's
+     * "interrupted" line (main.c) then never lands inside another line. */
+    char line[8192];
+    int k = snprintf(line, sizeof line, "npuc: %s", prefix);
+    if (k < 0 || (size_t)k >= sizeof line) k = 0;
+    int m = vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+    size_t n = m < 0 ? (size_t)k : (size_t)k + (size_t)m;
+    if (n > sizeof line - 2) n = sizeof line - 2; /* cut: longer than any message */
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr);
 }
 
 void cli_error(const char *fmt, ...) {
@@ -66,6 +73,26 @@ void cli_warn(const cli_args *a, const char *fmt, ...) {
     va_start(ap, fmt);
     vmsg("warning: ", fmt, ap);
     va_end(ap);
+}
+
+void cli_print_formats(FILE *f) {
+    fputs("Formats (from the library's format registry; docs/formats.md):\n", f);
+    for (int id = 1; strcmp(npuc_format_name((npuc_format)id), "auto") != 0; id++) {
+        fprintf(f, "  %-12s", npuc_format_name((npuc_format)id));
+        const char *e = npuc_format_ext((npuc_format)id, 0);
+        if (!e) fputs(" a folder (or its index file)", f);
+        for (size_t i = 0; e; e = npuc_format_ext((npuc_format)id, ++i)) fprintf(f, "%s%s", i ? " " : " ", e);
+        fputc('\n', f);
+    }
+}
+
+void cli_warn_summary(const cli_args *a, const char *prefix, const npuc_summary *s) {
+    size_t n;
+    char **g = npuc_warnings_group((const char *const *)s->warnings, s->nwarnings, &n);
+    const char *const *w = g ? (const char *const *)g : (const char *const *)s->warnings;
+    if (!g) n = s->nwarnings; /* out of memory: ungrouped */
+    for (size_t i = 0; i < n; i++) cli_warn(a, "%s%s%s", prefix ? prefix : "", prefix ? ": " : "", w[i]);
+    npuc_warnings_free(g, g ? n : 0);
 }
 
 void cli_warn_ctx(const cli_args *a, const npuc_ctx *ctx) {
@@ -231,7 +258,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
             break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose++; break;
-        case 'o': a->output = optarg; break;
+        case 'o':
+            a->output = optarg;
+            cli_signal_set_target(optarg); /* named from the start ("interrupted" line, main.c) */
+            break;
         case 'f': a->force = 1; break;
         case 'j': {
             long j;
@@ -244,26 +274,19 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         case ID_JSON: a->json = 1; break;
         case ID_PROGRESS: a->progress = 1; break;
         case ID_REPORT: a->report = optarg; break;
-        case ID_DEFLATE: {
+        case ID_DEFLATE:
             /* Checked here against the option's declaration (the HDF5 row),
              * kept as text for cli_write_opts. */
-            npuc_write_opts probe = npuc_write_opts_defaults();
-            if (npuc_write_opts_set(NULL, &probe, "deflate", optarg) != NPUC_OK)
-                rc = cli_usage_error(cmd, "--deflate '%s': level must be 0..9", optarg);
-            else a->deflate = optarg;
+            if ((rc = cli_set_write_opt(cmd, NULL, "deflate", "deflate", optarg)) == CLI_CONTINUE) a->deflate = optarg;
             break;
-        }
         case ID_MAX_SHARD:
             if (cli_parse_max_shard(optarg, &a->max_shard_size) != 0)
                 rc = cli_usage_error(cmd, "--max-shard-size: expected a size such as 500M or 5G, got '%s'", optarg);
             break;
-        case ID_CKPT_FORMAT: {
-            npuc_write_opts probe = npuc_write_opts_defaults();
-            if (npuc_write_opts_set(NULL, &probe, "checkpoint-format", optarg) != NPUC_OK)
-                rc = cli_usage_error(cmd, "--format '%s': expected npuc or compressed-tensors (checkpoint outputs)", optarg);
-            else a->ckpt_format = optarg;
+        case ID_CKPT_FORMAT:
+            if ((rc = cli_set_write_opt(cmd, NULL, "format", "checkpoint-format", optarg)) == CLI_CONTINUE)
+                a->ckpt_format = optarg;
             break;
-        }
         case ID_MAX_MEMORY:
             if (cli_parse_size(optarg, &a->max_memory) != 0 || a->max_memory == 0)
                 rc = cli_usage_error(cmd, "--max-memory: expected a size such as 512M or 4G, got '%s'", optarg);
@@ -342,6 +365,21 @@ int cli_parse_size(const char *s, uint64_t *out) {
 void cli_print_usage(const cli_command *c, FILE *f) {
     if (c->usage) fputs(c->usage, f);
     else c->help(c, f);
+}
+
+int cli_set_write_opt(const cli_command *cmd, npuc_write_opts *w, const char *flag, const char *key,
+                      const char *arg) {
+    npuc_write_opts probe = npuc_write_opts_defaults();
+    npuc_ctx *c = NULL;
+    if (npuc_ctx_new(&c) != NPUC_OK) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    int rc = CLI_CONTINUE;
+    if (npuc_write_opts_set(c, w ? w : &probe, key, arg) != NPUC_OK)
+        rc = cli_usage_error(cmd, "--%s: %s", flag, npuc_ctx_errmsg(c));
+    npuc_ctx_free(c);
+    return rc;
 }
 
 void cli_write_opts(const cli_args *a, npuc_write_opts *w) {
@@ -688,7 +726,7 @@ int cli_emit_result(npuc_ctx *ctx, const cli_args *a, const npuc_summary *sum, c
         printf("%s\n", line);
     }
     if (flags & CLI_RESULT_WARNINGS)
-        for (size_t i = 0; i < sum->nwarnings; i++) cli_warn(a, "%s", sum->warnings[i]);
+        cli_warn_summary(a, NULL, sum);
     if (report) {
         info.timestamp = 1;
         st = npuc_report_write_file(ctx, report, npuc_report_format_from_path(report), sum, &info);
@@ -799,8 +837,9 @@ int cli_output_path(const cli_args *a, const npuc_model *m, const char *tag, npu
         snprintf(s, n, "%.*s.%s%s", (int)stem, in, tag, *dot ? dot : ".safetensors");
         *out = *alloc = s;
     } else if (cli_check_output_name(a->cmd, *out) != CLI_EXIT_OK) {
-        return CLI_EXIT_USAGE; /* "-o x.gguf": no format claims it */
+        return CLI_EXIT_USAGE; /* "-o x.onnx": no format claims it */
     }
+    cli_signal_set_target(*out); /* the "interrupted" line names it (cli_outputs.h) */
     if (npuc_format_from_path(*out) == NPUC_FORMAT_AUTO) {
         /* --format compressed-tensors asks for a checkpoint directory: an
          * output without an extension is one, whatever the input's format. */

@@ -171,6 +171,13 @@ void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* `npuc: warning: <message>` on stderr unless -q. */
 void cli_warn(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* cli_warn for each warning the library left on ctx (npuc_ctx_warning). */
+/* Prints "Formats ...:" and one line per registry format with its
+ * extensions (npuc --help, npuc info --help). */
+void cli_print_formats(FILE *f);
+/* Prints s's warnings through cli_warn, grouped (npuc_warnings_group: one
+ * line for warnings that differ only in the tensor they name); prefix, when
+ * not NULL, goes before each ("<input>: "). */
+void cli_warn_summary(const cli_args *a, const char *prefix, const npuc_summary *s);
 void cli_warn_ctx(const cli_args *a, const npuc_ctx *ctx);
 /* `npuc: <message>` on stderr unless -q (summaries, notes). */
 void cli_note(const cli_args *a, const char *fmt, ...) CLI_PRINTF(2, 3);
@@ -196,6 +203,12 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w);
 /* Parses --max-shard-size's SIZE (cli_parse_size, > 0, within the
  * checkpoint format's bound) into bytes; 0 or -1. */
 int cli_parse_max_shard(const char *s, uint64_t *out);
+/* Sets the write option key = arg in w (w NULL: only checks it) against the
+ * format registry's declaration; a bad value is a usage error "--FLAG: "
+ * followed by the registry's own message, the same for every command.
+ * CLI_CONTINUE, or the exit code. */
+int cli_set_write_opt(const cli_command *cmd, npuc_write_opts *w, const char *flag, const char *key,
+                      const char *arg);
 
 /* Parses a --max-output-error value, a finite relative error >= 0; 0, or -1. */
 int cli_parse_out_error(const char *s, double *out);

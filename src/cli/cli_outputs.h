@@ -7,6 +7,7 @@
 #ifndef CLI_OUTPUTS_H
 #define CLI_OUTPUTS_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "cli_common.h"
@@ -17,6 +18,14 @@
  * (use ...)` as a usage error and returns CLI_EXIT_USAGE.  A name like
  * "x.gguf" is never written as something else under that name. */
 int cli_check_output_name(const cli_command *cmd, const char *path);
+
+/* The checks on a report's path (`npuc report -o`, the pass commands' and
+ * `run`'s --report; `what` is "report"): its extension is a report's (.txt
+ * .md .csv .json .html .htm; a device or FIFO such as /dev/stdout passes),
+ * an existing file needs force, and an existing file that a reader opens as
+ * a model is refused even with force (issue 31 item 11).  CLI_EXIT_OK, or
+ * prints the reason and returns CLI_EXIT_USAGE. */
+int cli_check_report_name(const char *path, int force, const char *what);
 
 /* A side file being written: stdio on this run's own temporary file. */
 typedef struct cli_side_file {
@@ -40,10 +49,20 @@ int cli_side_close(cli_side_file *s, int ok);
 int cli_side_probe(const char *path, const char *what);
 
 /* Called first by the CLI's SIGINT/SIGTERM/SIGHUP handler (main.c) with
- * the signal number, before this process's temporary files are removed and
- * it exits 128 + sig; only async-signal-safe code.  `npuc batch` sets it to
- * pass the signal on to its workers and wait for them, so their temporary
- * files are gone too by the time it exits.  NULL: nothing. */
-extern void (*volatile cli_signal_hook)(int sig);
+ * the signal number; only async-signal-safe code.  Returning nonzero tells
+ * the handler the command takes the stop over (it has set a flag its own
+ * loop checks, and will exit 128 + sig itself); zero lets the handler remove
+ * this process's temporary files, print its "interrupted" line and exit
+ * 128 + sig.  `npuc batch` sets it to pass the signal on to its workers and
+ * then write its partial summary.  NULL: nothing. */
+extern int (*volatile cli_signal_hook)(int sig);
+/* The output the handler names in its "npuc: interrupted (SIGINT) while
+ * writing PATH" line; NULL: nothing named.  Set through
+ * cli_signal_set_target (by cli_check_output_name, cli_output_path and
+ * cli_check_report_name), which keeps its own copy of path. */
+extern const char *volatile cli_signal_target;
+void cli_signal_set_target(const char *path);
+/* Nonzero: the handler prints nothing (a batch worker: its parent speaks). */
+extern volatile sig_atomic_t cli_signal_quiet;
 
 #endif

@@ -201,7 +201,7 @@ static int fold_finish(cli_pass_run *r) {
     const cli_args *a = &r->a;
     npuc_status st;
     int rc;
-    for (size_t i = 0; i < r->sum.nwarnings; i++) cli_warn(a, "%s: %s", r->in, r->sum.warnings[i]);
+    cli_warn_summary(a, r->in, &r->sum);
     if (a->json && r->dry_run) {
         json_t *doc = plan_json(r->m, plan, r->in);
         if (!doc) {

@@ -276,11 +276,28 @@ static volatile size_t g_nslots;
  * frees them), but memcheck cannot tell, so they stay visible. */
 static void *g_job_tables[3];
 
-static void stop_workers(int sig) {
+/* The signal that stopped the batch (0: none yet): set by stop_workers,
+ * read by run()'s loop, which then writes the partial summary. */
+static volatile sig_atomic_t g_stop;
+
+/* The first signal: passed on to the workers (each removes its own
+ * temporary files and exits), and run()'s loop takes over (returns 1).  A
+ * second one while the loop is finishing: wait for the workers here, then
+ * the handler exits at once (returns 0). */
+static int stop_workers(int sig) {
     for (size_t s = 0; s < g_nslots; s++)
         if (g_slots[s].pid > 0) kill(g_slots[s].pid, sig);
+    if (!g_stop) {
+        g_stop = sig;
+        return 1;
+    }
     for (size_t s = 0; s < g_nslots; s++)
         if (g_slots[s].pid > 0) waitpid(g_slots[s].pid, NULL, 0);
+    return 0;
+}
+
+static const char *signame(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 static void worker_main(const job *j, int fd, pid_t parent) {
@@ -518,6 +535,7 @@ static int run(int argc, char **argv) {
         }
     }
     const char *outdir = a.output;
+    cli_signal_set_target(NULL); /* -o is a folder: its own "interrupted" line (below) */
     struct stat isb, osb;
     if (stat(b.input, &isb) != 0) {
         cli_error("%s: %s", b.input, strerror(errno));
@@ -595,7 +613,7 @@ static int run(int argc, char **argv) {
     sigaddset(&stops, SIGTERM);
     sigaddset(&stops, SIGHUP);
     while (ndone < n) {
-        while (running < (size_t)jobs && next < n) {
+        while (!g_stop && running < (size_t)jobs && next < n) {
             int fds[2];
             if (pipe(fds) != 0) { cli_error("pipe: %s", strerror(errno)); code = CLI_EXIT_FAIL; goto done; }
             fflush(stdout);
@@ -605,6 +623,7 @@ static int run(int argc, char **argv) {
             pid_t pid = fork();
             if (pid == 0) {
                 cli_signal_hook = NULL; /* a worker has no workers */
+                cli_signal_quiet = 1;   /* and its parent says what stopped */
                 sigprocmask(SIG_SETMASK, &old, NULL);
             }
             if (pid < 0) {
@@ -627,6 +646,7 @@ static int run(int argc, char **argv) {
             running++;
             next++;
         }
+        if (g_stop) break;
         int status;
         pid_t pid = waitpid(-1, &status, 0);
         if (pid < 0) {
@@ -675,16 +695,36 @@ static int run(int argc, char **argv) {
         progress(&bar, ndone, bytes_done, nfailed, nskipped, l.rel[i]);
     }
 
+    /* Stopped by a signal (stop_workers): the workers still running got it
+     * too; wait for them (each removes its temporary files), and what they
+     * were doing is not in the summary: only the files that finished. */
+    const int stop = g_stop;
+    if (stop) {
+        for (size_t s = 0; s < nslots; s++)
+            if (slots[s].pid > 0) {
+                while (waitpid(slots[s].pid, NULL, 0) < 0 && errno == EINTR) {}
+                close(slots[s].fd);
+                slots[s].pid = 0;
+            }
+        cli_bar_clear(&bar);
+        for (size_t i = nprinted; i < n; i++)
+            if (results[i]) print_line(results[i], l.rel[i]);
+    }
     /* Results, in the order of the work list. */
     json_t *files = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *e = results[i];
-        json_array_append(files, e);
+        if (e) json_array_append(files, e);
     }
-    printf("total: %zu files of %zu%s: %zu ok, %zu skipped, %zu failed\n", n, total,
-           b.shard_n ? " (this shard)" : "", n - nfailed - nskipped, nskipped, nfailed);
+    /* Stopped: no totals on stdout (they would read as a finished batch);
+     * the "interrupted" line on stderr says what finished. */
+    if (!stop)
+        printf("total: %zu files of %zu%s: %zu ok, %zu skipped, %zu failed\n", n, total,
+               b.shard_n ? " (this shard)" : "", n - nfailed - nskipped, nskipped, nfailed);
+    fflush(stdout);
     if (b.summary) {
         json_t *doc = summary_doc(&b, a.pos[0], rc, outdir, total, files);
+        if (doc && stop) json_object_set_new(doc, "interrupted", json_string(signame(stop)));
         if (!doc || write_json_file(b.summary, doc) != 0) {
             cli_error("%s: %s", b.summary, doc ? strerror(errno) : "out of memory");
             json_decref(doc);
@@ -695,6 +735,17 @@ static int run(int argc, char **argv) {
         json_decref(doc);
     }
     json_decref(files);
+    if (stop) {
+        /* Said whatever -q says: the user asked why it stopped. */
+        fprintf(stderr, "npuc: interrupted (%s): %zu of %zu files finished (%zu ok, %zu skipped, %zu failed), "
+                        "outputs in %s; %s%s%s\n",
+                signame(stop), ndone, n, ndone - nfailed - nskipped, nskipped, nfailed, outdir,
+                b.summary ? "partial summary in " : "no summary (--summary FILE)", b.summary ? b.summary : "",
+                b.summary ? " (--resume continues)" : "");
+        npuc_tempfiles_cleanup();
+        code = 128 + stop;
+        goto done;
+    }
     cli_note(&a, "batch: %zu files: %zu ok, %zu skipped, %zu failed -> %s", n, n - nfailed - nskipped, nskipped,
              nfailed, outdir);
     code = nfailed ? CLI_EXIT_FAIL : CLI_EXIT_OK;

@@ -143,16 +143,11 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
         return CLI_CONTINUE;
     }
     case OPT_DEFLATE:
-        if (npuc_write_opts_set(NULL, &o->write, "deflate", arg) != NPUC_OK)
-            return cli_usage_error(a->cmd, "--deflate: expected a level 0..9, got '%s'", arg);
         o->deflate_set = 1;
-        return CLI_CONTINUE;
+        return cli_set_write_opt(a->cmd, &o->write, "deflate", "deflate", arg);
     case OPT_H5_STYLE:
-        if (npuc_write_opts_set(NULL, &o->write, "structure", arg) != NPUC_OK)
-            return cli_usage_error(a->cmd, "--h5-style: expected plain, keras2 or keras3, got '%s'",
-                                   arg);
         o->style_set = 1;
-        return CLI_CONTINUE;
+        return cli_set_write_opt(a->cmd, &o->write, "h5-style", "structure", arg);
     case OPT_MAX_SHARD: {
         uint64_t v;
         char s[32];
@@ -189,16 +184,10 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
                           : id == OPT_GGUF_ARCH ? "gguf-arch"
                           : id == OPT_IMATRIX   ? "imatrix"
                                                 : "external-data";
-        npuc_ctx *c = NULL;
-        int rc = CLI_CONTINUE;
-        if (npuc_ctx_new(&c) != NPUC_OK) return cli_usage_error(a->cmd, "out of memory");
-        if (npuc_write_opts_set(c, &o->write, key, arg) != NPUC_OK)
-            rc = cli_usage_error(a->cmd, "--%s: %s", key, npuc_ctx_errmsg(c));
-        npuc_ctx_free(c);
         o->gguf_set |= id != OPT_EXTERNAL;
         /* the mixes are the values with a K type in their name (q4_k_m); the plain types have none */
         if (id == OPT_GGUF_TYPE) o->gguf_mix = strstr(arg, "_k") != NULL;
-        return rc;
+        return cli_set_write_opt(a->cmd, &o->write, key, key, arg);
     }
     }
     return cli_usage_error(a->cmd, "unhandled option (a bug in npuc)");

@@ -17,7 +17,7 @@
 static const char USAGE[] =
     "Usage: npuc info FILE [options]\n"
     "\n"
-    "Lists the tensors of a weight file (.safetensors, .h5): index, name, dtype,\n"
+    "Lists the tensors of a weight file (any format listed below): index, name, dtype,\n"
     "shape, parameter and byte counts, the role and layout npuc infers, the\n"
     "output-channel axis passes will use and how sure that is (certain: stated or\n"
     "implied by the file's structure; convention: the exporter family's naming;\n"
@@ -44,10 +44,18 @@ static const char USAGE[] =
 
 static int run(int argc, char **argv);
 
+/* USAGE, then the formats the registry has (not a list typed here). */
+static void help(const cli_command *c, FILE *f) {
+    (void)c;
+    fputs(USAGE, f);
+    fputc('\n', f);
+    cli_print_formats(f);
+}
+
 const cli_command cli_cmd_info = {
     .name = "info",
     .summary = "list the tensors, layouts and metadata of a weight file",
-    .usage = USAGE,
+    .help = help,
     .operand = "FILE",
     .run = run,
 };

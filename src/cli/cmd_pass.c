@@ -86,7 +86,8 @@ static void pass_help(const cli_command *c, FILE *f) {
                          "(vLLM/transformers layout; docs/compressed-tensors.md)");
             print_option(f, 'f', "force", NULL, "overwrite OUT");
             print_option(f, 0, "json", NULL, p->json_help);
-            print_option(f, 0, "report", "FILE", "also write the results to FILE (.json, .csv, .md, .html, else text)");
+            print_option(f, 0, "report", "FILE", "also write the results to FILE (.txt, .json, .csv, .md or .html;\n"
+                         "never over a model file)");
             print_option(f, 'j', "jobs", "N", "worker threads (default: all cores); output is identical for any N");
             print_option(f, 0, "strict", NULL, "refuse every decision that rests on a guess (a layout, a pairing,\n"
                          "a layer's role): exit 2 before anything is written");
@@ -100,6 +101,8 @@ static void pass_help(const cli_command *c, FILE *f) {
                          "relative output error ||(W-W')X||/||WX|| over its --calib data\n"
                          "is above F (tensors without calibration data are not judged)");
             print_option(f, 'q', "quiet", NULL, "no notes, warnings or progress on stderr");
+            print_option(f, 'v', "verbose", NULL, "accepted as by every command; adds nothing here (each tensor's\n"
+                         "line is always printed; `npuc info -v` shows the layout evidence)");
             print_option(f, 0, "progress", NULL, "progress on stderr even when it is not a terminal (a bar\n"
                          "with bytes/s and the time left when a tensor is 64 MiB or more)");
             print_option(f, 'h', "help", NULL, "this help");
@@ -223,6 +226,7 @@ static int run_pass(cli_pass_run *r, const cli_pass_hook *h, int argc, char **ar
     if (h && h->prepare && (rc = h->prepare(r)) != CLI_CONTINUE) return rc;
     /* An unwritable --report fails before any work (cli_outputs.h). */
     if ((rc = cli_side_probe(r->a.report, "report")) != CLI_CONTINUE) return rc;
+    if (r->a.report && (rc = cli_check_report_name(r->a.report, 1, "report")) != CLI_EXIT_OK) return rc;
     npuc_ctx_set_threads(r->ctx, r->a.jobs);
     npuc_ctx_set_policy(r->ctx, &r->a.policy);
     if ((rc = cli_open_model(r->ctx, &r->a, r->in, &r->m)) != CLI_EXIT_OK) return rc;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_outputs.h"
 
 enum {
     OPT_FORMAT = CLI_OPT_USER,
@@ -158,11 +159,10 @@ static int run(int argc, char **argv) {
         rc = cli_usage_error(&cli_cmd_report, "--max-output-error needs calibration data: add --calib FILE");
         goto done;
     }
-    if (a.output && !a.force && access(a.output, F_OK) == 0) {
-        cli_error("%s: exists (use -f to overwrite)", a.output);
-        rc = CLI_EXIT_USAGE;
+    /* A report's name, never a model's (issue 31 item 11: cli_outputs.h). */
+    if (a.output && ((rc = cli_side_probe(a.output, "report")) != CLI_CONTINUE ||
+                     (rc = cli_check_report_name(a.output, a.force, "report")) != CLI_EXIT_OK))
         goto done;
-    }
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, a.pos[0], &mo)) != CLI_EXIT_OK) goto done;
     if ((rc = cli_open_model(ctx, &a, a.pos[1], &mc)) != CLI_EXIT_OK) goto done;
@@ -304,9 +304,9 @@ const cli_command cli_cmd_report = {
     "[product of factors]).\n"
     "\n"
     "Output:\n"
-    "  -o, --output FILE      write the report to FILE (default: stdout)\n"
-    "      --format FMT       text, csv, json, md or html (default: from FILE's extension,\n"
-    "                         else text)\n"
+    "  -o, --output FILE      write the report to FILE (default: stdout); FILE ends in\n"
+    "                         .txt, .md, .csv, .json or .html\n"
+    "      --format FMT       text, csv, json, md or html (default: from FILE's extension)\n"
     "      --json             same as --format json\n"
     "      --sort KEY         file (default) or sqnr: worst layers first (text, md, html)\n"
     "      --worst K          size of the worst-layers table and histograms (default 10)\n"
@@ -314,7 +314,7 @@ const cli_command cli_cmd_report = {
     "      --no-timestamp     leave the UTC time out of the report (reproducible output;\n"
     "                         SOURCE_DATE_EPOCH also fixes it)\n"
     "      --no-histograms    do not measure the weight-vs-error histograms\n"
-    "  -f, --force            overwrite FILE\n"
+    "  -f, --force            overwrite FILE (never a file npuc opens as a model)\n"
     "\n"
     "Baseline (CI gate):\n"
     "      --baseline OLD.json  compare with a previous JSON report: exit 3 and list the\n"

@@ -191,15 +191,22 @@ static int write_table(FILE *f, const npuc_recipe *rc, const npuc_summary *s, co
         nout += k == ns && s->records[i].action != NPUC_ACTION_REMOVED;
     }
     const char *rest = line + strcspn(line, ",;");
+    if (strstr(line, " tensors in, ")) rest = strstr(line, " out") + 4; /* "total: N tensors in, M out, ..." */
     fprintf(f, "total: %zu tensors in, %zu out%s\n", nin, nout, rest);
     /* The report file keeps the warnings; on a terminal run they go to
      * stderr (cli_warn), never into the results on stdout. */
-    if (f != stdout)
-        for (size_t i = 0; i < s->nwarnings; i++) fprintf(f, "warning: %s\n", s->warnings[i]);
+    int nomem = 0;
+    if (f != stdout) {
+        size_t ng;
+        char **g = npuc_warnings_group((const char *const *)s->warnings, s->nwarnings, &ng);
+        for (size_t i = 0; g && i < ng; i++) fprintf(f, "warning: %s\n", g[i]);
+        npuc_warnings_free(g, g ? ng : 0);
+        nomem = !g;
+    }
     free(colw);
     free(rows);
     free(cells);
-    return ferror(f) ? -1 : 0;
+    return ferror(f) || nomem ? -1 : 0;
 }
 
 /* ------------------------------------------------------------ the run */
@@ -284,6 +291,7 @@ static int run(int argc, char **argv) {
     if ((rcode = cli_check_output_name(&cli_cmd_run, a.output)) != CLI_EXIT_OK) goto done;
     /* An unwritable --report fails before any work (cli_outputs.h). */
     if ((rcode = cli_side_probe(a.report, "report")) != CLI_CONTINUE) goto done;
+    if (a.report && (rcode = cli_check_report_name(a.report, 1, "report")) != CLI_EXIT_OK) goto done;
     rcode = CLI_EXIT_OK;
     if ((rcode = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     npuc_ctx_set_policy(ctx, &a.policy);
@@ -339,7 +347,7 @@ static int run(int argc, char **argv) {
         goto done;
     }
     fflush(stdout);
-    for (size_t i = 0; i < sum.nwarnings; i++) cli_warn(&a, "%s", sum.warnings[i]);
+    cli_warn_summary(&a, NULL, &sum);
     if (gate) {
         cli_error("%s", gate_msg);
         rcode = cli_exit_code(gate);

@@ -54,10 +54,11 @@ void cli_print_main_usage(FILE *f) {
           "       npuc help --options [--json]\n"
           "       npuc --version | version [--json]\n"
           "\n"
-          "Compresses neural-network weight files (safetensors, HDF5/Keras).\n"
-          "\n"
-          "Commands:\n",
+          "Compresses neural-network weight files.\n"
+          "\n",
           f);
+    cli_print_formats(f);
+    fputs("\nCommands:\n", f);
     const cli_command *cmds[CLI_MAX_COMMANDS];
     size_t n = cli_command_list(cmds);
     int w = 0;
@@ -87,15 +88,43 @@ static const cli_command *find_command(const char *name) {
 }
 
 /* SIGINT, SIGTERM, SIGHUP: remove this run's temporary files (the
- * library's async-signal-safe registry) and exit 128 + the signal number
- * (130, 143, 129), as a shell reports a command killed by it.  Nothing
- * half-written is left at an output path: outputs appear only by rename. */
-void (*volatile cli_signal_hook)(int sig);
+ * library's async-signal-safe registry), say so in one line on stderr and
+ * exit 128 + the signal number (130, 143, 129), as a shell reports a
+ * command killed by it.  Nothing half-written is left at an output path:
+ * outputs appear only by rename.  A command that finishes the stop itself
+ * (`npuc batch`: its partial summary) takes it through cli_signal_hook. */
+int (*volatile cli_signal_hook)(int sig);
+const char *volatile cli_signal_target;
+volatile sig_atomic_t cli_signal_quiet;
+
+/* write(2) only: no stdio, no allocation (async-signal-safe). */
+static void say(const char *s) {
+    size_t n = 0;
+    while (s[n]) n++;
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
 
 static void on_signal(int sig) {
-    void (*hook)(int) = cli_signal_hook;
-    if (hook) hook(sig);
+    int (*hook)(int) = cli_signal_hook;
+    if (hook && hook(sig)) return; /* the command stops itself, soon */
     npuc_tempfiles_cleanup();
+    if (!cli_signal_quiet) {
+        const char *target = cli_signal_target;
+        say(sig == SIGINT ? "npuc: interrupted (SIGINT)" : sig == SIGTERM ? "npuc: interrupted (SIGTERM)"
+                                                                          : "npuc: interrupted (SIGHUP)");
+        if (target) {
+            say(" while writing ");
+            say(target);
+            say(": not written, temporary files removed\n");
+        } else {
+            say(": nothing was being written\n");
+        }
+    }
     _exit(128 + sig);
 }
 

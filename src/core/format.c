@@ -45,6 +45,13 @@ const char *npuc_format_name(npuc_format f) {
     return r ? r->name : "auto";
 }
 
+const char *npuc_format_ext(npuc_format f, size_t i) {
+    const npuc__format_row *r = npuc__format_by_id(f);
+    for (size_t k = 0; r && r->ext[k]; k++)
+        if (k == i) return r->ext[k];
+    return NULL;
+}
+
 npuc_format npuc_format_find(const char *name) {
     size_t n;
     const npuc__format_row *const *t = npuc__format_table(&n);

@@ -17,6 +17,7 @@
 
 #include "format_row.h"
 #include "layout_rules.h"
+#include "strmap.h"
 
 /* ------------------------------------------------------------ open */
 
@@ -137,12 +138,8 @@ npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g) {
     return NPUC_OK;
 }
 
-/* FNV-1a: small, good enough for tensor names. */
-static size_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (size_t)h;
-}
+/* FNV-1a (strmap.h): small, good enough for tensor names. */
+static size_t hash_str(const char *s) { return (size_t)npuc__fnv1a64(s); }
 
 /* Builds an open-addressing index of names[0..n); returns the index of the
  * first duplicate name + 1, 0 on success, or (size_t)-1 on allocation failure. */

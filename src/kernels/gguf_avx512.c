@@ -22,6 +22,7 @@
  * reference, which refuses or computes it.
  */
 #include "kernels/gguf_kernels.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -170,8 +171,7 @@ static const npuc_gguf_kernel_table g_avx512 = {"avx512",    q8_0_avx512, q4_0_a
                                                 q4_1_avx512, q5_0_avx512, q5_1_avx512};
 
 const npuc_gguf_kernel_table *npuc_gguf_kernels_avx512(void) {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c"))
+    if (npuc_cpu_has(NPUC_CPU_AVX512F | NPUC_CPU_AVX512BW | NPUC_CPU_AVX512DQ | NPUC_CPU_F16C))
         return &g_avx512;
     return NULL;
 }

@@ -87,6 +87,12 @@ const recipe_opt *npuc__pass_get(const npuc_pass_optset *s, const char *name);
 /* Given values, else the table's default (0 / 0.0 / NULL without one). */
 int npuc__pass_bool(const npuc_pass_optset *s, const char *name);
 int64_t npuc__pass_int(const npuc_pass_optset *s, const char *name);
+/* NPUC_OK when v is inside the bounds pass's option name declares (its
+ * .lo/.hi in the option table: the one place a bound is written), else the
+ * table's message for it ("--bits '9': bit width must be 2..8"), for values
+ * that reach a pass through the C API rather than the option parser.  shown:
+ * the text the message quotes (NULL: v itself). */
+npuc_status npuc__pass_check_value(npuc_ctx *ctx, const char *pass, const char *name, double v, const char *shown);
 double npuc__pass_num(const npuc_pass_optset *s, const char *name);
 const char *npuc__pass_str(const npuc_pass_optset *s, const char *name);
 /* The later given of options a and b (by seq); NULL when neither was. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "passes/pass_desc.h"
+#include "passes/sparsify/sparsify_nm.h"
 
 /* ------------------------------------------------------------ sets */
 
@@ -80,7 +81,7 @@ static npuc_status bad_value(npuc_ctx *ctx, const npuc_pass_option *o, const cha
 /* long double holds every int64 exactly (x86-64's 64-bit mantissa), so an
  * integer just above a bound of 2^53 is not rounded onto it. */
 static int in_bounds(const npuc_pass_option *o, long double v) {
-    if (v < o->lo || v > o->hi) return 0;
+    if (!(v >= o->lo && v <= o->hi)) return 0; /* NaN too */
     if ((o->flags & NPUC_OPT_LO_OPEN) && v == o->lo) return 0;
     if ((o->flags & NPUC_OPT_HI_OPEN) && v == o->hi) return 0;
     return 1;
@@ -298,6 +299,20 @@ const char *npuc__recipe_where(const char *file, recipe_mark m, char *buf, size_
     return buf;
 }
 
+npuc_status npuc__pass_check_value(npuc_ctx *ctx, const char *pass, const char *name, double v, const char *shown) {
+    const npuc_pass_option *o = npuc_pass_option_find(npuc_pass_find(pass), name);
+    if (!o) return npuc_fail(ctx, NPUC_ERR_INTERNAL, "no option %s.%s (a bug in npuc)", pass, name);
+    if (in_bounds(o, v)) return NPUC_OK;
+    char num[32];
+    snprintf(num, sizeof num, "%g", v);
+    const char *text = shown ? shown : num;
+    if (!o->bad)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--%s '%s': must be %s%g..%g%s", o->flag, text,
+                         (o->flags & NPUC_OPT_LO_OPEN) ? "above " : "", o->lo, o->hi,
+                         (o->flags & NPUC_OPT_HI_OPEN) ? " (exclusive)" : "");
+    return bad_value(ctx, o, text, NULL);
+}
+
 /* ------------------------------------------------------------ shared checks */
 
 int npuc__check_choice(const npuc_pass_option *o, const char *s, char *why, size_t n) {
@@ -313,7 +328,7 @@ int npuc__check_choice(const npuc_pass_option *o, const char *s, char *why, size
 int npuc__check_nm(const char *s, char *why, size_t n) {
     int a, b;
     if (npuc_nm_parse(s, &a, &b) != 0) {
-        snprintf(why, n, "'%s' is not an N:M pattern with 1 <= N < M <= 16 (quote it: \"2:4\")", s);
+        snprintf(why, n, "'%s' is not an N:M pattern with " NPUC__NM_BOUNDS " (quote it: \"2:4\")", s);
         return -1;
     }
     return 0;

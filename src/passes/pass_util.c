@@ -183,17 +183,13 @@ void npuc__widen_f32(npuc_ctx *ctx, float *dst, const void *src, npuc_dtype dt, 
     }
 }
 
-npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
-                           const float **out) {
+npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, const float **out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const void *p;
     npuc_status st = npuc_model_data(ctx, m, i, &p);
     if (st != NPUC_OK) return st;
     if (t->dtype == NPUC_DTYPE_F32 && ((uintptr_t)p & 3) == 0) {
-        /* One call maps in a large tensor's pages (the backend's prefetch:
-         * MADV_POPULATE_READ for a mapped file) instead of a fault per page. */
-        if (prefault && t->nbytes >= ((uint64_t)1 << 20)) npuc__model_prefetch(m, i);
-        *out = p;
+        *out = p; /* the backend's buffer, already read (pread, or HDF5's) */
         return NPUC_OK;
     }
     uint64_t nb;

@@ -58,16 +58,14 @@ typedef struct npuc_scratch {
 void *npuc__scratch(npuc_scratch *s, uint64_t n);
 void npuc__scratch_free(npuc_scratch *s);
 
-/* Float32 view of tensor i of m: the mapped bytes themselves when they are
- * aligned F32, else a converted copy in scr.  F16 and BF16 go through the
- * widening kernels (kernels/cvt_kernels.h), a large tensor split across the
- * context's threads (one thread when ctx is NULL); the copy is bit-identical
- * to npuc_convert's.  prefault: map a large mapped tensor's pages in with
- * one call first (the backend's prefetch hook: MADV_POPULATE_READ), for
- * passes that read it several times; a kernel without it takes the page
- * faults. */
-npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, int prefault,
-                           const float **out);
+/* Float32 view of tensor i of m: the bytes npuc_model_data read (into the
+ * backend's buffer, by pread or HDF5) when they are aligned F32, else a
+ * converted copy in scr.  F16 and BF16 go through the widening kernels
+ * (kernels/cvt_kernels.h), a large tensor split across the context's
+ * threads (one thread when ctx is NULL); the copy is bit-identical to
+ * npuc_convert's.  (No prefetch here: the bytes are read by then; issue 31
+ * item 15 removed a readahead(2) of them.) */
+npuc_status npuc__load_f32(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_scratch *scr, const float **out);
 
 /* dst[0..n) = the F16 or BF16 (dt) elements at src, widened by the kernels
  * (kernels/cvt_kernels.h) in fixed chunks of 256K elements shared out among

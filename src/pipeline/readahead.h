@@ -4,11 +4,12 @@
  *
  * A pass that walks a model's tensors in order reports where it is with
  * npuc__readahead_at(); the helper calls the backend's prefetch hook
- * (npuc__model_prefetch: for safetensors, MADV_POPULATE_READ over the
- * tensor's mapped bytes) on the wanted tensors up to `ahead` positions past
- * it, so that page faults (and, for a file not in the page cache, disk
- * reads) happen on another core instead of in the pass's own threads.  It
- * changes no result.
+ * (npuc__model_prefetch: for safetensors, readahead(2) of the tensor's byte
+ * range into the page cache) on the wanted tensors up to `ahead` positions
+ * past it, so that the disk reads of a file not in the page cache happen
+ * while the pass computes, and the pass's own pread finds the bytes cached.
+ * It changes no result (tests/unit/test_readahead.c sees the pages arrive
+ * with mincore(2)).
  *
  * The helper is worth a core only when the pass leaves one idle: with every
  * core computing, it preempts OpenMP workers that spin at barriers (measured

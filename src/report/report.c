@@ -132,7 +132,14 @@ void npuc_report_totals_line(const npuc_summary *s, char *buf, size_t bufsize) {
     char b1[32], b2[32], db[32];
     npuc__fmt_size(s->bytes_before, b1, sizeof b1);
     npuc__fmt_size(s->bytes_after, b2, sizeof b2);
-    size_t k = (size_t)snprintf(buf, bufsize, "total: %zu tensors", s->nrecords);
+    /* The records are the input's tensors plus those a pass created: when
+     * some were removed or created, the counts in and out differ, and each
+     * is said (fold-bn: 21 in, 8 out; issue 31 item 13). */
+    const size_t created = s->count[NPUC_ACTION_CREATED], removed = s->count[NPUC_ACTION_REMOVED];
+    size_t k = created || removed
+                   ? (size_t)snprintf(buf, bufsize, "total: %zu tensors in, %zu out", s->nrecords - created,
+                                      s->nrecords - removed)
+                   : (size_t)snprintf(buf, bufsize, "total: %zu tensors", s->nrecords);
     for (int a = 1; a < NPUC_ACTION_COUNT && k < bufsize; a++)
         if (s->count[a]) k += (size_t)snprintf(buf + k, bufsize - k, ", %zu %s", s->count[a], npuc_action_name((npuc_action)a));
     if (k < bufsize)

@@ -92,6 +92,7 @@ npuc_status npuc__report_doc_init(npuc_ctx *ctx, const npuc_summary *s, const np
         d->nwarnings++;
     }
     if (npuc__report_derive_warnings(s, info, d) != NPUC_OK) goto nomem;
+    if (npuc__report_group_warnings(d) != NPUC_OK) goto nomem;
     return NPUC_OK;
 nomem:
     npuc__report_doc_free(d);

@@ -36,6 +36,8 @@ typedef struct npuc__report_doc {
 npuc_status npuc__report_doc_init(npuc_ctx *ctx, const npuc_summary *s, const npuc_report_info *info,
                                   npuc__report_doc *d);
 void npuc__report_doc_free(npuc__report_doc *d);
+/* Replaces d's warnings by npuc_warnings_group's lines (report_warn.c). */
+npuc_status npuc__report_group_warnings(npuc__report_doc *d);
 /* Adds to d the warnings derived from the records (report_warn.c). */
 npuc_status npuc__report_derive_warnings(const npuc_summary *s, const npuc_report_info *info,
                                          npuc__report_doc *d);

@@ -14,10 +14,13 @@
  *   - tensors whose SQNR is below info->warn_sqnr_db (default 20 dB), as one
  *     line naming the worst few.
  *
- * A warning the pass already added with the same text is not repeated.
+ * A warning the pass already added with the same text is not repeated, and
+ * warnings that differ only in the tensor they name are grouped into one
+ * line (npuc_warnings_group, below; issue 31 item 12).
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,5 +139,94 @@ npuc_status npuc__report_derive_warnings(const npuc_summary *s, const npuc_repor
                 return NPUC_ERR_NOMEM;
         }
     }
+    return NPUC_OK;
+}
+
+/* ------------------------------------------------------------- grouping */
+
+/* The first quoted name of w: [*b, *e) spans the text between the quotes;
+ * 0 when w quotes nothing. */
+static int quoted(const char *w, const char **b, const char **e) {
+    const char *q = strchr(w, '\'');
+    if (!q) return 0;
+    const char *r = strchr(q + 1, '\'');
+    if (!r) return 0;
+    *b = q + 1;
+    *e = r;
+    return 1;
+}
+
+/* 1 when a and b are the same text but for their first quoted names. */
+static int same_but_name(const char *a, const char *b) {
+    const char *ab, *ae, *bb, *be;
+    if (!quoted(a, &ab, &ae) || !quoted(b, &bb, &be)) return 0;
+    return (size_t)(ab - a) == (size_t)(bb - b) && strncmp(a, b, (size_t)(ab - a)) == 0 && strcmp(ae, be) == 0;
+}
+
+void npuc_warnings_free(char **w, size_t n) {
+    for (size_t i = 0; w && i < n; i++) free(w[i]);
+    free(w);
+}
+
+/* A grouped line: the first warning with its quoted name replaced by
+ * "'*'", then " (N tensors: 'a', 'b', ...)" in the order they came. */
+static char *group_line(const char *const *w, const size_t *members, size_t k) {
+    const char *b = NULL, *e = NULL;
+    quoted(w[members[0]], &b, &e);
+    size_t len = strlen(w[members[0]]) + 64;
+    for (size_t j = 0; j < k; j++) {
+        const char *mb = NULL, *me = NULL;
+        quoted(w[members[j]], &mb, &me);
+        len += (size_t)(me - mb) + 4;
+    }
+    char *out = malloc(len);
+    if (!out) return NULL;
+    size_t o = (size_t)snprintf(out, len, "%.*s*%s (%zu tensors: ", (int)(b - w[members[0]]), w[members[0]], e, k);
+    for (size_t j = 0; j < k && o < len; j++) {
+        const char *mb = NULL, *me = NULL;
+        quoted(w[members[j]], &mb, &me);
+        o += (size_t)snprintf(out + o, len - o, "%s'%.*s'", j ? ", " : "", (int)(me - mb), mb);
+    }
+    if (o < len) snprintf(out + o, len - o, ")");
+    return out;
+}
+
+char **npuc_warnings_group(const char *const *w, size_t n, size_t *out_n) {
+    *out_n = 0;
+    char **out = calloc(n ? n : 1, sizeof *out);
+    unsigned char *taken = calloc(n ? n : 1, 1);
+    size_t *members = malloc((n ? n : 1) * sizeof *members);
+    if (!out || !taken || !members) goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        if (taken[i]) continue;
+        size_t k = 0;
+        members[k++] = i;
+        for (size_t j = i + 1; j < n; j++)
+            if (!taken[j] && same_but_name(w[i], w[j])) {
+                members[k++] = j;
+                taken[j] = 1;
+            }
+        out[*out_n] = k > 1 ? group_line(w, members, k) : npuc__strdup(w[i]);
+        if (!out[*out_n]) goto nomem;
+        ++*out_n;
+    }
+    free(taken);
+    free(members);
+    return out;
+nomem:
+    npuc_warnings_free(out, *out_n);
+    free(taken);
+    free(members);
+    *out_n = 0;
+    return NULL;
+}
+
+npuc_status npuc__report_group_warnings(npuc__report_doc *d) {
+    size_t n;
+    char **g = npuc_warnings_group((const char *const *)d->warnings, d->nwarnings, &n);
+    if (!g) return NPUC_ERR_NOMEM;
+    npuc_warnings_free(d->warnings, d->nwarnings);
+    d->warnings = g;
+    d->nwarnings = n;
     return NPUC_OK;
 }

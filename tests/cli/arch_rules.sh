@@ -78,3 +78,37 @@ bad=$(grep -rn '"\.scale"\|"\.zero_point"\|"\.lr_a"\|"\.lr_b"\|"\.nm_meta"' \
 [ -z "$bad" ] || fail "a part suffix is spelled outside src/codecs: $bad"
 bad=$(grep -rn 'npuc__art_add([^;]*"' "$NPUC_SRC"/src "$NPUC_SRC"/formats "$NPUC_SRC"/calib || true)
 [ -z "$bad" ] || fail "an artifact entry's encoding is spelled instead of taken from its codec row: $bad"
+
+# Issue 31 item 15: payloads are read with pread(2) (readahead(2) for the
+# prefetch): no header or pass comment may still say they come from an mmap
+# or are populated with MADV_POPULATE_READ, and only kernels.c chooses a
+# kernel table (no other file calls two tables' accessors to pick one).
+for f in include/npuc/model.h formats/safetensors/st_format.h src/pipeline/readahead.h \
+         src/passes/pass_util.h src/passes/pass_util.c src/passes/quantize/quantize_model.c; do
+    if grep -nE 'mmap|MADV_POPULATE|mapped (bytes|file|tensor|data)' "$NPUC_SRC/$f" >"$T/mm"; then
+        fail "$f still describes mapped payloads: $(cat "$T/mm")"
+    fi
+done
+# A chooser asks for a fast table and falls back to the reference: both calls in one file.
+for f in $(grep -rlE 'npuc_[a-z]*kernels_(avx512|avx2|f16c|sse2)\(\)' "$NPUC_SRC/src" "$NPUC_SRC/formats" "$NPUC_SRC/calib"); do
+    [[ $f == */src/kernels/kernels.c ]] && continue
+    grep -qE 'npuc_[a-z]*kernels_ref\(\)' "$f" && echo "$f"
+done >"$T/choosers"
+[ ! -s "$T/choosers" ] || fail "kernel tables chosen outside src/kernels/kernels.c: $(cat "$T/choosers")"
+grep -qE '__builtin_cpu_supports *\(' -r "$NPUC_SRC/src" "$NPUC_SRC/formats" &&
+    fail "__builtin_cpu_supports is back (clang 14 rejects some of its feature strings: kernels/cpu_x86.h)"
+echo "item 15: no mmap / MADV_POPULATE_READ payload comments; one place chooses kernels"
+
+# Issue 31 item 16: FNV-1a is written once (src/core/strmap.c): its primes
+# appear in no other source file.
+grep -rlE '1099511628211|16777619' "$NPUC_SRC/src" "$NPUC_SRC/formats" "$NPUC_SRC/calib" |
+    grep -v '/src/core/strmap\.c$' >"$T/fnv" || true
+[ ! -s "$T/fnv" ] || fail "FNV-1a typed again outside src/core/strmap.c: $(cat "$T/fnv")"
+echo "item 16: one FNV-1a"
+
+# Issue 31 item 16: option bounds live in the option tables (and the N:M
+# bounds in sparsify_nm.h); the passes' C-API checks read them from there.
+grep -rnE '1 <= N < M <= 16|(bits|b) < 2 \|\| (p->bits|bits|b) > 8|damp > 0 && ' "$NPUC_SRC/src/passes" |
+    grep -vE 'sparsify/sparsify_nm\.h:|_desc\.c:' >"$T/bounds" || true
+[ ! -s "$T/bounds" ] || fail "option bounds typed again outside the option tables: $(cat "$T/bounds")"
+echo "item 16: option bounds in one place"

@@ -49,7 +49,7 @@ for in in "$SAMPLES/cnn_bn.safetensors" "$SAMPLES/cnn_bn_keras.h5"; do
         expect_rc 0 "$NPUC_BIN" fold-bn "$in" -o "$out" --accept-guesses
         must_match "$T/out" '^\[ *1/[0-9]+\] '
         must_match "$T/out" '^folded 3 of 3 BatchNorms'
-        must_match "$T/out" '^total: [0-9]+ tensors, [34] folded, [0-9]+ removed, [0-9] created'
+        must_match "$T/out" '^total: [0-9]+ tensors in, [0-9]+ out, [34] folded, [0-9]+ removed, [0-9] created'
         expect_rc 0 "$NPUC_BIN" validate --deep "$out"
         # Nothing is left to fold.
         expect_rc 0 "$NPUC_BIN" fold-bn "$out" --dry-run -q

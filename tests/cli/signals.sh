@@ -3,7 +3,8 @@
 # `fold-bn` (HDF5 in and out), `run` and `batch` end the run with exit 130 or
 # 143 and no temporary file left (or exit 0 with a complete output when the
 # run finished first); SIGKILL leaves a temporary file, which the next run of
-# the same output removes.
+# the same output removes.  Each stopped run says "interrupted" (issue 31
+# item 9: said() below).
 source "$(dirname "$0")/lib/cli_test.bash"
 "$PY" -c "import numpy" 2>/dev/null || skip "numpy is not installed for $PY"
 env --default-signal=INT true 2>/dev/null || skip "env --default-signal (coreutils >= 8.31) is needed"
@@ -41,6 +42,7 @@ interrupt() {
     shift 3
     rm -rf "$out"
     local ms hit=0 i d
+    spoke=0
     ms=$(millis "$@")
     rm -rf "$out"
     [ "$ms" -gt 0 ] || ms=1
@@ -54,7 +56,8 @@ interrupt() {
         one_signal "$name" "$out" "$check" "$i" "$d" "$@" && hit=$((hit + 1))
     done
     [ "$hit" -gt 0 ] || fail "$name: no signal arrived while it ran (runs take ${ms} ms)"
-    echo "$name: $TRIES tries (runs take ${ms} ms), $hit interrupted, no temporary file left"
+    [ "$spoke" -gt 0 ] || fail "$name: $hit runs stopped by a signal and none said 'interrupted'"
+    echo "$name: $TRIES tries (runs take ${ms} ms), $hit interrupted ($spoke said so), no temporary file left"
 }
 
 # one_signal NAME OUT CHECK TRY DELAY_MS CMD...: one run signalled after
@@ -64,7 +67,7 @@ one_signal() {
     shift 5
     local sig=INT want=130 rc=0
     [ $((${i#x} % 2)) -eq 0 ] && sig=TERM want=143
-    rm -rf "$out"
+    rm -rf "$out" "$out.summary.json"
     # Background jobs of a script start with SIGINT ignored; give the
     # program the default disposition, as an interactive shell would.
     env --default-signal=INT,TERM "$@" >/dev/null 2>"$T/sig.err" &
@@ -77,9 +80,49 @@ one_signal() {
         $check "$out" || fail "$name try $i: exit 0 after SIG$sig but the output is not complete"
     else
         [ "$rc" -eq "$want" ] || fail "$name try $i: SIG$sig after ${d} ms gave exit $rc, not $want: $(cat "$T/sig.err")"
+        said "$name" "$out" "$sig"
     fi
     [ -z "$(temps)" ] || fail "$name try $i: SIG$sig after ${d} ms left temporary files: $(temps)"
     [ "$rc" -ne 0 ]
+}
+
+# said NAME OUT SIG: issue 31 item 9, a stopped run says so on stderr in one
+# line: what it was writing; a batch, how many files finished and where its
+# partial summary is, which lists exactly those files (or, stopped before its
+# first file, that nothing was being written).
+said() {
+    local name=$1 out=$2 sig=$3
+    # A signal that arrives before main() installs its handler (the dynamic
+    # loader can take tens of ms on a busy machine) kills with the same
+    # code and says nothing: not counted (interrupt() wants one that spoke).
+    [ -s "$T/sig.err" ] || return 0
+    # Or between the handler's start and the moment the command named its
+    # output (parsing): it says so, and is not counted either.
+    grep -q '^npuc: interrupted (SIG[A-Z]*): nothing was being written$' "$T/sig.err" && return 0
+    # A batch stopped before its loop (listing the input) has no summary
+    # yet: the generic line, not counted.
+    if [ "$name" = batch ] && ! grep -q 'files finished' "$T/sig.err"; then
+        must_match "$T/sig.err" "^npuc: interrupted \\(SIG$sig\\)"
+        [ ! -e "$out.summary.json" ] || fail "batch stopped before its loop wrote a summary"
+        return 0
+    fi
+    spoke=$((spoke + 1))
+    [ "$(grep -c . "$T/sig.err")" -le 2 ] || fail "$name: SIG$sig: more than the interrupted line: $(cat "$T/sig.err")"
+    if [ "$name" != batch ]; then
+        must_match "$T/sig.err" "^npuc: interrupted \(SIG$sig\) while writing $out: not written, temporary files removed$"
+        return
+    fi
+    must_match "$T/sig.err" "^npuc: interrupted \(SIG$sig\): [0-3] of 3 files finished .*partial summary in $out.summary.json"
+    local k
+    k=$(sed -n 's/^npuc: interrupted ([A-Z]*): \([0-3]\) of 3 files finished.*/\1/p' "$T/sig.err")
+    "$PY" - "$out.summary.json" "SIG$sig" "$k" "$out" <<'PY' || fail "batch SIG$sig: the partial summary is wrong"
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+assert d["interrupted"] == sys.argv[2], d.get("interrupted")
+assert d["files_total"] == 3 and d["counts"]["files"] == int(sys.argv[3]) == len(d["files"]), d["counts"]
+for f in d["files"]:
+    assert f["status"] == "ok" and os.path.exists(os.path.join(sys.argv[4], f["file"])), f
+PY
 }
 
 valid() { "$NPUC_BIN" validate --deep "$1" >/dev/null 2>&1; }

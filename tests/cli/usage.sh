@@ -87,9 +87,13 @@ expect_rc 2 "$NPUC_BIN" convert "$SAMPLE" -o "$T/out.bin"
 must_match "$T/err" "^npuc: error: $T/out\\.bin: cannot tell the output format"
 [ ! -e "$T/out.bin" ] || fail "convert wrote an output with an unknown extension"
 expect_rc 2 "$NPUC_BIN" convert "$SAMPLE" -o "$T/x.h5" --deflate 10
-must_match "$T/err" "^npuc: error: --deflate: expected a level 0\\.\\.9, got '10'$"
+must_match "$T/err" "^npuc: error: --deflate: deflate level 10 is outside 0\\.\\.9$"
+# Issue 31 item 16: one parser for write options, so every command says the same.
+head -1 "$T/err" >"$T/err.convert"
+expect_rc 2 "$NPUC_BIN" quantize "$SAMPLE" -o "$T/x.h5" --deflate 10
+head -1 "$T/err" | cmp -s - "$T/err.convert" || fail "quantize and convert word a bad --deflate differently: $(head -1 "$T/err")"
 expect_rc 2 "$NPUC_BIN" convert "$SAMPLE" -o "$T/x.h5" --h5-style keras4
-must_match "$T/err" "^npuc: error: --h5-style: expected plain, keras2 or keras3, got 'keras4'$"
+must_match "$T/err" "^npuc: error: --h5-style: structure 'keras4': expected plain, keras2 or keras3$"
 expect_rc 2 "$NPUC_BIN" convert "$SAMPLE" -o "$T/x.safetensors" --dtype i8
 must_match "$T/err" "^npuc: error: --dtype: expected f32, f16 or bf16, got 'i8'$"
 [ ! -e "$T/x.h5" ] && [ ! -e "$T/x.safetensors" ] || fail "a rejected convert wrote an output"

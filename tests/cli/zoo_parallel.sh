@@ -18,6 +18,12 @@ while read -r p; do
     "$NPUC_BIN" convert -q "$p" -o "${p%.safetensors}.h5"
     rm "$p"
 done <"$T/convert.txt"
+# Issue 31 item 10: a model that is a symlink is compressed by the scripts as
+# `npuc batch` compresses it (same_outputs below counts all 24).
+mkdir "$T/elsewhere"
+linked=$(cd "$T/zoo" && find . -type f -name '*.h5' | LC_ALL=C sort | head -1)
+mv "$T/zoo/$linked" "$T/elsewhere/linked.h5"
+ln -s "$T/elsewhere/linked.h5" "$T/zoo/$linked"
 
 # Summaries are compared bit for bit below.  Under memcheck (NPUC_VALGRIND=1)
 # the kernels differ (valgrind has no AVX-512), so a run's error sums differ in

@@ -20,6 +20,7 @@
  * and DQ.
  */
 #include "kernels/calib_lanes.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -250,8 +251,7 @@ static const npuc_calib_kernel_table g_avx512 = {
 };
 
 const npuc_calib_kernel_table *npuc_calib_kernels_avx512(void) {
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512dq"))
+    if (npuc_cpu_has(NPUC_CPU_AVX2 | NPUC_CPU_AVX512F | NPUC_CPU_AVX512DQ))
         return &g_avx512;
     return NULL;
 }

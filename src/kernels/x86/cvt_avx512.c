@@ -9,6 +9,7 @@
  * the table is handed out only when the CPU reports AVX-512F.
  */
 #include "kernels/cvt_kernels.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -60,7 +61,7 @@ static const npuc_cvt_kernel_table g_avx512 = {
 };
 
 const npuc_cvt_kernel_table *npuc_cvt_kernels_avx512(void) {
-    if (__builtin_cpu_supports("avx512f")) return &g_avx512;
+    if (npuc_cpu_has(NPUC_CPU_AVX512F)) return &g_avx512;
     return NULL;
 }
 

@@ -15,6 +15,7 @@
  * attributes); the table is handed out only when the CPU reports both.
  */
 #include "kernels/cvt_kernels.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -66,7 +67,7 @@ static const npuc_cvt_kernel_table g_f16c = {
 };
 
 const npuc_cvt_kernel_table *npuc_cvt_kernels_f16c(void) {
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return &g_f16c;
+    if (npuc_cpu_has(NPUC_CPU_AVX2 | NPUC_CPU_F16C)) return &g_f16c;
     return NULL;
 }
 

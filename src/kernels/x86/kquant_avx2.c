@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu_x86.h"
 #include "kernels/kquant_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -284,7 +285,7 @@ AVX2 static void q3m_avx2(int nsub, int n, int nmax, const float *x, int8_t *L, 
  * fitted one by one): the reference's searches. */
 static const npuc_kq_ops AVX2_OPS = {"avx2", npuc_kq_fit_qkx_ref, npuc_kq_fit_qx_ref, qkxm_avx2, qxm_avx2, q3m_avx2};
 
-const npuc_kq_ops *npuc_kq_ops_avx2(void) { return __builtin_cpu_supports("avx2") ? &AVX2_OPS : NULL; }
+const npuc_kq_ops *npuc_kq_ops_avx2(void) { return npuc_cpu_has(NPUC_CPU_AVX2) ? &AVX2_OPS : NULL; }
 
 #else
 const npuc_kq_ops *npuc_kq_ops_avx2(void) { return NULL; }

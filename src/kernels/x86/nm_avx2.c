@@ -22,6 +22,7 @@
  * exactly in the lanes with j + k >= m.
  */
 #include "kernels/nm_kernels.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -359,8 +360,7 @@ static const npuc_nm_kernel_table g_avx2 = {
 };
 
 const npuc_nm_kernel_table *npuc_nm_kernels_avx2(void) {
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("popcnt")) {
+    if (npuc_cpu_has(NPUC_CPU_AVX2 | NPUC_CPU_FMA | NPUC_CPU_POPCNT)) {
         pthread_once(&g_pack_once, pack_lut_init);
         return &g_avx2;
     }

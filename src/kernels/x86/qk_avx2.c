@@ -31,6 +31,7 @@
  * width comes close) go through the scalar helper, which works in 64 bits.
  */
 #include "kernels/npuc_kernels.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -870,11 +871,10 @@ static const npuc_kernel_table g_avx2 = {
     .pack_bits = npuc__qk_pack_bits_avx2,
 };
 
-/* libgcc fills the CPU model in a constructor that runs before main, and its
- * "avx2" answer already includes the OS's YMM-state check (XGETBV). */
+/* npuc_cpu_has's AVX2 bit already includes the OS's YMM-state check
+ * (XGETBV, x86/cpu_probe.c). */
 const npuc_kernel_table *npuc_kernels_avx2(void) {
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("popcnt"))
+    if (npuc_cpu_has(NPUC_CPU_AVX2 | NPUC_CPU_FMA | NPUC_CPU_POPCNT))
         return &g_avx2;
     return NULL;
 }

@@ -24,6 +24,7 @@
  * the reference and the sums within NPUC_QSUM_RTOL.
  */
 #include "kernels/npuc_kernels.h"
+#include "kernels/cpu_x86.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -605,8 +606,7 @@ static const npuc_kernel_table g_avx512 = {
 };
 
 const npuc_kernel_table *npuc_kernels_avx512(void) {
-    if (npuc_kernels_avx2() && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+    if (npuc_kernels_avx2() && npuc_cpu_has(NPUC_CPU_AVX512F | NPUC_CPU_AVX512BW | NPUC_CPU_AVX512DQ))
         return &g_avx512;
     return NULL;
 }

@@ -325,7 +325,7 @@ static npuc_status factor_all(npuc__drive *d, const npuc_lowrank_opts *o, lrplan
             p.rule = NPUC_RANK_FIXED;
             p.rank = q->layer_rank;
         }
-        if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &w)) != NPUC_OK) break;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, &w)) != NPUC_OK) break;
         st = npuc_lowrank_tensor(ctx, t, w, &p, &res);
         npuc_model_release(m, i);
         if (st != NPUC_OK) { st = npuc__prefix_path(ctx, st, path); break; }

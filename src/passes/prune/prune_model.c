@@ -133,7 +133,7 @@ static npuc_status msrc_get(void *u, size_t i, const float **x, uint64_t *n) {
     model_src *s = u;
     /* The context is not at hand here; errors carry the model's path via
      * the caller, which re-prefixes. */
-    npuc_status st = npuc__load_f32(NULL, s->m, s->idx[i], s->scr, 1, x);
+    npuc_status st = npuc__load_f32(NULL, s->m, s->idx[i], s->scr, x);
     *n = npuc_model_tensor(s->m, s->idx[i])->numel;
     return st;
 }
@@ -199,7 +199,7 @@ npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink 
         if (nbad) { /* name the first offender */
             for (size_t a = 0; a < nsel && st == NPUC_OK; a++) {
                 const float *x;
-                if ((st = npuc__load_f32(ctx, m, idx[a], &s_in, 1, &x)) != NPUC_OK) goto fail;
+                if ((st = npuc__load_f32(ctx, m, idx[a], &s_in, &x)) != NPUC_OK) goto fail;
                 uint64_t nb = 0;
                 for (uint64_t e = 0; e < npuc_model_tensor(m, idx[a])->numel; e++) nb += npuc_mag(x[e]) >= NPUC_MAG_BAD;
                 npuc_model_release(m, idx[a]);
@@ -221,7 +221,7 @@ npuc_status npuc__prune_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink 
             continue;
         }
         const float *x;
-        if ((st = npuc__load_f32(ctx, m, i, &s_in, 1, &x)) != NPUC_OK) goto fail;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
         float *y = npuc__scratch(&s_out, t->numel * sizeof(float));
         if (!y) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name); goto fail; }
         npuc_prune_stats ps;

@@ -86,6 +86,16 @@ static uint64_t kept_count(uint64_t c, double s, uint32_t r) {
     return k;
 }
 
+/* The note of a layer the sparsity leaves whole; --round-to is named only
+ * when the user gave it (0: not given; issue 31 item 13). */
+static void keeps_all_note(npuc_tensor_record *r, uint64_t channels, double S, uint32_t round_to) {
+    if (round_to)
+        npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
+                  (unsigned long long)channels, S, round_to);
+    else
+        npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g)", (unsigned long long)channels, S);
+}
+
 typedef struct scored {
     double s;
     uint64_t i;
@@ -115,7 +125,7 @@ static npuc_status keep_mask(npuc_ctx *ctx, const double *score, uint64_t c, uin
 static npuc_status scores_of(npuc_ctx *ctx, plan *P, size_t ti, int axis, int l2, double *acc,
                              npuc_scratch *scr) {
     const float *x;
-    npuc_status st = npuc__load_f32(ctx, P->m, ti, scr, 1, &x);
+    npuc_status st = npuc__load_f32(ctx, P->m, ti, scr, &x);
     if (st != NPUC_OK) return st;
     uint64_t nb = 0;
     const npuc_tensor_info *t = npuc_model_tensor(P->m, ti);
@@ -313,8 +323,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             }
             const uint64_t kc = kept_count(c->channels, S, o->round_to);
             if (kc == c->channels) {
-                npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
-                          (unsigned long long)c->channels, S, o->round_to);
+                keeps_all_note(r, c->channels, S, o->round_to);
                 continue;
             }
             if ((st = keep_mask(ctx, score, c->channels, kc, keep)) != NPUC_OK) goto done;
@@ -359,8 +368,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         keep = calloc((size_t)chn, 1);
         if (!score || !keep) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
         if (kept_count(chn, S, o->round_to) == chn) {
-            npuc__fmt(r->note, sizeof r->note, "keeps all %llu channels (sparsity %g, --round-to %u)",
-                      (unsigned long long)chn, S, o->round_to);
+            keeps_all_note(r, chn, S, o->round_to);
             continue;
         }
         if ((st = scores_of(ctx, P, i, axis, l2, score, scr)) != NPUC_OK) goto done;
@@ -455,7 +463,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, size_t i, const top *o,
                            npuc_scratch *sb, npuc_error_stats *err) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
-    npuc_status st = npuc__load_f32(ctx, m, i, sa, 1, &x);
+    npuc_status st = npuc__load_f32(ctx, m, i, sa, &x);
     if (st != NPUC_OK) return st;
     float *y = npuc__scratch(sb, t->numel * sizeof(float));
     if (!y) {

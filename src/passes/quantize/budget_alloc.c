@@ -160,7 +160,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
                            npuc_scratch *s_zp, npuc_scratch *s_deq, measured *out, int *used_out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
-    npuc_status st = npuc__load_f32(ctx, m, i, s_in, 0, &x);
+    npuc_status st = npuc__load_f32(ctx, m, i, s_in, &x);
     if (st != NPUC_OK) return st;
     out->c = malloc(nc * sizeof *out->c);
     out->cand = malloc(nc * sizeof *out->cand);

@@ -61,6 +61,7 @@
 #include "kernels/npuc_kernels.h"
 #include "kernels/qk_grid.h"
 #include "npuc_internal.h"
+#include "passes/pass_desc.h"
 #include "passes/pass_util.h"
 
 #define CHUNK 65536u
@@ -91,8 +92,8 @@ void npuc_quant_scheme_name(const npuc_quant_params *p, char *buf, size_t n) {
 }
 
 static npuc_status check_params(npuc_ctx *ctx, const npuc_quant_params *p) {
-    if (p->bits < 2 || p->bits > 8)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "bit width %d is not supported (2..8)", p->bits);
+    npuc_status bst = npuc__pass_check_value(ctx, "quantize", "bits", p->bits, NULL);
+    if (bst != NPUC_OK) return bst;
     if (p->gran == NPUC_GRAN_GROUP && p->group_size < 2)
         return npuc_fail(ctx, NPUC_ERR_ARG, "group size %u is too small (use >= 2, or --per-channel)",
                          p->group_size);

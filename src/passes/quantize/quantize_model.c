@@ -10,8 +10,9 @@
  *   declare  every output tensor (codes, scales, zero points, or the tensor
  *            itself) and the "npuc" description, so the writer can lay out the
  *            file before the first payload;
- *   stream   one tensor at a time: load (zero-copy from the mmap when the
- *            source is aligned F32), quantize, write, release.  Scratch buffers
+ *   stream   one tensor at a time: load (the backend's buffer itself when the
+ *            source is aligned F32, else a converted copy), quantize, write,
+ *            release.  Scratch buffers
  *            grow to the largest tensor and are reused, so peak anonymous
  *            memory is about twice the largest tensor, whatever the model size.
  *
@@ -35,6 +36,7 @@
 #include "graph/graph_roles.h"
 #include "kernels/npuc_kernels.h"
 #include "npuc_internal.h"
+#include "passes/pass_desc.h"
 #include "passes/pass_driver.h"
 #include "passes/pass_sinks.h"
 #include "passes/pass_util.h"
@@ -161,10 +163,11 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
     for (size_t r = 0; r < lb.n; r++) {
         char *end;
         long b = strtol(lb.value[r], &end, 10);
-        if (*end || b < 2 || b > 8) {
-            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-bits '%s': bit width must be 2..8", o->layer_bits[r]);
+        if (*end) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "--layer-bits '%s': the bit width is not an integer", o->layer_bits[r]);
             goto done;
         }
+        if ((st = npuc__pass_check_value(ctx, "quantize", "layer_bits", (double)b, o->layer_bits[r])) != NPUC_OK) goto done;
     }
     size_t n = npuc_model_count(m);
     int *explicit_bits = calloc(n ? n : 1, sizeof *explicit_bits);
@@ -370,8 +373,8 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
  * named it. */
 static npuc_status nm_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_opts *o, qplan *plan,
                            npuc_tensor_record *rec) {
-    if (o->pattern_n < 1 || o->pattern_m > 16 || o->pattern_n >= o->pattern_m)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need 1 <= N < M <= 16", o->pattern_n, o->pattern_m);
+    if (!npuc__nm_ok(o->pattern_n, o->pattern_m))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need " NPUC__NM_BOUNDS, o->pattern_n, o->pattern_m);
     for (size_t i = 0; i < npuc_model_count(m); i++) {
         if (!plan[i].quantize) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -503,8 +506,8 @@ static npuc_status gptq_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
                              qplan *plan, npuc_tensor_record *rec) {
     if (o->pattern_m)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--method gptq does not combine with --pattern (use --method rtn)");
-    if (!(o->damp > 0 && o->damp <= 1))
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--damp %g: must be in (0, 1]", o->damp);
+    npuc_status st = npuc__pass_check_value(ctx, "quantize", "damp", o->damp, NULL);
+    if (st != NPUC_OK) return st;
     for (size_t i = 0; i < npuc_model_count(m); i++) {
         if (!plan[i].quantize) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -728,7 +731,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         const int fuse = !cal && !q->nm && !q->gptq && (t->dtype == NPUC_DTYPE_F16 || t->dtype == NPUC_DTYPE_BF16);
         if (fuse) {
             if ((st = npuc_model_data(ctx, m, i, &half)) != NPUC_OK) goto fail;
-        } else if ((st = npuc__load_f32(ctx, m, i, &s_in, 0, &x)) != NPUC_OK) {
+        } else if ((st = npuc__load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) {
             goto fail;
         }
         const float *x0 = x; /* --pattern: sparsify first */

@@ -92,8 +92,8 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     const char **shortl = NULL, **payl = NULL, *first_sp = NULL, *last_sp = NULL;
     size_t nshort = 0, npay = 0;
     splan *plan = NULL;
-    if (o->n < 1 || o->m > 16 || o->n >= o->m)
-        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need 1 <= N < M <= 16", o->n, o->m);
+    if (!npuc__nm_ok(o->n, o->m))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "--pattern %d:%d: need " NPUC__NM_BOUNDS, o->n, o->m);
     if (!(o->cost.peak_tops > 0) || !(o->cost.bandwidth_gbs > 0) || !(o->cost.tokens > 0) ||
         !isfinite(o->cost.peak_tops) || !isfinite(o->cost.bandwidth_gbs) || !isfinite(o->cost.tokens))
         return npuc_fail(ctx, NPUC_ERR_ARG, "--peak-tops, --bandwidth and --tokens must be positive");
@@ -206,7 +206,7 @@ npuc_status npuc__sparsify_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
         }
         const npuc_nm_geom *g = &plan[i].g;
         const float *x;
-        if ((st = npuc__load_f32(ctx, m, i, &s_in, 1, &x)) != NPUC_OK) goto fail;
+        if ((st = npuc__load_f32(ctx, m, i, &s_in, &x)) != NPUC_OK) goto fail;
         float *y = npuc__scratch(&s_out, t->numel * sizeof(float));
         if (!y) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", path, t->name); goto fail; }
         npuc_prune_stats ps;

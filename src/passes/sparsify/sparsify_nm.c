@@ -43,7 +43,7 @@ int npuc_nm_parse(const char *s, int *n, int *m) {
     if (a < 0 || *s++ != ':') return -1;
     int b = nm_number(&s);
     if (b < 0 || *s) return -1;
-    if (a < 1 || b > 16 || a >= b) return -1;
+    if (!npuc__nm_ok(a, b)) return -1;
     *n = a;
     *m = b;
     return 0;
@@ -57,7 +57,7 @@ static int bits_for(int m) {
 
 int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g) {
     memset(g, 0, sizeof *g);
-    if (n < 1 || m > 16 || n >= m) return -1;
+    if (!npuc__nm_ok(n, m)) return -1;
     const int r = t->rank;
     const int64_t *sh = t->shape;
     uint64_t taps = 1;
@@ -132,8 +132,8 @@ int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g) {
 npuc_status npuc_nm_geometry(npuc_ctx *ctx, const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g) {
     const char *name = t->name ? t->name : "?";
     int rc = npuc__nm_geom(t, n, m, g);
-    if (rc == -1 && (n < 1 || m > 16 || n >= m))
-        return npuc_fail(ctx, NPUC_ERR_ARG, "pattern %d:%d: need 1 <= N < M <= 16", n, m);
+    if (rc == -1 && !npuc__nm_ok(n, m))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "pattern %d:%d: need " NPUC__NM_BOUNDS, n, m);
     if (rc == -1)
         return npuc_fail(ctx, NPUC_ERR_ARG, "tensor '%s': layout %s has no input-channel axis for N:M", name,
                          npuc_layout_name(t->layout));

@@ -26,6 +26,12 @@ npuc_status npuc__nm_apply(npuc_ctx *ctx, const npuc_nm_geom *g, const float *x,
  * pattern or layout, -2 when its input-channel axis is shorter than m. */
 int npuc__nm_geom(const npuc_tensor_info *t, int n, int m, npuc_nm_geom *g);
 
+/* The bounds of an N:M pattern, written once (issue 31 item 16): parsing
+ * (npuc_nm_parse, --pattern's check), geometry and the passes' own checks
+ * of a pattern given through the C API use these. */
+#define NPUC__NM_BOUNDS "1 <= N < M <= 16"
+static inline int npuc__nm_ok(int n, int m) { return n >= 1 && n < m && m <= 16; }
+
 /* -------------------------------------------- quantize --pattern (sparsify_quant.c) */
 
 /* Declares the stored tensors of a quantized N:M tensor: codes "<name>"
