@@ -205,7 +205,7 @@ def io_table(rows, dirs, reps, lib, work):
             print(f"# round {rnd + 1}/{reps} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
         med = statistics.median
         by = {(c.name, c.dir): c for c in runs}
-        hdr = (f"{'row':30s} {'output dir':22s} {'wall s':>7s} {'cpu s':>6s} {'load':>5s} {'read':>6s} "
+        hdr = (f"{'row':30s} {'output dir':28s} {'wall s':>7s} {'cpu s':>6s} {'load':>5s} {'read':>6s} "
                f"{'compute':>7s} {'write':>6s} {'wb':>6s} {'sync':>6s} {'MiB out':>8s} {'x ' + dirs[0][:10]:>12s}")
         print(hdr)
         print("-" * len(hdr))
@@ -215,7 +215,7 @@ def io_table(rows, dirs, reps, lib, work):
                 if c.split else None
             spl = " ".join(f"{sp[k]:{w}.3f}" for k, w in (("read", 6), ("compute", 7), ("write", 6), ("wb", 6),
                                                           ("sync", 6))) if sp else " " * 39
-            print(f"{c.name:30s} {c.dir[:22]:22s} {c.med():7.3f} {med(c.cpu):6.2f} {med(c.load):5.2f} {spl} "
+            print(f"{c.name:30s} {c.dir[:28]:28s} {c.med():7.3f} {med(c.cpu):6.2f} {med(c.load):5.2f} {spl} "
                   f"{c.size / 2**20:8.1f} {c.med() / base.med():12.2f}")
 
         def ratio(a, b, d):
