@@ -16,16 +16,17 @@
  *     waits (SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER) until the
  *     range that far behind the write head is written, so a slow disk slows
  *     the producer instead of filling memory.
- * The sizes are measured (docs/outputs.md#writeback): smaller chunks cost
- * system calls and break the disk's requests up, larger ones leave more for
- * the final fsync; the window keeps a few chunks queued so the disk never
- * idles between them.
+ * The sizes are measured (bench/bench_writeback.c, the figures in
+ * docs/outputs.md#writeback-figures): smaller chunks cost system calls and
+ * break the disk's requests up, larger ones leave more for the final
+ * fsync; the window keeps a few chunks queued so the disk never idles
+ * between them.
  *
  * Durability is unchanged: sync_file_range writes data pages only, no
- * metadata and no disk cache flush, and promises nothing; the fsync (or
- * fdatasync) before the rename and the directory fsync after it stay where
- * they were.  A range rewritten after its writeback started (an HDF5
- * header, a hole filled) is dirty again and the final fsync writes it.
+ * metadata and no disk cache flush, and promises nothing; the fsync before
+ * the rename and the directory fsync after it stay where they were.  A
+ * range rewritten after its writeback started (an HDF5 header) is dirty
+ * again and the final fsync writes it.
  *
  * An error the wait reports (EIO, ENOSPC from a filesystem that allocates
  * at writeback) is the write's error: the kernel reports a writeback error
