@@ -108,6 +108,68 @@ def to_half(src, dst, kind):
     return off
 
 
+def gguf_add_hparams(src, dst, arch, layers):
+    """Copies the GGUF src to dst with the hyperparameters llama.cpp's loader
+    asks of an architecture (npuc writes string metadata only; llama-quantize
+    refuses a model without e.g. llama.context_length).  The values only have
+    to be plausible: quantization does not use them."""
+    import struct
+
+    def rd(f, fmt):
+        n = struct.calcsize(fmt)
+        return struct.unpack("<" + fmt, f.read(n))
+
+    def skip_value(f, t):
+        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+        if t == 8:
+            f.seek(rd(f, "Q")[0], 1)
+        elif t == 9:
+            et, n = rd(f, "IQ")
+            for _ in range(n):
+                skip_value(f, et)
+        else:
+            f.seek(sizes[t], 1)
+
+    def s_(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+    with open(src, "rb") as f:
+        magic, ver, nt, nkv = rd(f, "4sIQQ")
+        start = f.tell()
+        align = 32
+        for _ in range(nkv):
+            key = f.read(rd(f, "Q")[0]).decode()
+            t = rd(f, "I")[0]
+            if key == "general.alignment" and t == 4:
+                align = rd(f, "I")[0]
+            else:
+                skip_value(f, t)
+        kv_end = f.tell()
+        for _ in range(nt):
+            f.seek(rd(f, "Q")[0], 1)
+            nd = rd(f, "I")[0]
+            f.seek(8 * nd + 4 + 8, 1)
+        ti_end = f.tell()
+        f.seek(start)
+        kv = f.read(kv_end - start)
+        ti = f.read(ti_end - kv_end)
+        data = ti_end + (-ti_end % align)
+        extra = [(f"{arch}.context_length", 4, struct.pack("<I", 4096)),
+                 (f"{arch}.embedding_length", 4, struct.pack("<I", 4096)),
+                 (f"{arch}.block_count", 4, struct.pack("<I", layers)),
+                 (f"{arch}.feed_forward_length", 4, struct.pack("<I", 11008)),
+                 (f"{arch}.attention.head_count", 4, struct.pack("<I", 32)),
+                 (f"{arch}.attention.head_count_kv", 4, struct.pack("<I", 32)),
+                 (f"{arch}.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-5))]
+        head = struct.pack("<4sIQQ", magic, ver, nt, nkv + len(extra)) + kv + \
+            b"".join(s_(k) + struct.pack("<I", t) + v for k, t, v in extra) + ti
+        head += b"\0" * (-len(head) % align)
+        with open(dst, "wb") as g:
+            g.write(head)
+            f.seek(data)
+            shutil.copyfileobj(f, g, 16 << 20)
+
+
 class Row:
     def __init__(self, name, argv, inp, out, kind, mem=None, ref=None, post=None):
         self.name, self.argv, self.inp, self.out, self.kind = name, argv, inp, out, kind
@@ -319,8 +381,11 @@ def main():
         llama = os.environ.get("NPUC_LLAMA_QUANTIZE")
         if llama and os.access(llama, os.X_OK):
             gin = os.path.join(d, "m.f32.gguf")
+            arch = os.environ.get("NPUC_LLAMA_ARCH", "llama")
             subprocess.run([npuc, "convert", "-q", inputs["F32"], "--gguf-type", "f32", "--gguf-arch",
-                            os.environ.get("NPUC_LLAMA_ARCH", "llama"), "-o", gin], check=True)
+                            arch, "-o", gin + ".npuc.gguf"], check=True)
+            gguf_add_hparams(gin + ".npuc.gguf", gin, arch, n16)
+            os.unlink(gin + ".npuc.gguf")
             inputs["GGUF F32"] = gin
             nbytes["GGUF F32"] = nbytes["F32"]
             for t, ref in (("Q8_0", "GGUF Q8_0 (npuc convert)"), ("Q4_0", "GGUF Q4_0 (npuc convert)"),

@@ -204,8 +204,8 @@ int npuc__remove_dir1(const char *path);
  * tmpfs, for a pipe and with NPUC_WRITEBACK=0.  npuc__writer_wrote is the
  * same with the state kept in w (one output file per writer; a new fd
  * starts it anew). */
-#define NPUC__WB_CHUNK ((uint64_t)8 << 20)
-#define NPUC__WB_WINDOW ((uint64_t)64 << 20)
+#define NPUC__WB_CHUNK ((uint64_t)32 << 20)
+#define NPUC__WB_WINDOW ((uint64_t)256 << 20)
 typedef struct npuc__writeback {
     int fd, on;
     uint64_t chunk, window;
