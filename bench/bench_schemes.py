@@ -44,8 +44,8 @@ thread's seconds in read, in write, in the writeback started early
 build/bench/libnpuc_iosplit.so; compute is the rest of the wall time; for
 llama-quantize the sync column is the `sync OUT` after it), each row's
 ratio to the same row in the first directory, and the ratios the issue's
-goals name.  A directory written DIR:off runs npuc there with
-NPUC_WRITEBACK=0 (the final fsync alone, as before issue 33).
+goals name.  A directory written DIR:wb runs npuc there with
+NPUC_WRITEBACK=1 (the early writeback, off by default: docs/outputs.md).
 All commands run in turn, --reps rounds of the whole list, so a change in
 the machine's load hits every row alike; each row shows the median wall
 time, the median CPU time (user + sys) and the median 1-minute load average
@@ -241,7 +241,7 @@ def io_table(rows, dirs, reps, lib, work):
     runs, subs = [], []  # the clones, one per row and directory; their folders
     for r in rows:
         for od in dirs:
-            off = od.endswith(":off")
+            off = od.endswith(":wb")
             if off and r.kind == "llama":
                 continue
             sub = tempfile.mkdtemp(prefix="npuc-bench-io-", dir=od[:-4] if off else od)
@@ -249,7 +249,7 @@ def io_table(rows, dirs, reps, lib, work):
             c = r.clone(r.name, os.path.join(sub, os.path.basename(r.out)))
             c.dir = od
             if off:
-                c.env = {"NPUC_WRITEBACK": "0"}
+                c.env = {"NPUC_WRITEBACK": "1"}
             if lib:
                 c.splitfile = (os.path.abspath(lib), os.path.join(work, f"split{len(runs)}.txt"))
             runs.append(c)

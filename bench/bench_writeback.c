@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
     printf("%-22s %8s %8s %8s %8s\n", "NPUC_WRITEBACK", "wall s", "fsync s", "waits s", "- sleep");
     for (int s = 0; s < NS; s++) {
         const double mw = median(wall[s], reps);
-        printf("%-22s %8.3f %8.3f %8.3f %8.3f\n", settings[s] ? settings[s] : "(default 32,256)", mw,
+        printf("%-22s %8.3f %8.3f %8.3f %8.3f\n", settings[s] ? settings[s] : "(default: off)", mw,
                median(tail[s], reps), median(waits[s], reps), mw - compute);
     }
     unsetenv("NPUC_WRITEBACK");

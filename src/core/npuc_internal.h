@@ -200,8 +200,9 @@ int npuc__remove_dir1(const char *path);
  * offset up to which the file now holds its bytes (the write head).  It
  * starts the writeback of each completed NPUC__WB_CHUNK and waits while
  * more than NPUC__WB_WINDOW bytes are in flight; an I/O error it meets is
- * NPUC_ERR_IO naming path.  The final fsync stays the writer's.  Off on
- * tmpfs, for a pipe and with NPUC_WRITEBACK=0.  npuc__writer_wrote is the
+ * NPUC_ERR_IO naming path.  The final fsync stays the writer's.  Off
+ * unless NPUC_WRITEBACK=1 (or C,W in MiB), and always on tmpfs and for a
+ * pipe.  npuc__writer_wrote is the
  * same with the state kept in w (one output file per writer; a new fd
  * starts it anew). */
 #define NPUC__WB_CHUNK ((uint64_t)32 << 20)

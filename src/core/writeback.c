@@ -34,11 +34,13 @@
  * that only say the call does not apply (EINVAL, ESPIPE, ENOSYS) switch the
  * writeback off for the file.
  *
- * Off where it cannot help or would mean something else: an output on
- * tmpfs or ramfs (no disk; sync_file_range is a no-op there anyway), a
- * descriptor that is not a regular file (a pipe), and NPUC_WRITEBACK=0 in
- * the environment (for measuring; "C,W" sets the chunk and the window in
- * MiB).
+ * Off by default: measured on this project's machine it made the write()
+ * calls of a safetensors output slower than the fsync tail it removed
+ * (docs/outputs.md#writeback-figures), so it runs only with NPUC_WRITEBACK=1
+ * (or "C,W": the chunk and the window in MiB) in the environment, until it
+ * is measured better.  Off always where it cannot help: an output on tmpfs
+ * or ramfs (no disk; sync_file_range is a no-op there anyway) and a
+ * descriptor that is not a regular file (a pipe).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,22 +57,24 @@
 #define WB_TMPFS_MAGIC 0x01021994u
 #define WB_RAMFS_MAGIC 0x858458f6u
 
-/* The environment's settings: 0 off, else chunk and window in bytes. */
+/* The environment's settings: off unless NPUC_WRITEBACK is "1" (the
+ * default sizes) or "C,W" (chunk and window in MiB); anything else, "0"
+ * included, is off. */
 static void wb_settings(int *on, uint64_t *chunk, uint64_t *window) {
-    *on = 1;
+    *on = 0;
     *chunk = NPUC__WB_CHUNK;
     *window = NPUC__WB_WINDOW;
     const char *e = getenv("NPUC_WRITEBACK");
     if (!e || !*e) return;
-    if (strcmp(e, "0") == 0) {
-        *on = 0;
+    if (strcmp(e, "1") == 0) {
+        *on = 1;
         return;
     }
     char *end;
     unsigned long c = strtoul(e, &end, 10), w = 0;
     if (*end == ',') w = strtoul(end + 1, &end, 10);
-    /* Anything else ("1", a typo) keeps the defaults. */
     if (*end == 0 && c >= 1 && c <= 4096 && w >= c && w <= 65536) {
+        *on = 1;
         *chunk = (uint64_t)c << 20;
         *window = (uint64_t)w << 20;
     }

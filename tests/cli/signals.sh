@@ -130,8 +130,8 @@ done
 echo "SIGHUP and SIGKILL + rerun: ok"
 
 # SIGKILL at random moments of a large write (issue 33): the writeback that
-# npuc starts while it computes (src/core/writeback.c) changes nothing about
-# what is published.  A 96 MiB model converted to safetensors (96 MiB
+# npuc starts while it computes (NPUC_WRITEBACK=1, src/core/writeback.c)
+# changes nothing about what is published.  A 96 MiB model converted to safetensors (96 MiB
 # written) and to GGUF F16 (48 MiB) in this test's folder (on a disk when
 # TMPDIR is one), killed at random points of the first three quarters of
 # the run's measured duration (the first run reads a cold input):
@@ -140,6 +140,7 @@ echo "SIGHUP and SIGKILL + rerun: ok"
 # input's (npuc_test.py, a reader independent of npuc).  Then a rerun removes the killed
 # runs' temporary files.
 "$PY" "$TESTLIB/io_models.py" dense "$T/w.safetensors" 6 2048 2048
+export NPUC_WRITEBACK=1
 KTRIES=${NPUC_KILL_TRIES:-5}
 is_quick && KTRIES=3
 for kind in safetensors gguf; do
@@ -175,5 +176,6 @@ for kind in safetensors gguf; do
 done
 npuc_py compare "$T/w.safetensors" "$T/kw-ref.safetensors" || fail "the complete safetensors output holds other tensors than the input"
 rm -f "$T"/w.safetensors "$T"/kw*
+unset NPUC_WRITEBACK
 
 [ "$(cat "$T/d.safetensors" "$T/cb.h5" | sha256sum)" = "$in_sha" ] || fail "an input changed"

@@ -1,8 +1,8 @@
 /*
  * test_writeback.c - the early writeback of outputs (writeback.c): which
- * descriptors it applies to (a regular file on a disk; not tmpfs, not a
- * pipe, not with NPUC_WRITEBACK=0), the settings NPUC_WRITEBACK=C,W takes
- * and the ones it refuses, and the two cursors worked by hand: with a 1 MiB
+ * descriptors it applies to (a regular file on a disk with NPUC_WRITEBACK=1
+ * or C,W; never tmpfs or a pipe; off by default), the settings it takes and
+ * the ones it refuses, and the two cursors worked by hand: with a 1 MiB
  * chunk and a 4 MiB window, after each 1 MiB written the started range ends
  * at the page below the write head and the waited range 4 MiB behind it.
  * The file's bytes are read back: the writeback never changes them.
@@ -96,7 +96,8 @@ static void test_cursors(void **state) {
 static void test_off(void **state) {
     (void)state;
     npuc__writeback wb;
-    /* A pipe: off, and a write report is a no-op. */
+    /* A pipe: off even when asked for, and a write report is a no-op. */
+    setenv("NPUC_WRITEBACK", "1", 1);
     int pp[2];
     assert_int_equal(pipe(pp), 0);
     npuc__writeback_init(&wb, pp[1]);
@@ -120,26 +121,28 @@ static void test_off(void **state) {
     } else if (fd >= 0) {
         close(fd);
     }
-    /* NPUC_WRITEBACK=0: off on any file. */
-    setenv("NPUC_WRITEBACK", "0", 1);
-    fd = open(npuc_test_path("off.bin"), O_RDWR | O_CREAT | O_TRUNC, 0644);
-    assert_true(fd >= 0);
-    npuc__writeback_init(&wb, fd);
-    assert_int_equal(wb.on, 0);
-    close(fd);
-    unlink(npuc_test_path("off.bin"));
-    /* Settings it refuses keep the defaults: a window below the chunk, 0,
-     * too large, trailing junk, no number. */
-    const char *bad[] = {"8,4", "0,64", "8,70000", "8,64x", "x", "1"};
+    /* Unset, 0 and settings it refuses (a window below the chunk, 0, too
+     * large, trailing junk, no number): off, with the default sizes. */
+    const char *bad[] = {NULL, "0", "8,4", "0,64", "8,70000", "8,64x", "x", "2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        setenv("NPUC_WRITEBACK", bad[i], 1);
+        if (bad[i]) setenv("NPUC_WRITEBACK", bad[i], 1);
+        else unsetenv("NPUC_WRITEBACK");
         fd = open(npuc_test_path("d.bin"), O_RDWR | O_CREAT | O_TRUNC, 0644);
         assert_true(fd >= 0);
         npuc__writeback_init(&wb, fd);
+        assert_int_equal(wb.on, 0);
         assert_int_equal(wb.chunk, NPUC__WB_CHUNK);
         assert_int_equal(wb.window, NPUC__WB_WINDOW);
         close(fd);
     }
+    /* 1: on (on a disk) with the default sizes. */
+    setenv("NPUC_WRITEBACK", "1", 1);
+    fd = open(npuc_test_path("d.bin"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    npuc__writeback_init(&wb, fd);
+    assert_int_equal(wb.on, !on_tmpfs(fd));
+    assert_int_equal(wb.chunk, NPUC__WB_CHUNK);
+    close(fd);
     unlink(npuc_test_path("d.bin"));
     unsetenv("NPUC_WRITEBACK");
 }
