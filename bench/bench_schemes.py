@@ -3,7 +3,7 @@
 channel, in one table, measured in one run (issue 18).
 
     bench/bench_schemes.py [--build build] [--gib 1] [--dir /dev/shm] [--reps 3] [-j 2]
-                           [--only REGEX] [--no-mem] [--quick]
+                           [--only REGEX] [--no-mem] [--quick] [--out-dirs DIR,DIR...] [--no-split]
 
 Model: --gib GiB of F32 (16 x [4096, 4096] Gaussian per GiB; bench_quantize's
 generator), and the same values as F16 and BF16 files, in --dir (tmpfs by
@@ -33,6 +33,19 @@ tensors take the row's bit width too:
     the input, write a file of the output's size, fsync, rename; measured
     for each input at the smallest and the largest output size of the rows
     on that input, and interpolated linearly in the output size between.
+With --out-dirs DIR,DIR... (issue 33: durable outputs without the fsync
+tail) only the rows --only picks run (default: int8 per channel, int4 g32,
+prune 50%, GGUF Q4_0 and the llama-quantize Q8_0/Q4_0/Q4_1 rows), each once
+per output directory in every round (the directories alternate run by run;
+the input stays in --dir), and one table gives per row and directory the
+median wall time and its split (--split, on by default here: the main
+thread's seconds in read, in write, in the writeback started early
+(sync_file_range) and in the final fsync, timed by the LD_PRELOAD library
+build/bench/libnpuc_iosplit.so; compute is the rest of the wall time; for
+llama-quantize the sync column is the `sync OUT` after it), each row's
+ratio to the same row in the first directory, and the ratios the issue's
+goals name.  A directory written DIR:wb runs npuc there with
+NPUC_WRITEBACK=1 (the early writeback, off by default: docs/outputs.md).
 All commands run in turn, --reps rounds of the whole list, so a change in
 the machine's load hits every row alike; each row shows the median wall
 time, the median CPU time (user + sys) and the median 1-minute load average
@@ -95,6 +108,68 @@ def to_half(src, dst, kind):
     return off
 
 
+def gguf_add_hparams(src, dst, arch, layers):
+    """Copies the GGUF src to dst with the hyperparameters llama.cpp's loader
+    asks of an architecture (npuc writes string metadata only; llama-quantize
+    refuses a model without e.g. llama.context_length).  The values only have
+    to be plausible: quantization does not use them."""
+    import struct
+
+    def rd(f, fmt):
+        n = struct.calcsize(fmt)
+        return struct.unpack("<" + fmt, f.read(n))
+
+    def skip_value(f, t):
+        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+        if t == 8:
+            f.seek(rd(f, "Q")[0], 1)
+        elif t == 9:
+            et, n = rd(f, "IQ")
+            for _ in range(n):
+                skip_value(f, et)
+        else:
+            f.seek(sizes[t], 1)
+
+    def s_(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+    with open(src, "rb") as f:
+        magic, ver, nt, nkv = rd(f, "4sIQQ")
+        start = f.tell()
+        align = 32
+        for _ in range(nkv):
+            key = f.read(rd(f, "Q")[0]).decode()
+            t = rd(f, "I")[0]
+            if key == "general.alignment" and t == 4:
+                align = rd(f, "I")[0]
+            else:
+                skip_value(f, t)
+        kv_end = f.tell()
+        for _ in range(nt):
+            f.seek(rd(f, "Q")[0], 1)
+            nd = rd(f, "I")[0]
+            f.seek(8 * nd + 4 + 8, 1)
+        ti_end = f.tell()
+        f.seek(start)
+        kv = f.read(kv_end - start)
+        ti = f.read(ti_end - kv_end)
+        data = ti_end + (-ti_end % align)
+        extra = [(f"{arch}.context_length", 4, struct.pack("<I", 4096)),
+                 (f"{arch}.embedding_length", 4, struct.pack("<I", 4096)),
+                 (f"{arch}.block_count", 4, struct.pack("<I", layers)),
+                 (f"{arch}.feed_forward_length", 4, struct.pack("<I", 11008)),
+                 (f"{arch}.attention.head_count", 4, struct.pack("<I", 32)),
+                 (f"{arch}.attention.head_count_kv", 4, struct.pack("<I", 32)),
+                 (f"{arch}.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-5))]
+        head = struct.pack("<4sIQQ", magic, ver, nt, nkv + len(extra)) + kv + \
+            b"".join(s_(k) + struct.pack("<I", t) + v for k, t, v in extra) + ti
+        head += b"\0" * (-len(head) % align)
+        with open(dst, "wb") as g:
+            g.write(head)
+            f.seek(data)
+            shutil.copyfileobj(f, g, 16 << 20)
+
+
 class Row:
     def __init__(self, name, argv, inp, out, kind, mem=None, ref=None, post=None):
         self.name, self.argv, self.inp, self.out, self.kind = name, argv, inp, out, kind
@@ -102,16 +177,31 @@ class Row:
         self.ref = ref          # name of the row this one is compared with (mse, dtype, gguf)
         self.post = post        # argv run after argv, timed with it (sync OUT)
         self.wall, self.cpu, self.load = [], [], []
+        self.split = []         # per timed run: {read, write, wb, sync} seconds (--out-dirs --split)
         self.size = None
         self.failed = None
+        self.splitfile = None   # NPUC_IOSPLIT_OUT of the LD_PRELOAD timer, or None
+        self.env = {}           # more environment for the command
+
+    def clone(self, name, out):
+        """The same command writing out instead of self.out."""
+        sub = [out if x == self.out else x for x in self.argv]
+        post = [out if x == self.out else x for x in self.post] if self.post else None
+        return Row(name, sub, self.inp, out, self.kind, self.mem, self.ref, post)
 
     def run(self, timed=True):
         if os.path.exists(self.out):
             os.unlink(self.out)
+        env = dict(os.environ, **self.env) if self.env else None
+        if self.splitfile:
+            env = dict(env or os.environ, NPUC_IOSPLIT_OUT=self.splitfile[1], LD_PRELOAD=self.splitfile[0])
+            if os.path.exists(self.splitfile[1]):
+                os.unlink(self.splitfile[1])
         ld = os.getloadavg()[0]
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        p = subprocess.run(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.run(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        t1 = time.perf_counter()
         if p.returncode == 0 and self.post:
             subprocess.run(self.post, check=True)
         dt = time.perf_counter() - t0
@@ -124,10 +214,95 @@ class Row:
             self.wall.append(dt)
             self.cpu.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
             self.load.append(ld)
+            if self.splitfile:
+                sp = {"read": 0.0, "write": 0.0, "wb": 0.0, "sync": 0.0}
+                if os.path.exists(self.splitfile[1]):
+                    with open(self.splitfile[1]) as f:
+                        for kv in (f.read().split("\n")[0]).split():
+                            k, v = kv.split("=")
+                            sp[k] = float(v)
+                sp["sync"] += dt - (t1 - t0)  # the `sync OUT` after llama-quantize
+                sp["compute"] = dt - sp["read"] - sp["write"] - sp["wb"] - sp["sync"]
+                self.split.append(sp)
         os.unlink(self.out)
 
     def med(self):
         return statistics.median(self.wall)
+
+
+# The rows of issue 33's table (--out-dirs without --only).
+IO_ROWS = (r"^(int8 channel sym|int4 g32 sym|int4 g32 asym|prune --sparsity 0\.5|GGUF Q4_0 \(npuc convert\)|"
+           r"llama-quantize (Q8_0|Q4_0|Q4_1) \+ sync)$")
+
+
+def io_table(rows, dirs, reps, lib, work):
+    """Each row once per output directory per round (alternating), then the
+    table of medians with the split, and the ratios issue 33 names."""
+    runs, subs = [], []  # the clones, one per row and directory; their folders
+    for r in rows:
+        for od in dirs:
+            off = od.endswith(":wb")
+            if off and r.kind == "llama":
+                continue
+            sub = tempfile.mkdtemp(prefix="npuc-bench-io-", dir=od[:-4] if off else od)
+            subs.append(sub)
+            c = r.clone(r.name, os.path.join(sub, os.path.basename(r.out)))
+            c.dir = od
+            if off:
+                c.env = {"NPUC_WRITEBACK": "1"}
+            if lib:
+                c.splitfile = (os.path.abspath(lib), os.path.join(work, f"split{len(runs)}.txt"))
+            runs.append(c)
+    try:
+        print(f"# output directories: {', '.join(dirs)} (input in {work}); {reps} rounds, each row once per "
+              f"directory in turn; split {'by ' + lib if lib else 'off'}")
+        for c in runs:
+            c.run(timed=False)
+            if c.failed:
+                print(f"# {c.name} -> {c.dir}: failed, dropped: {c.failed}")
+        runs = [c for c in runs if not c.failed]
+        for rnd in range(reps):
+            for c in runs:
+                c.run()
+            print(f"# round {rnd + 1}/{reps} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+        med = statistics.median
+        by = {(c.name, c.dir): c for c in runs}
+        hdr = (f"{'row':30s} {'output dir':28s} {'wall s':>7s} {'cpu s':>6s} {'load':>5s} {'read':>6s} "
+               f"{'compute':>7s} {'write':>6s} {'wb':>6s} {'sync':>6s} {'MiB out':>8s} {'x ' + dirs[0][:10]:>12s}")
+        print(hdr)
+        print("-" * len(hdr))
+        for c in runs:
+            base = by.get((c.name, dirs[0]))
+            sp = {k: med([x[k] for x in c.split]) for k in ("read", "compute", "write", "wb", "sync")} \
+                if c.split else None
+            spl = " ".join(f"{sp[k]:{w}.3f}" for k, w in (("read", 6), ("compute", 7), ("write", 6), ("wb", 6),
+                                                          ("sync", 6))) if sp else " " * 39
+            print(f"{c.name:30s} {c.dir[:28]:28s} {c.med():7.3f} {med(c.cpu):6.2f} {med(c.load):5.2f} {spl} "
+                  f"{c.size / 2**20:8.1f} {c.med() / base.med():12.2f}")
+
+        def ratio(a, b, d):
+            x, y = by.get((a, d)), by.get((b, d))
+            return f"{x.med() / y.med():.2f}x" if x and y else "n/a"
+        for d in dirs[1:]:
+            for name in ("int8 channel sym", "int4 g32 sym"):
+                if _r(by, name, d, dirs[0]) != "n/a":
+                    print(f"# {name}: {d} / {dirs[0]} = {_r(by, name, d, dirs[0])} (goal <= 1.25x)")
+        for d in dirs:
+            for llama, mine, goal in (("Q8_0", "int8 channel sym", 4), ("Q4_0", "int4 g32 sym", 3),
+                                      ("Q4_1", "int4 g32 sym", 3), ("Q4_0", "GGUF Q4_0 (npuc convert)", 3),
+                                      ("Q4_1", "int4 g32 asym", 3)):
+                x = ratio(f'llama-quantize {llama} + sync', mine, d)
+                if x != "n/a":
+                    print(f"# to {d}: llama-quantize {llama} + sync / {mine} = {x} (goal >= {goal}x)")
+        print(f"# load at the end {os.getloadavg()[0]:.2f}")
+    finally:
+        for sub in subs:
+            shutil.rmtree(sub, ignore_errors=True)
+
+
+def _r(by, name, d, d0):
+    x, y = by.get((name, d)), by.get((name, d0))
+    return f"{x.med() / y.med():.2f}x" if x and y else "n/a"
 
 
 def main():
@@ -140,7 +315,12 @@ def main():
     ap.add_argument("--only", help="regex: keep only rows whose name matches (int8 channel sym is always kept)")
     ap.add_argument("--no-mem", action="store_true", help="skip the in-memory column")
     ap.add_argument("--quick", action="store_true", help="64 MiB model, one round: shows every row runs")
+    ap.add_argument("--out-dirs", help="comma-separated output directories: the I/O table (issue 33) instead of "
+                    "the scheme table")
+    ap.add_argument("--no-split", action="store_true", help="--out-dirs without the LD_PRELOAD timer")
     a = ap.parse_args()
+    if a.out_dirs and not a.only:
+        a.only = IO_ROWS
     if a.quick:
         a.gib, a.reps = 1 / 16, 1
     npuc = os.path.join(a.build, "npuc")
@@ -154,8 +334,6 @@ def main():
         inputs = {"F32": os.path.join(d, "m.f32.safetensors"), "F16": os.path.join(d, "m.f16.safetensors"),
                   "BF16": os.path.join(d, "m.bf16.safetensors")}
         nbytes = {"F32": write_model(inputs["F32"], n16, 4096, 4096, 18)}
-        for k in ("F16", "BF16"):
-            nbytes[k] = to_half(inputs["F32"], inputs[k], k)
         print(f"# {os.cpu_count()} cores; model {n16} x [4096,4096] = {nbytes['F32'] / 2**30:.2f} GiB F32 "
               f"(+ F16, BF16 copies) in {d}; -j {j}; {a.reps} alternating rounds, medians; "
               f"load {os.getloadavg()[0]:.2f}")
@@ -203,8 +381,11 @@ def main():
         llama = os.environ.get("NPUC_LLAMA_QUANTIZE")
         if llama and os.access(llama, os.X_OK):
             gin = os.path.join(d, "m.f32.gguf")
+            arch = os.environ.get("NPUC_LLAMA_ARCH", "llama")
             subprocess.run([npuc, "convert", "-q", inputs["F32"], "--gguf-type", "f32", "--gguf-arch",
-                            os.environ.get("NPUC_LLAMA_ARCH", "llama"), "-o", gin], check=True)
+                            arch, "-o", gin + ".npuc.gguf"], check=True)
+            gguf_add_hparams(gin + ".npuc.gguf", gin, arch, n16)
+            os.unlink(gin + ".npuc.gguf")
             inputs["GGUF F32"] = gin
             nbytes["GGUF F32"] = nbytes["F32"]
             for t, ref in (("Q8_0", "GGUF Q8_0 (npuc convert)"), ("Q4_0", "GGUF Q4_0 (npuc convert)"),
@@ -218,9 +399,19 @@ def main():
         if a.only:
             rx = re.compile(a.only)
             keep = {r.name for r in rows if rx.search(r.name)}
-            keep |= {r.ref for r in rows if r.name in keep and r.ref}
+            if not a.out_dirs:
+                keep |= {r.ref for r in rows if r.name in keep and r.ref}
             keep.add("int8 channel sym")
             rows = [r for r in rows if r.name in keep]
+        for k in ("F16", "BF16"):
+            if any(r.inp == k for r in rows):
+                nbytes[k] = to_half(inputs["F32"], inputs[k], k)
+        if a.out_dirs:
+            lib = None if a.no_split else os.path.join(a.build, "bench", "libnpuc_iosplit.so")
+            if lib and not os.path.exists(lib):
+                sys.exit(f"{lib} is missing (build the target npuc_iosplit, or pass --no-split)")
+            io_table(rows, [x for x in a.out_dirs.split(",") if x], a.reps, lib, d)
+            return
 
         # Untimed warm-up round: output sizes (for the floors) and page cache.
         for r in rows:

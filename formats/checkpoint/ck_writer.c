@@ -42,6 +42,8 @@ typedef struct ckw_shard {
     size_t *idx; /* its tensors, in declaration order */
     size_t n, written;
     int fd;
+    uint64_t pos;         /* bytes written to the shard */
+    npuc__writeback wb;   /* its writeback while later tensors are computed */
 } ckw_shard;
 
 typedef struct ckw_state {
@@ -270,6 +272,8 @@ static npuc_status open_shard(npuc_writer *w, ckw_state *s, ckw_shard *h) {
     snprintf(p, sizeof p, "%s/%s", w->path, h->name);
     if ((st = npuc__st_header_of(w->ctx, p, t, h->n, mk, mv, nm, &hdr, &len)) == NPUC_OK)
         st = npuc__st_write_all(w->ctx, p, h->fd, hdr, len, "the header");
+    npuc__writeback_init(&h->wb, h->fd);
+    h->pos = len;
 done:
     free(hdr);
     free(lj);
@@ -302,7 +306,17 @@ static npuc_status ckw_write(npuc_writer *w, size_t i, const void *data, uint64_
         char what[160], p[PATH_MAX];
         snprintf(what, sizeof what, "tensor '%.100s'", s->pl.out[k].t.name);
         snprintf(p, sizeof p, "%s/%s", w->path, h->name);
-        st = npuc__st_write_all(w->ctx, p, h->fd, enc ? enc : data, en, what);
+        /* In pieces of the writeback's chunk, each started on its way to
+         * the disk once written (writeback.c), so close_shard's fsync finds
+         * little left to write. */
+        const char *c = enc ? enc : data;
+        for (uint64_t done = 0; done < en && st == NPUC_OK;) {
+            const uint64_t piece = en - done < NPUC__WB_CHUNK ? en - done : NPUC__WB_CHUNK;
+            st = npuc__st_write_all(w->ctx, p, h->fd, c + done, piece, what);
+            done += piece;
+            h->pos += piece;
+            if (st == NPUC_OK) st = npuc__writeback_wrote(&h->wb, w->ctx, p, h->pos);
+        }
         free(enc);
         if (st == NPUC_OK && ++h->written == h->n) st = close_shard(w, h);
     }

@@ -139,7 +139,8 @@ static void kv_str(ggw_buf *b, const char *k, const char *v) {
 static npuc_status out(npuc_writer *w, FILE *f, const void *p, size_t n, const char *what) {
     if (n && fwrite(p, 1, n, f) != n)
         return npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing %s: %s", w->path, what, strerror(errno));
-    return NPUC_OK;
+    const off_t at = ftello(f); /* the writeback of what is written (writeback.c) */
+    return at < 0 ? NPUC_OK : npuc__writer_wrote(w, fileno(f), (uint64_t)at);
 }
 
 static npuc_status pad(npuc_writer *w, FILE *f, uint64_t n, const char *what) {

@@ -100,6 +100,8 @@ typedef struct fdsink {
     int fd;
     zip_int64_t off;
     zip_error_t err;
+    npuc_writer *w;   /* for the writeback of what is written (writeback.c) */
+    npuc_status wst;  /* its error, with the message in w's context */
 } fdsink;
 
 static zip_int64_t sink_cb(void *ud, void *data, zip_uint64_t len, zip_source_cmd_t cmd) {
@@ -122,6 +124,10 @@ static zip_int64_t sink_cb(void *ud, void *data, zip_uint64_t len, zip_source_cm
             done += (zip_uint64_t)k;
         }
         s->off += (zip_int64_t)len;
+        if ((s->wst = npuc__writer_wrote(s->w, s->fd, (uint64_t)s->off)) != NPUC_OK) {
+            zip_error_set(&s->err, ZIP_ER_WRITE, EIO);
+            return -1;
+        }
         return (zip_int64_t)len;
     }
     case ZIP_SOURCE_SEEK_WRITE: {
@@ -164,7 +170,7 @@ static int add_text(zip_t *za, const char *name, const char *v) {
 }
 
 static npuc_status build_zip(npuc_writer *w, kw_state *ks) {
-    fdsink s = {.fd = npuc_atomic_file_fd(w->af)};
+    fdsink s = {.fd = npuc_atomic_file_fd(w->af), .w = w};
     zip_error_init(&s.err);
     zip_error_t e;
     zip_error_init(&e);
@@ -190,6 +196,7 @@ static npuc_status build_zip(npuc_writer *w, kw_state *ks) {
         bad = add_text(za, k + pl, w->meta_v[i]) != 0;
     }
     if (za && !bad && zip_close(za) == 0) za = NULL;
+    else if (st == NPUC_OK && s.wst != NPUC_OK) st = s.wst;
     else if (st == NPUC_OK) {
         const char *why = za ? zip_strerror(za) : zip_error_strerror(&e);
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot write the archive (libzip: %s)", w->path, why);

@@ -63,11 +63,13 @@ static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, 
 }
 
 /* write_all() with zero blocks (aligned to the file offset) turned into
- * holes; a large payload is reported to the context's progress function
- * every NPUC_PROGRESS_STEP bytes or so. */
+ * holes, in writes of at most NPUC__WB_CHUNK bytes each followed by the
+ * writeback's turn (writeback.c), so a large tensor's first part is on its
+ * way to the disk while the rest is copied; a large payload is reported to
+ * the context's progress function every NPUC_PROGRESS_STEP bytes or so. */
 static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uint64_t n, const char *what) {
     const uint64_t total = n;
-    const uint64_t cap = w->ctx && w->ctx->progress && n >= NPUC_PROGRESS_MIN ? NPUC_PROGRESS_STEP : ((uint64_t)1 << 30);
+    const uint64_t cap = NPUC_PROGRESS_STEP < NPUC__WB_CHUNK ? NPUC_PROGRESS_STEP : NPUC__WB_CHUNK;
     while (n) {
         uint64_t to_edge = HOLE_BLOCK - s->pos % HOLE_BLOCK, run = 0;
         /* The longest prefix of whole zero blocks (from a block boundary). */
@@ -84,6 +86,7 @@ static npuc_status write_sparse(npuc_writer *w, stw_state *s, const char *c, uin
                 run += HOLE_BLOCK;
             if (run == to_edge && n - run > 0 && n - run < HOLE_BLOCK) run = n; /* a short tail */
             npuc_status st = write_all(w, s->fd, c, run, what);
+            if (st == NPUC_OK) st = npuc__writer_wrote(w, s->fd, s->pos + run);
             if (st != NPUC_OK) return st;
             s->hole_at_end = 0;
         }

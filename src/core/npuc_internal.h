@@ -194,6 +194,29 @@ npuc_status npuc__atomic_file_open_anchor(npuc_ctx *ctx, const char *path, npuc_
  * stays and so does path) and then path; 0 when path is gone. */
 int npuc__remove_dir1(const char *path);
 
+/* Writing an output back to disk while it is written (writeback.c): a
+ * writer calls npuc__writeback_init once it has the file's descriptor and
+ * npuc__writeback_wrote(wb, ctx, path, end) after each write, end being the
+ * offset up to which the file now holds its bytes (the write head).  It
+ * starts the writeback of each completed NPUC__WB_CHUNK and waits while
+ * more than NPUC__WB_WINDOW bytes are in flight; an I/O error it meets is
+ * NPUC_ERR_IO naming path.  The final fsync stays the writer's.  Off
+ * unless NPUC_WRITEBACK=1 (or C,W in MiB), and always on tmpfs and for a
+ * pipe.  npuc__writer_wrote is the
+ * same with the state kept in w (one output file per writer; a new fd
+ * starts it anew). */
+#define NPUC__WB_CHUNK ((uint64_t)32 << 20)
+#define NPUC__WB_WINDOW ((uint64_t)256 << 20)
+typedef struct npuc__writeback {
+    int fd, on;
+    uint64_t chunk, window;
+    uint64_t started; /* writeback started on [0, started), page-aligned */
+    uint64_t waited;  /* and waited for on [0, waited) */
+} npuc__writeback;
+void npuc__writeback_init(npuc__writeback *wb, int fd);
+npuc_status npuc__writeback_wrote(npuc__writeback *wb, npuc_ctx *ctx, const char *path, uint64_t end);
+npuc_status npuc__writer_wrote(npuc_writer *w, int fd, uint64_t end);
+
 /* npuc_writer_open with a backend of the caller's instead of the format's
  * (be NULL: the format's, a file at path).  A caller's backend writes no
  * file (no_file), so there is no existing-output check; path names the
@@ -221,6 +244,8 @@ struct npuc_writer {
     const npuc_writer_backend *be;
     void *be_state;
     npuc_atomic_file *af; /* the output's temporary file (tempfiles.c); NULL before begin */
+    npuc__writeback wb;   /* npuc__writer_wrote's state, once wb_set */
+    int wb_set;
 };
 
 /* The safetensors header st_writer.c writes for w's declared tensors and

@@ -172,4 +172,53 @@ for kind in "quantize $T/d.safetensors -j1 --bits 4 --group-size 32 --asymmetric
 done
 echo "SIGHUP and SIGKILL + rerun: ok"
 
+# SIGKILL at random moments of a large write (issue 33): the writeback that
+# npuc starts while it computes (NPUC_WRITEBACK=1, src/core/writeback.c)
+# changes nothing about what is published.  A 96 MiB model converted to safetensors (96 MiB
+# written) and to GGUF F16 (48 MiB) in this test's folder (on a disk when
+# TMPDIR is one), killed at random points of the first three quarters of
+# the run's measured duration (the first run reads a cold input):
+# the output path either does not exist or holds the complete output,
+# byte for byte a complete run's, whose tensors are checked against the
+# input's (npuc_test.py, a reader independent of npuc).  Then a rerun removes the killed
+# runs' temporary files.
+"$PY" "$TESTLIB/io_models.py" dense "$T/w.safetensors" 6 2048 2048
+export NPUC_WRITEBACK=1
+KTRIES=${NPUC_KILL_TRIES:-5}
+is_quick && KTRIES=3
+for kind in safetensors gguf; do
+    out="$T/kw.$kind" ref="$T/kw-ref.$kind"
+    args=(convert "$T/w.safetensors" -q)
+    [ "$kind" = gguf ] && args+=(--gguf-type f16)
+    ms=$(millis "$NPUC_REAL_BIN" "${args[@]}" -o "$ref")
+    [ -s "$ref" ] || fail "kill $kind: the complete run wrote nothing"
+    [ "$ms" -gt 0 ] || ms=1
+    hit=0
+    for i in $(seq "$KTRIES"); do
+        rm -f "$out"
+        "$NPUC_REAL_BIN" "${args[@]}" -o "$out" >/dev/null 2>&1 &
+        pid=$!
+        d=$((RANDOM % (ms * 3 / 4 + 1) + 1))
+        sleep "$(printf '%d.%03d' $((d / 1000)) $((d % 1000)))"
+        kill -s KILL "$pid" 2>/dev/null || true
+        rc=0
+        wait "$pid" 2>/dev/null || rc=$?
+        if [ -e "$out" ]; then
+            cmp -s "$out" "$ref" || fail "kill $kind try $i (after ${d} ms, exit $rc): a partial output was published ($(stat -c %s "$out") of $(stat -c %s "$ref") bytes)"
+        else
+            [ "$rc" -eq 137 ] || fail "kill $kind try $i: exit $rc and no output"
+            hit=$((hit + 1))
+        fi
+    done
+    [ "$hit" -gt 0 ] || fail "kill $kind: no SIGKILL arrived while a run wrote (runs take ${ms} ms)"
+    rm -f "$out"
+    expect_rc 0 "$NPUC_BIN" "${args[@]}" -o "$out"
+    cmp -s "$out" "$ref" || fail "kill $kind: the rerun's output differs from the complete run's"
+    [ -z "$(find "$T" -name ".kw.$kind.npuc-*")" ] || fail "kill $kind: temporary files after the rerun: $(find "$T" -name ".kw.$kind.npuc-*")"
+    echo "SIGKILL during a large $kind write: $KTRIES tries (runs take ${ms} ms), $hit killed mid-run, nothing partial published"
+done
+npuc_py compare "$T/w.safetensors" "$T/kw-ref.safetensors" || fail "the complete safetensors output holds other tensors than the input"
+rm -f "$T"/w.safetensors "$T"/kw*
+unset NPUC_WRITEBACK
+
 [ "$(cat "$T/d.safetensors" "$T/cb.h5" | sha256sum)" = "$in_sha" ] || fail "an input changed"
