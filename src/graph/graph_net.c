@@ -22,7 +22,65 @@ static void node_free(npuc__ng_node *n) {
     ev_free(&n->ev);
 }
 
-npuc__ng *npuc__ng_new(void) { return calloc(1, sizeof(npuc__ng)); }
+npuc__ng *npuc__ng_new(void) {
+    npuc__ng *g = calloc(1, sizeof(npuc__ng));
+    if (g) npuc__ng_reindex(g);
+    return g;
+}
+
+/* ------------------------------------------------------------ name indexes */
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+static const char *node_name_at(const npuc__ng *g, size_t i) { return g->nodes[i].name; }
+static const char *value_name_at(const npuc__ng *g, size_t i) { return g->vals[i].name; }
+
+static void ix_put(size_t *tab, size_t cap, const char *name, size_t idx) {
+    size_t j = name_hash(name) & (cap - 1);
+    while (tab[j]) j = (j + 1) & (cap - 1);
+    tab[j] = idx + 1;
+}
+
+/* Builds one index for n names with room to grow; frees it on failure. */
+static void ix_build(const npuc__ng *g, size_t **tab, size_t *cap, size_t n,
+                     const char *(*name_at)(const npuc__ng *, size_t)) {
+    free(*tab);
+    size_t c = 64;
+    while (c < 2 * n + 2) c *= 2;
+    *tab = calloc(c, sizeof **tab);
+    *cap = *tab ? c : 0;
+    for (size_t i = 0; *tab && i < n; i++) ix_put(*tab, c, name_at(g, i), i);
+}
+
+void npuc__ng_reindex(npuc__ng *g) {
+    ix_build(g, &g->nix, &g->nixcap, g->nnodes, node_name_at);
+    ix_build(g, &g->vix, &g->vixcap, g->nvals, value_name_at);
+}
+
+/* Adds the newest entry (index n - 1) to an index, growing it at half load. */
+static void ix_add(npuc__ng *g, size_t **tab, size_t *cap, size_t n, const char *(*name_at)(const npuc__ng *, size_t)) {
+    if (!*tab) return; /* linear search from now on */
+    if (2 * n + 2 > *cap) ix_build(g, tab, cap, n, name_at);
+    else ix_put(*tab, *cap, name_at(g, n - 1), n - 1);
+}
+
+static size_t ix_find(const npuc__ng *g, const size_t *tab, size_t cap, size_t n, const char *name,
+                      const char *(*name_at)(const npuc__ng *, size_t)) {
+    if (!name) return NPUC_GRAPH_NONE;
+    if (!tab) {
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(name_at(g, i), name) == 0) return i;
+        return NPUC_GRAPH_NONE;
+    }
+    for (size_t j = name_hash(name) & (cap - 1);; j = (j + 1) & (cap - 1)) {
+        if (!tab[j]) return NPUC_GRAPH_NONE;
+        if (tab[j] - 1 < n && strcmp(name_at(g, tab[j] - 1), name) == 0) return tab[j] - 1;
+    }
+}
 
 void npuc__ng_free(npuc__ng *g) {
     if (!g) return;
@@ -30,6 +88,8 @@ void npuc__ng_free(npuc__ng *g) {
     for (size_t i = 0; i < g->nvals; i++) { free(g->vals[i].name); ev_free(&g->vals[i].ev); }
     free(g->nodes);
     free(g->vals);
+    free(g->nix);
+    free(g->vix);
     free(g);
 }
 
@@ -95,6 +155,7 @@ npuc__ng *npuc__ng_clone(const npuc__ng *g) {
         c->nvals = i + 1;
         if (!c->vals[i].name || dup_ev(&c->vals[i].ev, &g->vals[i].ev)) goto fail;
     }
+    npuc__ng_reindex(c);
     return c;
 fail:
     npuc__ng_free(c);
@@ -118,15 +179,11 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 /* ------------------------------------------------------------ lookups */
 
 size_t npuc__ng_find_node(const npuc__ng *g, const char *name) {
-    for (size_t i = 0; name && i < g->nnodes; i++)
-        if (strcmp(g->nodes[i].name, name) == 0) return i;
-    return NPUC_GRAPH_NONE;
+    return ix_find(g, g->nix, g->nixcap, g->nnodes, name, node_name_at);
 }
 
 size_t npuc__ng_find_value(const npuc__ng *g, const char *name) {
-    for (size_t i = 0; name && i < g->nvals; i++)
-        if (strcmp(g->vals[i].name, name) == 0) return i;
-    return NPUC_GRAPH_NONE;
+    return ix_find(g, g->vix, g->vixcap, g->nvals, name, value_name_at);
 }
 
 npuc_graph_weight *npuc__ng_weight(npuc__ng *g, size_t node, const char *role) {
@@ -192,6 +249,7 @@ npuc_status npuc__ng_add_value(npuc_ctx *ctx, npuc__ng *g, const char *name, int
     }
     if (idx) *idx = g->nvals;
     g->nvals++;
+    ix_add(g, &g->vix, &g->vixcap, g->nvals, value_name_at);
     return NPUC_OK;
 }
 
@@ -233,6 +291,7 @@ npuc_status npuc__ng_add_node(npuc_ctx *ctx, npuc__ng *g, const char *name, cons
     for (size_t k = 0; k < nout; k++) g->vals[out[k]].prod = g->nnodes;
     if (idx) *idx = g->nnodes;
     g->nnodes++;
+    ix_add(g, &g->nix, &g->nixcap, g->nnodes, node_name_at);
     return NPUC_OK;
 }
 
@@ -312,7 +371,7 @@ static npuc_status check_structure(npuc_ctx *ctx, const npuc__ng *g) {
         if (npuc__ng_find_value(g, x->name) != v)
             return npuc_fail(ctx, NPUC_ERR_VALUE, "graph: two values named '%s'", x->name);
         if (x->prod == NPUC_GRAPH_NONE) continue;
-        if (x->prod >= g->nnodes || x->is_input)
+        if (x->prod >= g->nnodes)
             return npuc_fail(ctx, NPUC_ERR_VALUE, "graph: value '%s' has a producer that does not exist", x->name);
         const npuc__ng_node *p = &g->nodes[x->prod];
         size_t k = 0;

@@ -72,6 +72,11 @@ struct npuc_graph {
     npuc__ng_value *vals;
     size_t nvals, capvals;
     int channels_last; /* Keras / TF: the channel axis of a value is its last; else axis 1 (ONNX, PyTorch) */
+    /* Name indexes (open addressing, slot -> index + 1), so lookups stay
+     * constant time on a graph of many thousand nodes; NULL: searched
+     * linearly (after an allocation failure). */
+    size_t *nix, *vix;
+    size_t nixcap, vixcap;
 };
 
 typedef struct npuc_graph npuc__ng;
@@ -80,6 +85,9 @@ typedef struct npuc_graph npuc__ng;
 
 npuc__ng *npuc__ng_new(void);
 void npuc__ng_free(npuc__ng *g);
+/* Rebuilds the name indexes (after an edit renumbered nodes or values);
+ * on allocation failure lookups fall back to a linear search. */
+void npuc__ng_reindex(npuc__ng *g);
 /* A deep copy, or NULL when out of memory. */
 npuc__ng *npuc__ng_clone(const npuc__ng *g);
 

@@ -51,6 +51,7 @@ static void drop_node_value(npuc__ng *g, size_t i, size_t v) {
         for (size_t k = 0; k < m->nout; k++)
             if (m->out[k] > v) m->out[k]--;
     }
+    npuc__ng_reindex(g);
 }
 
 static int same_shape(const npuc__ng_value *a, const npuc__ng_value *b) {
