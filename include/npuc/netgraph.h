@@ -24,6 +24,7 @@
  * the model is closed or a pass edits the graph.
  *
  * Example:
+ *     if (npuc_model_read_graph(ctx, m) != NPUC_OK) return npuc_ctx_errmsg(ctx);
  *     const npuc_graph *g = npuc_model_graph(m);
  *     for (size_t i = 0; g && i < npuc_graph_node_count(g); i++) {
  *         npuc_graph_node n;
@@ -40,6 +41,7 @@
 #include "api.h"
 
 #include "model.h"
+#include "status.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -96,10 +98,21 @@ typedef struct npuc_graph_value {
     const char *why;
 } npuc_graph_value;
 
-/* The graph m carries, or NULL when its reader filled none. */
+/* Builds m's graph once (later calls return at once): from a Keras
+ * configuration the file carries (metadata model_config, which a .keras
+ * archive's config.json becomes), else from tensor names and storage order,
+ * as nodes whose evidence says so; every tensor is attached to its layer's
+ * node as a weight.  NPUC_ERR_FORMAT with one line naming the file and the
+ * layer for a configuration that is malformed or hostile (duplicate keys,
+ * a cycle, a layer consuming itself, nesting or sizes beyond the limits);
+ * NPUC_ERR_NOMEM.  Reads names, shapes and metadata only, no payload. */
+NPUC_API npuc_status npuc_model_read_graph(npuc_ctx *ctx, npuc_model *m);
+/* The graph m carries, or NULL when none was read. */
 NPUC_API const npuc_graph *npuc_model_graph(const npuc_model *m);
 
+/* Nodes / values in g (0 for NULL). */
 NPUC_API size_t npuc_graph_node_count(const npuc_graph *g);
+/* (see npuc_graph_node_count) */
 NPUC_API size_t npuc_graph_value_count(const npuc_graph *g);
 /* Fills *out for node / value i; NPUC_ERR_ARG when i is out of range. */
 NPUC_API npuc_status npuc_graph_get_node(const npuc_graph *g, size_t i, npuc_graph_node *out);
