@@ -107,6 +107,14 @@ typedef struct npuc_graph_value {
  * a cycle, a layer consuming itself, nesting or sizes beyond the limits);
  * NPUC_ERR_NOMEM.  Reads names, shapes and metadata only, no payload. */
 NPUC_API npuc_status npuc_model_read_graph(npuc_ctx *ctx, npuc_model *m);
+/* Checks that a Keras configuration m carries still describes its weights:
+ * each layer's filters / units / depth_multiplier against the kernel of its
+ * node, and every kernel's input axis against a value of known shape.
+ * NPUC_OK when m has no configuration or is an npuc artifact (decompress it
+ * first); NPUC_ERR_VALUE with one line naming the file, the layer, the
+ * field, the tensor and both counts; the errors of npuc_model_read_graph.
+ * `npuc validate --deep` runs it. */
+NPUC_API npuc_status npuc_model_check_graph(npuc_ctx *ctx, npuc_model *m);
 /* The graph m carries, or NULL when none was read. */
 NPUC_API const npuc_graph *npuc_model_graph(const npuc_model *m);
 
