@@ -15,7 +15,8 @@
  *   Keras 2: [[["conv1", 0, 0, {}], ["conv2", 0, 0, {}]], ...]
  *   Keras 3: [{"args": [{"class_name": "__keras_tensor__", "config":
  *            {"keras_history": ["conv1", 0, 0]}}, ...], "kwargs": {...}}]
- * (Keras 3 also nests them in lists inside args, for Concatenate).
+ * (Keras 3 also nests them in lists inside args, for Concatenate, and
+ * passes some by keyword in kwargs, e.g. attention's value=).
  * A Sequential scope has no inbound nodes: each layer consumes the one
  * before.
  *
@@ -502,9 +503,19 @@ static npuc_status kc_collect(kc *k, json_t *v, int keras2_entry_ok, kc_ref *ref
                                     (long)json_integer_value(json_array_get(h, 2))};
             return NPUC_OK;
         }
-        /* A Keras 3 node: {"args": [...], "kwargs": {...}}; only args hold inputs. */
-        json_t *args = json_object_get(v, "args");
-        if (args) return kc_collect(k, args, 0, refs, n, cap, layer);
+        /* A Keras 3 node: {"args": [...], "kwargs": {...}}: tensors in args,
+         * then tensors passed by keyword (attention's value=, a mask=). */
+        json_t *args = json_object_get(v, "args"), *kw = json_object_get(v, "kwargs");
+        if (args || kw) {
+            npuc_status st = args ? kc_collect(k, args, 0, refs, n, cap, layer) : NPUC_OK;
+            const char *key;
+            json_t *x;
+            if (st == NPUC_OK && json_is_object(kw))
+                json_object_foreach(kw, key, x) {
+                    if ((st = kc_collect(k, x, 0, refs, n, cap, layer)) != NPUC_OK) break;
+                }
+            return st;
+        }
     }
     return NPUC_OK;
 }

@@ -126,12 +126,13 @@ static void test_keras3_functional(void **state) {
         " {\"class_name\": \"Dense\", \"name\": \"a\", \"config\": {\"name\": \"a\", \"units\": 4},"
         "  \"inbound_nodes\": [{\"args\": [" KT("x") "], \"kwargs\": {}}]},"
         " {\"class_name\": \"Dense\", \"name\": \"b\", \"config\": {\"name\": \"b\", \"units\": 4},"
-        "  \"inbound_nodes\": [{\"args\": [" KT("x") "], \"kwargs\": {\"training\": false}}]},"
+        "  \"inbound_nodes\": [{\"args\": [" KT("x") "], \"kwargs\": {\"training\": false, \"mask\": " KT("a") "}}]},"
         " {\"class_name\": \"Concatenate\", \"name\": \"cat\", \"config\": {\"name\": \"cat\", \"axis\": -1},"
         "  \"inbound_nodes\": [{\"args\": [[" KT("a") ", " KT("b") "]], \"kwargs\": {}}]}],"
         " \"input_layers\": [\"x\", 0, 0], \"output_layers\": [\"cat\", 0, 0]}}");
     assert_int_equal(npuc_graph_node_count(g), 4);
     assert_inputs(g, "a", "x");
+    assert_inputs(g, "b", "x,a"); /* the keyword tensor after the positional ones */
     assert_inputs(g, "cat", "a,b");
     assert_string_equal(op_of(g, "cat"), "Concat");
     assert_true(is_output(g, "cat"));
