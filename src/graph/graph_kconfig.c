@@ -53,15 +53,10 @@ typedef struct kc_map {
     size_t cap, n;
 } kc_map;
 
-static uint64_t kc_hash(const char *s) {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
 
 static size_t *kc_map_get(const kc_map *m, const char *k) {
     if (!m->cap) return NULL;
-    for (size_t i = kc_hash(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    for (size_t i = npuc__ng_hash(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
         if (!m->key[i]) return NULL;
         if (strcmp(m->key[i], k) == 0) return &m->val[i];
     }
@@ -78,7 +73,7 @@ static int kc_map_put(kc_map *m, const char *k, size_t v) {
         if (!nk || !nv) { free(nk); free(nv); return -1; }
         for (size_t i = 0; i < m->cap; i++) {
             if (!m->key[i]) continue;
-            size_t j = kc_hash(m->key[i]) & (nc - 1);
+            size_t j = npuc__ng_hash(m->key[i]) & (nc - 1);
             while (nk[j]) j = (j + 1) & (nc - 1);
             nk[j] = m->key[i];
             nv[j] = m->val[i];
@@ -91,7 +86,7 @@ static int kc_map_put(kc_map *m, const char *k, size_t v) {
     }
     char *d = npuc__strdup(k);
     if (!d) return -1;
-    size_t j = kc_hash(k) & (m->cap - 1);
+    size_t j = npuc__ng_hash(k) & (m->cap - 1);
     while (m->key[j]) j = (j + 1) & (m->cap - 1);
     m->key[j] = d;
     m->val[j] = v;

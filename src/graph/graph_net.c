@@ -30,7 +30,7 @@ npuc__ng *npuc__ng_new(void) {
 
 /* ------------------------------------------------------------ name indexes */
 
-static uint64_t name_hash(const char *s) {
+uint64_t npuc__ng_hash(const char *s) {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
     return h;
@@ -40,7 +40,7 @@ static const char *node_name_at(const npuc__ng *g, size_t i) { return g->nodes[i
 static const char *value_name_at(const npuc__ng *g, size_t i) { return g->vals[i].name; }
 
 static void ix_put(size_t *tab, size_t cap, const char *name, size_t idx) {
-    size_t j = name_hash(name) & (cap - 1);
+    size_t j = npuc__ng_hash(name) & (cap - 1);
     while (tab[j]) j = (j + 1) & (cap - 1);
     tab[j] = idx + 1;
 }
@@ -76,7 +76,7 @@ static size_t ix_find(const npuc__ng *g, const size_t *tab, size_t cap, size_t n
             if (strcmp(name_at(g, i), name) == 0) return i;
         return NPUC_GRAPH_NONE;
     }
-    for (size_t j = name_hash(name) & (cap - 1);; j = (j + 1) & (cap - 1)) {
+    for (size_t j = npuc__ng_hash(name) & (cap - 1);; j = (j + 1) & (cap - 1)) {
         if (!tab[j]) return NPUC_GRAPH_NONE;
         if (tab[j] - 1 < n && strcmp(name_at(g, tab[j] - 1), name) == 0) return tab[j] - 1;
     }

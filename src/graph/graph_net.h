@@ -85,6 +85,9 @@ typedef struct npuc_graph npuc__ng;
 
 npuc__ng *npuc__ng_new(void);
 void npuc__ng_free(npuc__ng *g);
+/* FNV-1a of a NUL-terminated name (the graph's name indexes, the Keras
+ * reader's tables). */
+uint64_t npuc__ng_hash(const char *s);
 /* Rebuilds the name indexes (after an edit renumbered nodes or values);
  * on allocation failure lookups fall back to a linear search. */
 void npuc__ng_reindex(npuc__ng *g);
