@@ -15,8 +15,10 @@
  *   ORDER   inferred from storage order alone (a guess)
  *
  * with an npuc_confidence (certain / convention / guess) and a short phrase
- * saying why.  Readers fill the graph; passes edit it; `npuc info --graph`
- * and `npuc info --json` show it.
+ * saying why.  npuc_model_read_graph builds it from what the file's reader
+ * stored (a Keras configuration, else the tensor names); `npuc info --graph`
+ * and `npuc info --json` show it, and `npuc validate --deep` checks a
+ * configuration against the weights with it.
  *
  * Nodes and values are numbered 0..count-1; a value's producer is a node
  * index or NPUC_GRAPH_NONE for a model input.  Every string and array a
