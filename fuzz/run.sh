@@ -3,7 +3,7 @@
 #
 #   fuzz/run.sh TARGET SECONDS [JOBS]
 #
-# TARGET is one of safetensors hdf5 recipe artifact pairs graph gguf checkpoint keras calib imatrix onnx.  Builds the
+# TARGET is one of safetensors hdf5 recipe artifact pairs graph gguf checkpoint keras calib imatrix onnx kconfig.  Builds the
 # fuzz tree (clang-14, NPUC_FUZZ=ON NPUC_SANITIZE=ON) in $NPUC_FUZZ_BUILD
 # (default build-fuzz/ at the top of the source tree) when needed, then runs
 # fuzz_TARGET under nice for SECONDS seconds (JOBS > 1: libFuzzer's fork
@@ -18,10 +18,10 @@
 # the corpus before and after, and exits 1 when a crash was saved.
 set -euo pipefail
 
-usage() { echo "usage: $0 TARGET SECONDS [JOBS]   (TARGET: safetensors hdf5 recipe artifact pairs graph gguf checkpoint keras calib imatrix onnx)" >&2; exit 2; }
+usage() { echo "usage: $0 TARGET SECONDS [JOBS]   (TARGET: safetensors hdf5 recipe artifact pairs graph gguf checkpoint keras calib imatrix onnx kconfig)" >&2; exit 2; }
 [[ $# -ge 2 && $# -le 3 ]] || usage
 target=$1 secs=$2 jobs=${3:-1}
-case $target in safetensors|hdf5|recipe|artifact|pairs|graph|gguf|checkpoint|keras|calib|imatrix|onnx) ;; *) usage ;; esac
+case $target in safetensors|hdf5|recipe|artifact|pairs|graph|gguf|checkpoint|keras|calib|imatrix|onnx|kconfig) ;; *) usage ;; esac
 [[ $secs =~ ^[1-9][0-9]*$ && $jobs =~ ^[1-9][0-9]*$ ]] || usage
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -18,6 +18,7 @@
  *   recipe.h  recipes (a YAML chain of passes) and batch work lists
  *   pass.h    pass descriptors: each pass's options, shared by commands and recipes
  *   check.h   whether a model hangs together (channel extents of attached tensors)
+ *   netgraph.h the network graph a model carries: nodes, values, weights, evidence
  *   api.h     NPUC_API, the export marker (every header includes it)
  *
  *   build.h   what this build is: version, git, SIMD levels, linked libraries
@@ -66,6 +67,7 @@
 #include "prune.h"
 #include "artifact.h"
 #include "check.h"
+#include "netgraph.h"
 #include "pass.h"
 #include "build.h"
 

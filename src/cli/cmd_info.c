@@ -26,7 +26,13 @@ static const char USAGE[] =
     "Guessed layouts are also warned about on stderr.\n"
     "\n"
     "Options:\n"
-    "      --json               print one JSON document (schema \"npuc.info/1\")\n"
+    "      --graph              print the network graph instead: each node (op, name,\n"
+    "                           the values it reads and makes, its weights with their\n"
+    "                           roles) and each value, with the evidence it rests on\n"
+    "                           (file, config, name, order) and its confidence; a\n"
+    "                           malformed model_config is an error (exit 2)\n"
+    "      --json               print one JSON document (schema \"npuc.info/1\"; its\n"
+    "                           \"graph\" holds the graph, or null and \"graph_error\")\n"
     "      --layout REGEX=NAME  set the layout of every tensor whose name matches the\n"
     "                           POSIX extended REGEX (unanchored); repeatable, the\n"
     "                           first matching rule wins; a rule that matches no\n"
@@ -39,6 +45,7 @@ static const char USAGE[] =
     "\n"
     "Example:\n"
     "  npuc info ppocrv4_rec.safetensors --layout '^linear_[0-9]+\\.w_0$=io'\n"
+    "  npuc info nsfwjs_mobilenet_v2.h5 --graph\n"
     "\n"
     "Exit codes: 0 ok, 1 failed, 2 usage error or unreadable/malformed file.\n";
 
@@ -77,6 +84,7 @@ typedef struct group_info {
 
 typedef struct info {
     npuc_model *m;
+    npuc_ctx *ctx;
     size_t n;
     uint64_t params, bytes;
     dtype_total by_dtype[NPUC_DTYPE_COUNT];
@@ -320,6 +328,8 @@ static json_t *tensor_json(const npuc_tensor_info *t, size_t i) {
     return o;
 }
 
+static json_t *graph_json(const npuc_graph *g);
+
 static json_t *info_json(const info *s, const cli_args *a) {
     npuc_model *m = s->m;
     json_t *doc = json_object();
@@ -387,11 +397,134 @@ static json_t *info_json(const info *s, const cli_args *a) {
     for (size_t i = 0; !err && i < s->n; i++)
         err |= jappend(tensors, tensor_json(npuc_model_tensor(m, i), i));
 
+    if (!err) { /* the graph, or why there is none */
+        if (npuc_model_read_graph(s->ctx, m) == NPUC_OK) {
+            json_t *gj = graph_json(npuc_model_graph(m));
+            err |= !gj || jset(doc, "graph", gj);
+        } else {
+            err |= jset(doc, "graph", json_null());
+            err |= jset(doc, "graph_error", cli_json_str(npuc_ctx_errmsg(s->ctx)));
+        }
+    }
     if (err) {
         json_decref(doc);
         return NULL;
     }
     return doc;
+}
+
+/* ------------------------------------------------------------ the graph */
+
+static json_t *graph_value_names(const npuc_graph *g, const size_t *v, size_t n) {
+    json_t *arr = json_array();
+    for (size_t k = 0; arr && k < n; k++) {
+        npuc_graph_value x;
+        if (npuc_graph_get_value(g, v[k], &x) != NPUC_OK || jappend(arr, cli_json_str(x.name))) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+static json_t *graph_json(const npuc_graph *g) {
+    json_t *o = json_object(), *nodes = json_array(), *values = json_array();
+    int err = !o || !nodes || !values;
+    for (size_t i = 0; !err && i < npuc_graph_node_count(g); i++) {
+        npuc_graph_node n;
+        npuc_graph_get_node(g, i, &n);
+        json_t *e = json_object(), *w = json_array(), *at = json_object();
+        err |= !e || !w || !at;
+        for (size_t k = 0; !err && k < n.nweights; k++) {
+            json_t *we = json_object();
+            err |= jset(we, "tensor", cli_json_str(n.weights[k].tensor));
+            err |= jset(we, "role", cli_json_str(n.weights[k].role));
+            err |= jappend(w, we);
+        }
+        for (size_t k = 0; !err && k < n.nattrs; k++) {
+            const char *key, *val;
+            npuc_graph_node_attr(g, i, k, &key, &val);
+            json_t *ks = cli_json_str(key);
+            err |= !ks || jset(at, json_string_value(ks), cli_json_str(val));
+            json_decref(ks);
+        }
+        err |= jset(e, "name", cli_json_str(n.name));
+        err |= jset(e, "op", json_string(n.op));
+        err |= jset(e, "source_op", n.source_op ? cli_json_str(n.source_op) : json_null());
+        err |= jset(e, "inputs", graph_value_names(g, n.inputs, n.ninputs));
+        err |= jset(e, "outputs", graph_value_names(g, n.outputs, n.noutputs));
+        err |= jset(e, "weights", w);
+        err |= jset(e, "attributes", at);
+        err |= jset(e, "evidence", json_string(npuc_graph_evidence_name(n.evidence)));
+        err |= jset(e, "confidence", json_string(npuc_confidence_name(n.confidence)));
+        err |= jset(e, "why", cli_json_str(n.why));
+        err |= jappend(nodes, e);
+    }
+    for (size_t i = 0; !err && i < npuc_graph_value_count(g); i++) {
+        npuc_graph_value v;
+        npuc_graph_get_value(g, i, &v);
+        json_t *e = json_object(), *shape = v.rank >= 0 ? json_array() : json_null();
+        err |= !e || !shape;
+        for (int d = 0; !err && d < v.rank; d++)
+            err |= jappend(shape, v.shape[d] >= 0 ? json_integer(v.shape[d]) : json_null());
+        npuc_graph_node p;
+        int has_p = v.producer != NPUC_GRAPH_NONE && npuc_graph_get_node(g, v.producer, &p) == NPUC_OK;
+        err |= jset(e, "name", cli_json_str(v.name));
+        err |= jset(e, "producer", has_p ? cli_json_str(p.name) : json_null());
+        err |= jset(e, "consumers", json_integer((json_int_t)v.nconsumers));
+        err |= jset(e, "shape", shape);
+        err |= jset(e, "is_input", json_boolean(v.is_input));
+        err |= jset(e, "is_output", json_boolean(v.is_output));
+        err |= jset(e, "evidence", json_string(npuc_graph_evidence_name(v.evidence)));
+        err |= jset(e, "confidence", json_string(npuc_confidence_name(v.confidence)));
+        err |= jset(e, "why", cli_json_str(v.why));
+        err |= jappend(values, e);
+    }
+    err |= jset(o, "nodes", nodes);
+    err |= jset(o, "values", values);
+    if (err) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static void print_value_list(const npuc_graph *g, const size_t *v, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        npuc_graph_value x;
+        npuc_graph_get_value(g, v[k], &x);
+        printf("%s%s", k ? ", " : "", x.name);
+    }
+}
+
+/* `npuc info --graph`: one line per node, its weights below it, then the
+ * values with their producers and evidence. */
+static void print_graph(const npuc_graph *g, const npuc_model *m) {
+    printf("%s: %zu nodes, %zu values\n", npuc_model_path(m), npuc_graph_node_count(g), npuc_graph_value_count(g));
+    printf("\nnodes (op name (file op) <- inputs -> outputs [evidence, confidence: why]):\n");
+    for (size_t i = 0; i < npuc_graph_node_count(g); i++) {
+        npuc_graph_node n;
+        npuc_graph_get_node(g, i, &n);
+        printf("  %s %s", n.op, n.name);
+        if (n.source_op) printf(" (%s)", n.source_op);
+        printf(" <- ");
+        print_value_list(g, n.inputs, n.ninputs);
+        printf(" -> ");
+        print_value_list(g, n.outputs, n.noutputs);
+        printf(" [%s, %s: %s]\n", npuc_graph_evidence_name(n.evidence), npuc_confidence_name(n.confidence), n.why);
+        for (size_t k = 0; k < n.nweights; k++) printf("      %-16s %s\n", n.weights[k].role, n.weights[k].tensor);
+    }
+    printf("\nvalues (name <- producer, consumers [evidence, confidence: why]):\n");
+    for (size_t i = 0; i < npuc_graph_value_count(g); i++) {
+        npuc_graph_value v;
+        npuc_graph_get_value(g, i, &v);
+        npuc_graph_node p;
+        const char *prod = v.producer != NPUC_GRAPH_NONE && npuc_graph_get_node(g, v.producer, &p) == NPUC_OK
+                               ? p.name : "-";
+        printf("  %s <- %s, %zu consumer%s%s%s [%s, %s: %s]\n", v.name, prod, v.nconsumers,
+               v.nconsumers == 1 ? "" : "s", v.is_input ? ", model input" : "", v.is_output ? ", model output" : "",
+               npuc_graph_evidence_name(v.evidence), npuc_confidence_name(v.confidence), v.why);
+    }
 }
 
 /* ------------------------------------------------------------ command */
@@ -413,13 +546,28 @@ static void warn_guesses(npuc_model *m, const cli_args *a) {
 }
 
 
+enum { OPT_GRAPH = CLI_OPT_USER };
+
+static const cli_option OPTIONS[] = {
+    {"graph", 0, 0, OPT_GRAPH},
+    {NULL, 0, 0, 0},
+};
+
+static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
+    (void)a;
+    (void)arg;
+    if (id == OPT_GRAPH) *(int *)ud = 1;
+    return CLI_CONTINUE;
+}
+
 static int run(int argc, char **argv) {
     cli_args a;
+    int graph = 0;
     npuc_ctx *ctx = NULL;
     npuc_model *m = NULL;
     info s;
     memset(&s, 0, sizeof s);
-    int rc = cli_parse(&cli_cmd_info, argc, argv, CLI_OPT_JSON | CLI_OPT_LAYOUT, NULL, NULL, NULL,
+    int rc = cli_parse(&cli_cmd_info, argc, argv, CLI_OPT_JSON | CLI_OPT_LAYOUT, OPTIONS, on_opt, &graph,
                        1, 1, &a);
     if (rc != CLI_CONTINUE) goto done;
     if ((rc = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
@@ -429,8 +577,20 @@ static int run(int argc, char **argv) {
         rc = CLI_EXIT_FAIL;
         goto done;
     }
-    if (a.json) rc = cli_json_print(info_json(&s, &a));
-    else print_text(&s, &a);
+    s.ctx = ctx;
+    if (a.json) {
+        rc = cli_json_print(info_json(&s, &a));
+    } else if (graph) {
+        npuc_status st = npuc_model_read_graph(ctx, m);
+        if (st != NPUC_OK) {
+            cli_error("%s", npuc_ctx_errmsg(ctx));
+            rc = npuc_status_is_input_error(st) ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+            goto done;
+        }
+        print_graph(npuc_model_graph(m), m);
+    } else {
+        print_text(&s, &a);
+    }
     warn_guesses(m, &a);
 done:
     info_free(&s);

@@ -12,6 +12,8 @@
  * encoded tensor is decoded once.  Tensors attached to one channel set (a
  * bias, a BatchNorm, the next layer's input axis, where the file's own
  * evidence attaches them) must agree on its extent (npuc_model_check_consistency).
+ * With --deep, a Keras model_config must still describe the weights
+ * (npuc_model_check_graph: filters / units against each kernel).
  * NaN or Inf anywhere fails the check (exit 2);
  * subnormals are reported as a warning, since they are legal but slow on
  * some hardware and flush to zero on most accelerators.
@@ -32,10 +34,13 @@ static const char USAGE[] =
     "artifact's description is checked against its stored tensors; with --deep every\n"
     "encoded tensor is decoded and must be finite.  Tensors attached to one channel\n"
     "set (a bias, a BatchNorm, the next layer's input channels, where the file's\n"
-    "names or Keras model_config attach them) must have matching extents.\n"
+    "names or Keras model_config attach them) must have matching extents.  With\n"
+    "--deep, a Keras model_config must still describe the weights: each layer's\n"
+    "filters / units against its kernel (a malformed model_config is an error).\n"
     "\n"
     "Options:\n"
-    "      --deep               read all tensor data and check the values\n"
+    "      --deep               read all tensor data and check the values, and the\n"
+    "                           model_config against the weights\n"
     "      --json               print one JSON document (schema \"npuc.validate/1\")\n"
     "      --layout REGEX=NAME  layout override, as for 'npuc info' (repeatable)\n"
     "      --max-memory SIZE    decoding budget (default 256M; docs/artifact.md)\n"
@@ -237,6 +242,13 @@ static int run(int argc, char **argv) {
     /* Tensors attached to one channel set must agree on its extent (a
      * pruned conv with its BatchNorm left at the old size fails here). */
     if ((ast = npuc_model_check_consistency(ctx, m)) != NPUC_OK) {
+        rc = cli_fail(ctx, ast);
+        print_failure(&doc, ctx);
+        goto done;
+    }
+    /* A Keras configuration must still describe the weights (a structured
+     * prune that left "filters" at the old count fails here). */
+    if (deep && (ast = npuc_model_check_graph(ctx, m)) != NPUC_OK) {
         rc = cli_fail(ctx, ast);
         print_failure(&doc, ctx);
         goto done;

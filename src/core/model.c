@@ -292,6 +292,7 @@ void npuc_model_close(npuc_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n; i++) npuc_model_release(m, i);
     if (m->be && m->be->close) m->be->close(m);
+    if (m->graph && m->graph_free) m->graph_free(m->graph);
     for (size_t i = 0; i < m->n; i++) {
         free((char *)m->t[i].name);
         free((char *)m->t[i].group);

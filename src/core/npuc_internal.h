@@ -133,6 +133,11 @@ struct npuc_model {
 
     const npuc_backend *be;
     void *be_state;
+
+    /* The network graph (src/graph/graph_net.h), or NULL; freed on close
+     * through graph_free, so core needs no graph code. */
+    void *graph;
+    void (*graph_free)(void *graph);
 };
 
 npuc_model *npuc__model_new(const char *path, npuc_format fmt);

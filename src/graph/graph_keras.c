@@ -13,20 +13,18 @@
  * Sequential models have no inbound nodes: each layer consumes the previous
  * one.  A layer whose config holds a "layers" list is a nested model.
  *
- * Two readers grew up separately and keep their own rules (each pass
- * decides exactly as before):
- *   - the BatchNorm view (graph_keras_bn.c) reads nested models as scopes
- *     of their own, takes a node's references from its direct entries (or
- *     Keras 3 __keras_tensor__ objects), and rejects duplicate JSON keys;
- *   - the consumer view (npuc__graph_read_klayers, below) reads the
- *     top-level layers only, takes every [name, int, int] array or
- *     keras_history anywhere below inbound_nodes as a reference (at most 256
- *     per layer), and names a layer by config.name first.
+ * The consumer view structured pruning walks (npuc__graph_read_klayers,
+ * below) is the network graph that graph_kconfig.c, the one reader of the
+ * configuration, builds (npuc_model_read_graph), seen layer by layer.  The
+ * JSON vocabulary above still serves the BatchNorm view
+ * (graph_keras_bn.c) and the rewrite after folding (graph_keras_edit.c),
+ * which are to move onto the graph next (issue 28).
  */
 #include <string.h>
 #include <stdlib.h>
 
 #include "graph/graph_internal.h"
+#include "graph/graph_net.h"
 
 /* ------------------------------------------------------------ JSON vocabulary */
 
@@ -161,105 +159,84 @@ int npuc__kclass_weighted(const char *c) {
 
 /* ------------------------------------------------------------ the consumer view */
 
-/* Collects the layer names an inbound_nodes value refers to: Keras 2
- * [[["name", node, tensor, {}], ...]] and Keras 3 {"keras_history":
- * ["name", node, tensor]} anywhere inside. */
-static void refs_collect(const json_t *v, const char **names, size_t *n, size_t cap) {
-    if (json_is_array(v)) {
-        size_t sz = json_array_size(v);
-        if (sz >= 3 && json_is_string(json_array_get(v, 0)) && json_is_integer(json_array_get(v, 1)) &&
-            json_is_integer(json_array_get(v, 2))) {
-            if (*n < cap) names[(*n)++] = json_string_value(json_array_get(v, 0));
-            return;
-        }
-        for (size_t i = 0; i < sz; i++) refs_collect(json_array_get(v, i), names, n, cap);
-    } else if (json_is_object(v)) {
-        const json_t *h = json_object_get(v, "keras_history");
-        if (json_is_array(h) && json_is_string(json_array_get(h, 0))) {
-            if (*n < cap) names[(*n)++] = json_string_value(json_array_get(h, 0));
-            return;
-        }
-        const char *k;
-        json_t *e;
-        json_object_foreach((json_t *)v, k, e) refs_collect(e, names, n, cap);
-    }
-}
-
 int64_t npuc__graph_find_klayer(const npuc__graph *g, const char *name) {
     for (size_t i = 0; i < g->nkl; i++)
         if (strcmp(g->kl[i].name, name) == 0) return (int64_t)i;
     return -1;
 }
 
-/* A config it does not understand leaves g->topo = 0 (and consumers then
- * come from order or names), never an error. */
+/* The layer a graph node is a call of: its name up to a "#k" call suffix. */
+static int64_t klayer_of_node(const npuc__graph *g, const npuc__ng *ng, size_t node, char *buf, size_t n) {
+    const char *name = ng->nodes[node].name, *hash = strrchr(name, '#');
+    size_t len = hash && npuc__graph_all_digits(hash + 1) ? (size_t)(hash - name) : strlen(name);
+    if (len >= n) return -1;
+    memcpy(buf, name, len);
+    buf[len] = 0;
+    return npuc__graph_find_klayer(g, buf);
+}
+
+static npuc_status kl_add_out(npuc_ctx *ctx, npuc__klayer *pl, size_t consumer) {
+    if (pl->nout == pl->capout) {
+        size_t nc = pl->capout ? 2 * pl->capout : 4;
+        size_t *q = realloc(pl->out, nc * sizeof *q);
+        if (!q) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        pl->out = q;
+        pl->capout = nc;
+    }
+    pl->out[pl->nout++] = consumer;
+    return NPUC_OK;
+}
+
+/* The consumer view is the network graph (npuc_model_read_graph, whose
+ * Keras reader is graph_kconfig.c) seen layer by layer: one klayer per
+ * layer node (a shared layer's calls folded into one), its producers and
+ * consumers the layers of the nodes along its edges.  A configuration the
+ * reader refuses leaves g->topo = 0 (consumers then come from order or
+ * names), never an error but out of memory. */
 npuc_status npuc__graph_read_klayers(npuc_ctx *ctx, npuc__graph *g) {
-    const char *js = npuc_model_meta_get(g->m, "model_config");
-    if (!js || !g->keras) return NPUC_OK;
-    json_t *root = json_loads(js, 0, NULL);
-    if (!root) return NPUC_OK;
-    npuc_status st = NPUC_OK;
-    json_t *cfg = json_object_get(root, "config");
-    json_t *layers = json_is_array(cfg) ? cfg : json_object_get(cfg, "layers");
-    const char *cls = json_string_value(json_object_get(root, "class_name"));
-    const int sequential = cls && strcmp(cls, "Sequential") == 0;
-    size_t nl = json_array_size(layers);
-    const char **refs = NULL;
-    if (!json_is_array(layers) || nl == 0) goto done;
-    g->kl = calloc(nl, sizeof *g->kl);
-    refs = malloc(256 * sizeof *refs);
-    if (!g->kl || !refs) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-    for (size_t i = 0; i < nl; i++) {
-        json_t *L = json_array_get(layers, i), *lc = json_object_get(L, "config");
-        const char *name = json_string_value(json_object_get(lc, "name"));
-        if (!name) name = json_string_value(json_object_get(L, "name"));
-        const char *c = json_string_value(json_object_get(L, "class_name"));
-        if (!name || !c) goto done; /* not understood */
-        npuc__klayer *k = &g->kl[g->nkl++];
+    if (!npuc_model_meta_get(g->m, "model_config") || !g->keras) return NPUC_OK;
+    npuc_status st = npuc_model_read_graph(ctx, g->m);
+    if (st == NPUC_ERR_NOMEM) return st;
+    if (st != NPUC_OK) return NPUC_OK; /* not understood */
+    const npuc__ng *ng = npuc_model_graph(g->m);
+    char name[640];
+    g->kl = calloc(ng->nnodes ? ng->nnodes : 1, sizeof *g->kl);
+    int64_t *kof = malloc((ng->nnodes ? ng->nnodes : 1) * sizeof *kof);
+    if (!g->kl || !kof) { free(kof); return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); }
+    for (size_t i = 0; i < ng->nnodes; i++) { /* call 0 of each layer, in list order */
+        const npuc__ng_node *n = &ng->nodes[i];
+        kof[i] = klayer_of_node(g, ng, i, name, sizeof name);
+        if (kof[i] >= 0) continue;
+        npuc__klayer *k = &g->kl[g->nkl];
         k->name = npuc__strdup(name);
-        k->cls = npuc__strdup(c);
-        if (!k->name || !k->cls) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-        json_t *gr = json_object_get(lc, "groups");
-        k->groups = json_is_integer(gr) ? (long)json_integer_value(gr) : 1;
+        k->cls = npuc__strdup(n->source_op ? n->source_op : n->op);
+        if (!k->name || !k->cls) {
+            free(k->name);
+            free(k->cls);
+            free(kof);
+            return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+        const char *gr = npuc__ng_attr(ng, i, "groups");
+        k->groups = gr ? strtol(gr, NULL, 10) : 1;
         k->mod = npuc__find_mod(g, name);
+        kof[i] = (int64_t)g->nkl++;
     }
-    for (size_t i = 0; i < g->nkl; i++) {
-        size_t nr = 0;
-        if (sequential) {
-            if (i > 0) refs[nr++] = g->kl[i - 1].name;
-        } else {
-            refs_collect(json_object_get(json_array_get(layers, i), "inbound_nodes"), refs, &nr, 256);
+    for (size_t i = 0; i < ng->nnodes && st == NPUC_OK; i++) {
+        const npuc__ng_node *n = &ng->nodes[i];
+        npuc__klayer *k = &g->kl[kof[i]];
+        size_t *q = realloc(k->in, (k->nin + n->nin + 1) * sizeof *q);
+        if (!q) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); break; }
+        k->in = q;
+        for (size_t r = 0; r < n->nin && st == NPUC_OK; r++) {
+            size_t p = ng->vals[n->in[r]].prod;
+            if (p == NPUC_GRAPH_NONE) continue;
+            k->in[k->nin++] = (size_t)kof[p];
+            st = kl_add_out(ctx, &g->kl[kof[p]], (size_t)kof[i]);
         }
-        npuc__klayer *k = &g->kl[i];
-        k->in = calloc(nr ? nr : 1, sizeof *k->in);
-        if (!k->in) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-        for (size_t r = 0; r < nr; r++) {
-            int64_t p = npuc__graph_find_klayer(g, refs[r]);
-            if (p < 0) continue;
-            k->in[k->nin++] = (size_t)p;
-            npuc__klayer *pl = &g->kl[p];
-            if (pl->nout == pl->capout) {
-                size_t nc = pl->capout ? 2 * pl->capout : 4;
-                size_t *q = realloc(pl->out, nc * sizeof *q);
-                if (!q) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
-                pl->out = q;
-                pl->capout = nc;
-            }
-            pl->out[pl->nout++] = i;
-        }
+        for (size_t o = 0; o < n->nout; o++)
+            if (ng->vals[n->out[o]].is_output) k->is_output = 1;
     }
-    if (sequential) g->kl[g->nkl - 1].is_output = 1;
-    else {
-        size_t nr = 0;
-        refs_collect(json_object_get(json_is_object(cfg) ? cfg : root, "output_layers"), refs, &nr, 256);
-        for (size_t r = 0; r < nr; r++) {
-            int64_t p = npuc__graph_find_klayer(g, refs[r]);
-            if (p >= 0) g->kl[p].is_output = 1;
-        }
-    }
-    g->topo = 1;
-done:
-    free(refs);
-    json_decref(root);
+    free(kof);
+    if (st == NPUC_OK) g->topo = g->nkl > 0;
     return st;
 }

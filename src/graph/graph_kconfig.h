@@ -1,0 +1,28 @@
+/*
+ * graph_kconfig.h - the one reader of a Keras model configuration into the
+ * network graph (graph_kconfig.c has the format and the rules).
+ */
+#ifndef NPUC_GRAPH_KCONFIG_H
+#define NPUC_GRAPH_KCONFIG_H
+
+#include "graph/graph_net.h"
+
+#define NPUC_KC_MAX_TEXT ((size_t)16 << 20) /* bytes of JSON (the largest Keras application's is ~3 MiB) */
+#define NPUC_KC_MAX_LAYERS 65536            /* layers and layer calls */
+#define NPUC_KC_MAX_SCOPE_DEPTH 32          /* models inside models */
+#define NPUC_KC_MAX_REFS 4096               /* tensors one call reads */
+#define NPUC_KC_MAX_EDGES ((size_t)1 << 22) /* references in all */
+
+/* Parses the configuration text[0..len) into a new graph (*out, the
+ * caller's).  label starts every message ("model.h5: model_config").
+ * NPUC_ERR_FORMAT with one line for malformed or hostile text: not JSON,
+ * a duplicate key, no layer list, a layer listed twice, a reference to a
+ * layer or call that does not exist, a layer consuming itself, a cycle,
+ * nesting or sizes beyond the limits above; NPUC_ERR_NOMEM. */
+npuc_status npuc__kconfig_parse(npuc_ctx *ctx, const char *label, const char *text, size_t len, npuc__ng **out);
+
+/* The format-neutral op of a Keras class ("Conv2D" -> "Conv"); the class
+ * itself when the table does not know it. */
+const char *npuc__kconfig_op(const char *cls);
+
+#endif
