@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench_kquant_llama.py - `npuc convert --gguf-type q4_k|q6_k` against llama.cpp's
-`llama-quantize --pure` on the same llama-architecture float32 GGUF (hyperparameters, no
+`llama-quantize --pure` (npuc: --gguf-pure) on the same llama-architecture float32 GGUF (hyperparameters, no
 vocabulary; built here), 2 threads each, both outputs fsynced (npuc fsyncs its own):
 checks that every tensor's type and bytes are the same in both files, then prints the
 medians of REPS alternating runs.  Prints only what it measured.
@@ -85,7 +85,7 @@ def main():
             os.close(fd)
             a.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            subprocess.run([npuc, "convert", src, "-o", no, "--gguf-type", t, "-f", "-q"], check=True, env=env)
+            subprocess.run([npuc, "convert", src, "-o", no, "--gguf-type", t, "--gguf-pure", "-f", "-q"], check=True, env=env)
             b.append(time.perf_counter() - t0)
         n, nbytes = same_tensors(lo, no)
         ma, mb = statistics.median(a), statistics.median(b)

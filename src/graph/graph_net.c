@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strmap.h"
 #include "graph/graph_net.h"
 
 /* ------------------------------------------------------------ memory */
@@ -30,11 +31,7 @@ npuc__ng *npuc__ng_new(void) {
 
 /* ------------------------------------------------------------ name indexes */
 
-uint64_t npuc__ng_hash(const char *s) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
+uint64_t npuc__ng_hash(const char *s) { return npuc__fnv1a64(s); }
 
 static const char *node_name_at(const npuc__ng *g, size_t i) { return g->nodes[i].name; }
 static const char *value_name_at(const npuc__ng *g, size_t i) { return g->vals[i].name; }
