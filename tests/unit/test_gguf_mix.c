@@ -177,7 +177,7 @@ static void check_rows(const spec *sp, const row *rows, size_t nrows) {
         const row *w = &rows[r];
         build(&M, sp);
         assert_int_equal(plan(&M, w->mix, npuc__gguf_mix_base(w->mix), NULL), NPUC_OK);
-        char n[64], lay[32];
+        char n[64], lay[48];
         if (!sp->tied) is(&M, "output.weight", w->out, 0, "output", NULL);
         is(&M, "token_embd.weight", w->embd, 0, "token_embd", NULL);
         is(&M, "output_norm.weight", "f", 0, "rank 1", NULL);

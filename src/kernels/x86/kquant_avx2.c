@@ -164,46 +164,61 @@ AVX2 static __m256 load_signed_amax8(const float *x, __m256i idx, int n, __m256 
  * sequence, accepting under its mask).  Groups of n <= 32 at x + n*j,
  * weights qw + n*j (or x^2 when qw is NULL). */
 AVX2 static void qx8(int n, int nmax, const float *x, int8_t *L, float *scales, const float *qw) {
-    __m256 xt[32], wt[32];
+    __m256 xt[32], wt[32], wx[32];
     __m256i Lt[32];
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n));
     const __m256 vzero = _mm256_setzero_ps();
     const __m256i vlo = _mm256_set1_epi32(-nmax), vhi = _mm256_set1_epi32(nmax - 1), vn = _mm256_set1_epi32(nmax);
     __m256 max;
     const __m256 dead = load_signed_amax8(x, idx, n, xt, &max);
-    for (int i = 0; i < n; ++i) wt[i] = qw ? _mm256_i32gather_ps(qw + i, idx, 4) : _mm256_mul_ps(xt[i], xt[i]);
+    for (int i = 0; i < n; ++i) {
+        wt[i] = qw ? _mm256_i32gather_ps(qw + i, idx, 4) : _mm256_mul_ps(xt[i], xt[i]);
+        wx[i] = _mm256_mul_ps(wt[i], xt[i]); /* the reference's w*x, then * l */
+    }
     const __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)(-nmax)), max);
     __m256 slx = vzero, sl2 = vzero;
     for (int i = 0; i < n; ++i) {
         const __m256i l = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(iscale, xt[i]))));
         Lt[i] = _mm256_add_epi32(l, vn);
         const __m256 lf = _mm256_cvtepi32_ps(l);
-        slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_mul_ps(wt[i], xt[i]), lf));
+        slx = _mm256_add_ps(slx, _mm256_mul_ps(wx[i], lf));
         sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], lf), lf));
     }
     __m256 scale = _mm256_blendv_ps(_mm256_div_ps(slx, sl2), vzero, _mm256_cmp_ps(sl2, vzero, _CMP_EQ_OQ));
     __m256 best = _mm256_mul_ps(scale, slx);
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        const float num = -((float)nmax + 0.1f * (float)is);
-        const __m256 isc = _mm256_div_ps(_mm256_set1_ps(num), max);
-        __m256i la[32];
-        slx = vzero;
-        sl2 = vzero;
+    /* The 18 candidates -9..-1, 1..9 two at a time: both candidates' sums
+     * in one loop (four independent chains instead of two: the loop is
+     * bound by the adds' latency), then the reference's accept-if-better
+     * decisions in candidate order, so the result is the one-at-a-time
+     * search's bit for bit. */
+    static const signed char PAIRS[9][2] = {{-9, -8}, {-7, -6}, {-5, -4}, {-3, -2}, {-1, 1},
+                                            {2, 3},   {4, 5},   {6, 7},   {8, 9}};
+    for (int p = 0; p < 9; ++p) {
+        __m256i la[2][32];
+        __m256 sx[2] = {vzero, vzero}, s2[2] = {vzero, vzero};
+        __m256 isc[2];
+        for (int c = 0; c < 2; ++c)
+            isc[c] = _mm256_div_ps(_mm256_set1_ps(-((float)nmax + 0.1f * (float)PAIRS[p][c])), max);
         for (int i = 0; i < n; ++i) {
-            la[i] = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(isc, xt[i]))));
-            const __m256 lf = _mm256_cvtepi32_ps(la[i]);
-            slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_mul_ps(wt[i], xt[i]), lf));
-            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wt[i], lf), lf));
+            la[0][i] = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(isc[0], xt[i]))));
+            la[1][i] = _mm256_max_epi32(vlo, _mm256_min_epi32(vhi, nearest8(_mm256_mul_ps(isc[1], xt[i]))));
+            const __m256 l0 = _mm256_cvtepi32_ps(la[0][i]), l1 = _mm256_cvtepi32_ps(la[1][i]);
+            sx[0] = _mm256_add_ps(sx[0], _mm256_mul_ps(wx[i], l0));
+            sx[1] = _mm256_add_ps(sx[1], _mm256_mul_ps(wx[i], l1));
+            s2[0] = _mm256_add_ps(s2[0], _mm256_mul_ps(_mm256_mul_ps(wt[i], l0), l0));
+            s2[1] = _mm256_add_ps(s2[1], _mm256_mul_ps(_mm256_mul_ps(wt[i], l1), l1));
         }
-        const __m256 acc = _mm256_and_ps(_mm256_cmp_ps(sl2, vzero, _CMP_GT_OQ),
-                                         _mm256_cmp_ps(_mm256_mul_ps(slx, slx), _mm256_mul_ps(best, sl2), _CMP_GT_OQ));
-        if (_mm256_movemask_ps(acc) == 0) continue;
-        const __m256 ns = _mm256_div_ps(slx, sl2);
-        scale = _mm256_blendv_ps(scale, ns, acc);
-        best = _mm256_blendv_ps(best, _mm256_mul_ps(ns, slx), acc);
-        const __m256i acci = _mm256_castps_si256(acc);
-        for (int i = 0; i < n; ++i) Lt[i] = _mm256_blendv_epi8(Lt[i], _mm256_add_epi32(la[i], vn), acci);
+        for (int c = 0; c < 2; ++c) {
+            const __m256 acc = _mm256_and_ps(_mm256_cmp_ps(s2[c], vzero, _CMP_GT_OQ),
+                                             _mm256_cmp_ps(_mm256_mul_ps(sx[c], sx[c]), _mm256_mul_ps(best, s2[c]),
+                                                           _CMP_GT_OQ));
+            if (_mm256_movemask_ps(acc) == 0) continue;
+            const __m256 ns = _mm256_div_ps(sx[c], s2[c]);
+            scale = _mm256_blendv_ps(scale, ns, acc);
+            best = _mm256_blendv_ps(best, _mm256_mul_ps(ns, sx[c]), acc);
+            const __m256i acci = _mm256_castps_si256(acc);
+            for (int i = 0; i < n; ++i) Lt[i] = _mm256_blendv_epi8(Lt[i], _mm256_add_epi32(la[c][i], vn), acci);
+        }
     }
     scale = _mm256_blendv_ps(scale, vzero, dead);
     _mm256_storeu_ps(scales, scale);
