@@ -138,6 +138,9 @@ typedef struct cli_args {
     const char *deflate;  /* --deflate N (checked), or NULL */
     uint64_t max_shard_size; /* --max-shard-size SIZE in bytes (checked), or 0 */
     const char *ckpt_format;  /* --format npuc|compressed-tensors (checked), or NULL */
+    const char *gguf_type;    /* --gguf-type TYPE for GGUF outputs (checked), or NULL */
+    int gguf_pure;            /* --gguf-pure */
+    const char *imatrix;      /* --imatrix FILE for GGUF outputs (checked), or NULL */
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
     npuc_policy policy;   /* CLI_OPT_POLICY flags, else the defaults */

@@ -84,6 +84,11 @@ static void pass_help(const cli_command *c, FILE *f) {
                          "(default: keep the input's sharding; docs/checkpoints.md)");
             print_option(f, 0, "format", "NAME", "checkpoint outputs: npuc (default) or compressed-tensors\n"
                          "(vLLM/transformers layout; docs/compressed-tensors.md)");
+            print_option(f, 0, "gguf-type", "TYPE", "GGUF outputs: the type of float tensors of rank >= 2 (f16 default;\n"
+                         "q8_0 .. q5_1, q3_k, q4_k, q5_k, or a llama.cpp mix: docs/gguf.md)");
+            print_option(f, 0, "gguf-pure", NULL, "GGUF outputs: one type for every tensor, no mix rules");
+            print_option(f, 0, "imatrix", "FILE", "GGUF outputs: llama.cpp importance matrix for the weighted\n"
+                         "quantizers (docs/gguf.md)");
             print_option(f, 'f', "force", NULL, "overwrite OUT");
             print_option(f, 0, "json", NULL, p->json_help);
             print_option(f, 0, "report", "FILE", "also write the results to FILE (.txt, .json, .csv, .md or .html;\n"

@@ -50,6 +50,13 @@ OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/i1.g
     --imatrix "$T/imp.dat"
 cmp "$T/i1.gguf" "$T/i_q4_k.gguf" || fail "--imatrix: 1 thread differs from 2"
 
+# A pass writes GGUF K-quants too: the pruned weights as Q4_K, byte-identical
+# to ggml's quantization of the same pass's safetensors output.
+expect_rc 0 "$NPUC_BIN" prune --sparsity 0.5 "$T/m.safetensors" -o "$T/pr.safetensors"
+expect_rc 0 "$NPUC_BIN" prune --sparsity 0.5 "$T/m.safetensors" -o "$T/pr.gguf" --gguf-type q4_k
+K check "$NPUC_GGML_LIB" "$T/pr.safetensors" "$T/pr.gguf" q4_k
+expect_rc 2 "$NPUC_BIN" prune --sparsity 0.5 "$T/m.safetensors" -o "$T/x.gguf" --gguf-type q9_k
+
 # Thread count and the forced reference kernels do not change a byte.
 for ty in q4_k q6_k; do
     OMP_NUM_THREADS=1 expect_rc 0 "$NPUC_BIN" convert "$T/m.safetensors" -o "$T/t1_$ty.gguf" --gguf-type "$ty" $(pure "$ty")
