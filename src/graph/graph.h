@@ -345,4 +345,12 @@ char *npuc__graph_bias_name(const char *w);
 char *npuc__graph_keras_fold(const char *json, const char *const *bns, const char *const *convs, size_t n,
                              int *err);
 
+/* The Keras model_config `json` with each layer's filters / units set from
+ * its kernel among the output tensors t[0..n) (Conv*D and SeparableConv*D:
+ * the kernel's last axis, Conv*DTranspose: the one before, Dense: the
+ * last), so the configuration follows structurally pruned weights; NULL
+ * when nothing changed or the JSON is not understood (*err 0), or on
+ * failure (*err 1).  *nchanged: the fields set. */
+char *npuc__graph_keras_sync_widths(const char *json, const npuc_tensor_info *t, size_t n, int *nchanged, int *err);
+
 #endif

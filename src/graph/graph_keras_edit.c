@@ -141,3 +141,76 @@ char *npuc__graph_keras_fold(const char *json, const char *const *bns, const cha
     json_decref(root);
     return out;
 }
+
+/* ------------------------------------------------ widths after structured pruning */
+
+/* The kernel of layer `name` among the output tensors t[0..n) whose leaf
+ * (":0" aside) is `leaf`, or NULL. */
+static const npuc_tensor_info *kernel_of(const npuc_tensor_info *t, size_t n, const char *name, const char *leaf) {
+    for (size_t k = 0; k < n; k++) {
+        const char *lf = npuc__graph_leaf(t[k].name);
+        size_t ll = strlen(lf), want = strlen(leaf);
+        if (ll >= 2 && lf[ll - 2] == ':') ll -= 2;
+        if (ll != want || memcmp(lf, leaf, want) != 0 || lf == t[k].name) continue;
+        char dir[512];
+        const size_t dl = (size_t)(lf - t[k].name) - 1;
+        if (dl >= sizeof dir) continue;
+        memcpy(dir, t[k].name, dl);
+        dir[dl] = 0;
+        if (npuc__graph_names_layer(dir, name)) return &t[k];
+    }
+    return NULL;
+}
+
+static int sync_scope(json_t *model, const npuc_tensor_info *t, size_t n, int depth, int *changed) {
+    int sequential;
+    json_t *layers = npuc__kjson_scope_layers(model, &sequential);
+    if (!layers || depth > 32) return 0;
+    size_t i;
+    json_t *l;
+    json_array_foreach(layers, i, l) {
+        int s;
+        json_t *cfg = json_object_get(l, "config");
+        if (!json_is_object(cfg)) continue;
+        if (npuc__kjson_scope_layers(l, &s)) {
+            if (sync_scope(l, t, n, depth + 1, changed) != 0) return -1;
+            continue;
+        }
+        const char *cls = npuc__kjson_layer_class(l), *name = npuc__kjson_layer_name(l);
+        if (!cls || !name) continue;
+        /* Keras kernels: Conv*D [..., in, filters], Conv*DTranspose
+         * [..., filters, in], SeparableConv*D's pointwise [1, 1, in,
+         * filters], Dense [in, units]. */
+        const char *field = "filters", *leaf = "kernel";
+        int from_end = 1;
+        if (!strcmp(cls, "Dense")) field = "units";
+        else if (!strcmp(cls, "Conv1DTranspose") || !strcmp(cls, "Conv2DTranspose") || !strcmp(cls, "Conv3DTranspose"))
+            from_end = 2;
+        else if (!strcmp(cls, "SeparableConv1D") || !strcmp(cls, "SeparableConv2D")) leaf = "pointwise_kernel";
+        else if (strcmp(cls, "Conv1D") != 0 && strcmp(cls, "Conv2D") != 0 && strcmp(cls, "Conv3D") != 0) continue;
+        const npuc_tensor_info *k = kernel_of(t, n, name, leaf);
+        json_t *v = json_object_get(cfg, field);
+        if (!k || !npuc_dtype_is_float(k->dtype) || k->rank < 2 || !json_is_integer(v)) continue;
+        const json_int_t want = (json_int_t)k->shape[k->rank - from_end];
+        if (json_integer_value(v) == want) continue;
+        if (json_object_set_new(cfg, field, json_integer(want)) != 0) return -1;
+        (*changed)++;
+    }
+    return 0;
+}
+
+char *npuc__graph_keras_sync_widths(const char *json, const npuc_tensor_info *t, size_t n, int *nchanged, int *err) {
+    *err = 0;
+    *nchanged = 0;
+    if (!json) return NULL;
+    json_error_t e;
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &e);
+    if (!root) return NULL;
+    char *out = NULL;
+    if (json_is_object(root)) {
+        if (sync_scope(root, t, n, 0, nchanged) != 0) *err = 1;
+        else if (*nchanged && !(out = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)))) *err = 1;
+    }
+    json_decref(root);
+    return out;
+}

@@ -636,6 +636,18 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
     if ((st = npuc__drive_open(dr, NULL, NULL)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
         if ((st = npuc__drive_declare(dr, &newt[i])) != NPUC_OK) goto fail;
+    /* A Keras model_config follows the weights: filters / units of every
+     * layer whose kernel shrank (docs/fold-bn.md's config rewrite is the
+     * other edit); `npuc validate --deep` checks the result. */
+    const char *cfg = npuc_model_meta_get(m, "model_config");
+    if (dr->w && cfg) {
+        int nset = 0, err = 0;
+        char *nc = npuc__graph_keras_sync_widths(cfg, newt, n, &nset, &err);
+        if (err) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        else if (nc) st = npuc_writer_meta(dr->w, "model_config", nc);
+        free(nc);
+        if (st != NPUC_OK) goto fail;
+    }
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
