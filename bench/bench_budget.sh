@@ -13,22 +13,15 @@ npuc=${1:?usage: bench_budget.sh NPUC [TENSORS [ROWS [COLS [REPS]]]]}
 n=${2:-16} rows=${3:-1024} cols=${4:-1024} reps=${5:-3}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir" /dev/shm/bench_budget.*.safetensors' EXIT
-/usr/bin/python3 - "$dir/m.safetensors" "$n" "$rows" "$cols" <<'PY'
-import json, struct, sys
+/usr/bin/python3 - "$dir/m.safetensors" "$n" "$rows" "$cols" "$(dirname "$0")/../tests/cli/lib" <<'PY'
+import sys
 import numpy as np
+sys.path.insert(0, sys.argv[5])
+import io_models  # the tests' safetensors writer
 path, n, r, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = np.random.default_rng(3)
-hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-for i in range(n):
-    a = (rng.standard_t(4, (r, c)) * 0.02 * (1 + i % 4)).astype("<f4")
-    b = a.tobytes()
-    hdr[f"layers.{i}.weight"] = {"dtype": "F32", "shape": [r, c], "data_offsets": [off, off + len(b)]}
-    off += len(b)
-    blobs.append(b)
-h = json.dumps(hdr).encode()
-h += b" " * (-len(h) % 8)
-with open(path, "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+io_models.write(path, [(f"layers.{i}.weight", (rng.standard_t(4, (r, c)) * 0.02 * (1 + i % 4)).astype(np.float32))
+                       for i in range(n)], {"format": "pt"})
 PY
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); awk -v a="$s" -v b="$e" 'BEGIN {printf "%.3f\n", b - a}'; }
 u=() b=()
