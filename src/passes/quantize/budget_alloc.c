@@ -17,6 +17,7 @@
  * else in the file.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,88 @@ typedef struct measured {
     size_t n;
 } measured;
 
+/* Without calibration data, the candidates of one tensor are measured side
+ * by side, one per thread (each with a context of its own on one thread):
+ * npuc_quantize_tensor on a small tensor spends more in its parallel
+ * region's start and barriers than in work, and its codes do not depend on
+ * the thread count, so the figures are those of the serial loop.  The
+ * results are collected in candidate order; the first failure (lowest
+ * candidate) is reported. */
+static npuc_status measure_parallel(npuc_ctx *ctx, const npuc_tensor_info *t, const float *x,
+                                    const npuc_quant_params *cand, size_t nc, int nth, measured *out) {
+    double *dist = calloc(nc, sizeof *dist);
+    uint64_t *bytes = calloc(nc, sizeof *bytes);
+    npuc_status *sts = calloc(nc, sizeof *sts);
+    unsigned char *ok = calloc(nc, 1);
+    char (*msg)[256] = calloc(nc, sizeof *msg);
+    npuc_status st = NPUC_OK;
+    if (!dist || !bytes || !sts || !ok || !msg) {
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+#pragma omp parallel num_threads(nth)
+    {
+        npuc_ctx *tc = NULL;
+        if (npuc_ctx_new(&tc) == NPUC_OK) npuc_ctx_set_threads(tc, 1);
+        uint8_t *codes = malloc(t->numel ? (size_t)t->numel : 1);
+        float *sc = NULL;
+        int32_t *zp = NULL;
+        uint64_t cap = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (long k = 0; k < (long)nc; k++) {
+            npuc_quant_shape qs;
+            if (!tc || !codes) {
+                sts[k] = NPUC_ERR_NOMEM;
+                snprintf(msg[k], sizeof msg[k], "out of memory");
+                continue;
+            }
+            if (npuc_quant_shape_of(tc, t, &cand[k], &qs) != NPUC_OK) { /* not for this tensor */
+                npuc_ctx_clear(tc);
+                continue;
+            }
+            if (qs.nscales > cap) {
+                free(sc);
+                free(zp);
+                cap = qs.nscales;
+                sc = malloc(cap * sizeof *sc);
+                zp = malloc(cap * sizeof *zp);
+            }
+            npuc_error_stats e;
+            npuc_status r = sc && zp ? npuc_quantize_tensor(tc, t, x, &cand[k], codes, sc, zp, NULL, &e)
+                                     : NPUC_ERR_NOMEM;
+            if (r != NPUC_OK) {
+                sts[k] = r;
+                snprintf(msg[k], sizeof msg[k], "%s", sc && zp ? npuc_ctx_errmsg(tc) : "out of memory");
+                continue;
+            }
+            const double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
+            dist[k] = isfinite(d) ? d : 0.0;
+            bytes[k] = scheme_bytes(t, &cand[k], &qs);
+            ok[k] = 1;
+        }
+        free(codes);
+        free(sc);
+        free(zp);
+        npuc_ctx_free(tc);
+    }
+    for (size_t k = 0; k < nc; k++) {
+        if (sts[k] != NPUC_OK) {
+            st = npuc_fail(ctx, sts[k], "%s", msg[k]);
+            goto done;
+        }
+        if (!ok[k]) continue;
+        out->c[out->n] = (npuc__bchoice){bytes[k], dist[k]};
+        out->cand[out->n++] = k;
+    }
+done:
+    free(dist);
+    free(bytes);
+    free(sts);
+    free(ok);
+    free(msg);
+    return st;
+}
+
 /* Measures every candidate on tensor i: the relative squared output error
  * over the calibration data when cal has W.input or W.hessian for it, else
  * the relative squared weight error.  *used_out says which. */
@@ -166,10 +249,18 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
     out->cand = malloc(nc * sizeof *out->cand);
     out->n = 0;
     if (!out->c || !out->cand) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    uint8_t *codes = npuc__scratch(s_codes, t->numel);
     const int oe = cal && npuc_calib_has(cal, t->name) == 1 && t->layout != NPUC_LAYOUT_NONE;
-    float *deq = oe ? npuc__scratch(s_deq, t->numel * sizeof(float)) : NULL;
     *used_out = 0;
+    const int nth = npuc_ctx_threads(ctx) > 0 ? npuc_ctx_threads(ctx) : omp_get_max_threads();
+    if (!oe && nth > 1 && nc > 1) {
+        st = measure_parallel(ctx, t, x, cand, nc, nth, out);
+        if (st != NPUC_OK) return npuc__prefix_path(ctx, st, npuc_model_path(m));
+        npuc_model_release(m, i);
+        npuc_ctx_clear(ctx);
+        return NPUC_OK;
+    }
+    uint8_t *codes = npuc__scratch(s_codes, t->numel);
+    float *deq = oe ? npuc__scratch(s_deq, t->numel * sizeof(float)) : NULL;
     if (!codes || (oe && !deq)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
     for (size_t k = 0; k < nc; k++) {
         npuc_quant_shape qs;
