@@ -246,19 +246,18 @@ static const char *tname(int id) {
     return t ? t->name : "?";
 }
 
-/* The fallback of llama.cpp's tensor_type_fallback for the K types. */
-static int k_fallback(int id) {
+static int is_k(int id) { return id >= NPUC__GGML_Q2_K && id <= NPUC__GGML_Q6_K; }
+
+int npuc__gguf_k_fallback(int id, int64_t row) {
+    if (!is_k(id) || row % 256 == 0) return id;
+    if (row % 32 != 0) return NPUC__GGML_F16;
     switch (id) {
-    case NPUC__GGML_Q2_K:
-    case NPUC__GGML_Q3_K: return NPUC__GGML_Q4_0;
     case NPUC__GGML_Q4_K: return NPUC__GGML_Q5_0;
     case NPUC__GGML_Q5_K: return NPUC__GGML_Q5_1;
     case NPUC__GGML_Q6_K: return NPUC__GGML_Q8_0;
-    default: return -1;
+    default: return NPUC__GGML_Q4_0; /* Q2_K, Q3_K: IQ4_NL in llama.cpp, which npuc does not write */
     }
 }
-
-static int is_k(int id) { return id >= NPUC__GGML_Q2_K && id <= NPUC__GGML_Q6_K; }
 
 /* Appends a formatted piece to reason. */
 static void add(char *r, size_t cap, const char *fmt, const char *a, long x, long y) {
@@ -335,8 +334,7 @@ int npuc__gguf_mix_choose(npuc__gguf_mix_state *s, int mix, int base, const char
     /* Step 4: rows the type's block does not divide. */
     const int chosen = c.cur;
     if (is_k(chosen) && c.ne0 % 256 != 0) {
-        c.cur = k_fallback(chosen);
-        if (c.ne0 % 32 != 0) c.cur = NPUC__GGML_F16;
+        c.cur = npuc__gguf_k_fallback(chosen, c.ne0);
         snprintf(reason, cap, "%s: %s (%s); fallback: ne[0] %lld is not a multiple of 256", tname(c.cur), why,
                  tname(chosen), (long long)c.ne0);
         return c.cur;

@@ -97,4 +97,12 @@ npuc_status npuc__gguf_plan(npuc_ctx *ctx, const char *path, int mix, int base, 
                             const npuc_tensor_info *t, size_t n, int *types,
                             char (*reasons)[NPUC__GGUF_REASON_MAX]);
 
+/* llama-quantize's type for a K type `id` whose rows (GGUF ne[0]) hold
+ * `row` values (tensor_type_fallback): id itself when 256 divides row, else
+ * Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0 (IQ4_NL
+ * there, which npuc does not write), and F16 when 32 does not divide row
+ * either.  Any other type comes back as it is.  The one table of it: the
+ * mixes (gguf_mix.c) and the writer's single types (gguf_writer.c) use it. */
+int npuc__gguf_k_fallback(int id, int64_t row);
+
 #endif

@@ -229,18 +229,13 @@ static int plan_type(npuc_writer *w, const npuc_tensor_info *t, int want, size_t
     }
     const int64_t row = t->shape[t->rank - 1];
     if (npuc__gguf_is_ktype(want) && row % g->blck != 0) {
-        /* llama-quantize's fallback (llama_tensor_get_type), IQ4_NL -> Q4_0. */
-        const int fb = want == NPUC__GGML_Q4_K   ? NPUC__GGML_Q5_0
-                       : want == NPUC__GGML_Q5_K ? NPUC__GGML_Q5_1
-                       : want == NPUC__GGML_Q6_K ? NPUC__GGML_Q8_0
-                                                 : NPUC__GGML_Q4_0;
-        const int to = row % 32 == 0 ? fb : NPUC__GGML_F16;
+        const int to = npuc__gguf_k_fallback(want, row);
         npuc__ctx_warn(w->ctx,
                        "%s: tensor '%s': written as %s, not %s: its rows (GGUF ne[0] = %lld) are not a multiple "
                        "of 256 (llama-quantize's fallback%s)",
                        w->path, t->name, npuc__ggml_type_by_id((uint32_t)to)->name, g->name, (long long)row,
                        to == NPUC__GGML_F16 ? ", rows not a multiple of 32 either"
-                       : fb == NPUC__GGML_Q4_0 ? ", which is IQ4_NL there; npuc writes the nearest type it has"
+                       : to == NPUC__GGML_Q4_0 ? ", which is IQ4_NL there; npuc writes the nearest type it has"
                                                : "");
         return to;
     }
