@@ -416,28 +416,48 @@ static void test_progress_pieces(void **state) {
     }
 }
 
+/* Stops (how 0) or kills (how 1) the child at its first progress message.
+ * The child may have read every piece before that message reaches us (a
+ * 64 MiB read from the page cache is quick): then the read succeeds with all
+ * four reports, which says nothing about the path under test, and we try
+ * again.  Returns 1 once the interruption hit, 0 if the child always won. */
+static int interrupted_read(int how) {
+    for (int attempt = 0; attempt < 25; attempt++) {
+        npuc_model *m = open_mode(big_file(), 0);
+        pid_t pid = npuc__h5_worker_pid(m);
+        seen s = {0};
+        if (how == 0) s.stop = pid;
+        else s.kill = pid;
+        if (how == 0) setenv("NPUC_H5_TIMEOUT", "1", 1);
+        npuc_status st = read_big(m, &s);
+        unsetenv("NPUC_H5_TIMEOUT");
+        if (st == NPUC_OK) {
+            /* Only a race lost may succeed: every piece reported in order. */
+            assert_false(s.bad);
+            assert_int_equal(s.n, 4);
+            if (how == 0) kill(pid, SIGCONT);
+            npuc_model_close(m);
+            continue;
+        }
+        assert_int_equal(st, NPUC_ERR_FORMAT);
+        const char *want = how == 0 ? "did not finish within 1 s" : "signal 9 in the contained reader";
+        if (!strstr(npuc_ctx_errmsg(g_ctx), want)) fail_msg("%s", npuc_ctx_errmsg(g_ctx));
+        assert_false(s.bad);
+        assert_true(s.n >= 1 && s.n <= 4);
+        assert_gone(pid);
+        npuc_model_close(m);
+        return 1;
+    }
+    return 0;
+}
+
 static void test_progress_child_dies(void **state) {
     (void)state;
-    /* Stopped after its first piece: the tensor's wall time still ends it. */
-    npuc_model *m = open_mode(big_file(), 0);
-    pid_t pid = npuc__h5_worker_pid(m);
-    seen s = {.stop = pid};
-    setenv("NPUC_H5_TIMEOUT", "1", 1);
-    assert_int_equal(read_big(m, &s), NPUC_ERR_FORMAT);
-    unsetenv("NPUC_H5_TIMEOUT");
-    assert_non_null(strstr(npuc_ctx_errmsg(g_ctx), "did not finish within 1 s"));
-    assert_int_equal(s.n, 1);
-    assert_gone(pid);
-    npuc_model_close(m);
-    /* Killed after its first piece. */
-    m = open_mode(big_file(), 0);
-    pid = npuc__h5_worker_pid(m);
-    seen k = {.kill = pid};
-    assert_int_equal(read_big(m, &k), NPUC_ERR_FORMAT);
-    if (!strstr(npuc_ctx_errmsg(g_ctx), "signal 9 in the contained reader"))
-        fail_msg("%s", npuc_ctx_errmsg(g_ctx));
-    assert_gone(pid);
-    npuc_model_close(m);
+    /* Stopped after a piece: the tensor's wall time still ends it; killed
+     * after a piece: the death is reported as such. */
+    int hit = interrupted_read(0);
+    hit &= interrupted_read(1);
+    if (!hit) skip();
 }
 
 int main(void) {
