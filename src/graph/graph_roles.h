@@ -4,24 +4,38 @@
  * input, and the output head.  quantize keeps them at 8 bits below 8 bits;
  * the report warns when they are not.
  *
- * Evidence, strongest first:
- *   name   the conventions of the exporter families: an embedding is a path
- *          component embed_tokens, wte, word_embeddings, tok_embeddings,
- *          embed_in, token_embedding(s), embed, embedding; a head is a
- *          top-level module lm_head, classifier, head, fc, score, logits,
- *          predictions, output, embed_out, qa_outputs (also with a Keras or
- *          Paddle number: fc_0), the last of them in natural order when
- *          there are several (classifier.1 and classifier.4 -> classifier.4);
- *          an input convolution (rank >= 3) is a top-level conv1, conv0,
+ * Each side (input, output) is decided on its own, by the first rule that
+ * finds something for it:
+ *   graph  a network graph the file states (a Keras model_config, an ONNX
+ *          graph: node evidence file or config; a graph npuc inferred from
+ *          names is not used): on the input side the weighted nodes a walk
+ *          from the model inputs along consumers reaches first, on the
+ *          output side those a walk from the model outputs along producers
+ *          reaches first.  Confidence: the graph's (certain).
+ *   name   the conventions of the exporter families, matched on whole path
+ *          components: an embedding is a component embed_tokens, wte,
+ *          word_embeddings, tok_embeddings, embed_in, token_embedding(s),
+ *          embed, embedding, or (first or second component only) tok,
+ *          tok_emb, emb, shared; a head is a top-level module lm_head,
+ *          classifier, head, fc, score, logits, predictions, output, out,
+ *          fc_out, embed_out, qa_outputs (also with a Keras or Paddle
+ *          number: fc_0), the last of them in natural order when there are
+ *          several (classifier.1 and classifier.4 -> classifier.4); an
+ *          input convolution (rank >= 3) is a top-level conv1, conv0,
  *          Conv1, conv_stem, stem, conv_first, patch_embed, input_conv,
- *          conv1_conv, block1_conv1, conv2d / conv2d_0, or features.0,
- *          or a component patch_embeddings (the first of them).
- *          Confidence: convention.
- *   order  when names find none of the three, and storage order is not
- *          alphabetical (then it says nothing): the first and last eligible
- *          layers in storage order.  Confidence: guess.
- * Names decide alone, so every shard of one checkpoint decides the same way:
- * a shard holding neither the embedding nor the head keeps nothing.
+ *          conv1_conv, block1_conv1, or features.0, or a component
+ *          patch_embeddings (the first of them).  Not conv2d: Keras and
+ *          Paddle name every convolution conv2d_N.  Confidence: convention.
+ *          A named token embedding [V, d] with no head named and no other
+ *          layer making V outputs settles the output side too (tied
+ *          weights or hidden states out): nothing more is kept.
+ *   order  the first (last) eligible layer in storage order, or, when
+ *          storage is alphabetical, in the order of the numbers in the
+ *          names (conv2d_9 before conv2d_10).  Confidence: guess.
+ * One shard of a checkpoint (a safetensors file beside a
+ * *.safetensors.index.json that lists it among others) is decided over the
+ * whole checkpoint; a file named like a shard (-00001-of-00003) without
+ * its index uses the graph and names only, never order.
  *
  *     npuc__edge_roles er;
  *     st = npuc__edge_roles_find(ctx, m, eligible, layer, &er);
@@ -55,19 +69,23 @@ npuc__edge npuc__edge_of_name(const char *name, int rank, char *why, size_t n);
 
 typedef struct npuc__edge_roles {
     npuc__edge *edge;           /* per tensor of the model */
-    npuc_confidence *confidence;/* per tensor: CONVENTION (name) or GUESS (order) */
-    char (*why)[64];            /* per tensor: "name lm_head", "storage order" */
+    npuc_confidence *confidence;/* per tensor: CERTAIN (graph), CONVENTION (name) or GUESS (order) */
+    char (*why)[64];            /* per tensor: "config: ...", "name lm_head", "storage order" */
     size_t nfound;              /* tensors at an edge */
     size_t nguess;              /* of them decided by order alone */
     int alphabetical;           /* storage order is name order */
+    int by_numbering;           /* the order rule read the numbers in the names */
+    int tied;                   /* the output side is the named embedding (no head) */
 } npuc__edge_roles;
 
 /* Decides the edge layers among the tensors with eligible[i] set.  layer
  * (may be NULL: every tensor its own) groups tensors that count as one
  * layer (the two factors of a lowrank entry): a decision for one tensor of
- * a layer holds for all of them.  NPUC_ERR_NOMEM only; free *out with
+ * a layer holds for all of them.  Reads m's graph (npuc_model_read_graph)
+ * when m carries a model_config or is ONNX; a graph that cannot be read
+ * leaves the decision to names.  NPUC_ERR_NOMEM only; free *out with
  * npuc__edge_roles_free. */
-npuc_status npuc__edge_roles_find(npuc_ctx *ctx, const npuc_model *m, const unsigned char *eligible,
+npuc_status npuc__edge_roles_find(npuc_ctx *ctx, npuc_model *m, const unsigned char *eligible,
                                   const size_t *layer, npuc__edge_roles *out);
 void npuc__edge_roles_free(npuc__edge_roles *r);
 

@@ -69,11 +69,12 @@ typedef struct qplan {
 /* What the 8-bit edge rule did, for the summary (edges_report). */
 typedef struct edge_books {
     size_t kept;       /* tensors raised to 8 bits */
-    size_t guessed;    /* of them by storage order alone */
+    size_t guessed;    /* of them by order alone */
     int64_t guess;     /* one of those, for the message; -1 when none */
     int below8;        /* some tensor is quantized below 8 bits */
-    int found;         /* names decided something */
-    int alphabetical;
+    int found;         /* the graph or names decided something */
+    int tied;          /* the output side is the embedding */
+    int by_numbering;  /* the order was the numbers in the names */
 } edge_books;
 
 static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer, const int *explicit_bits,
@@ -90,8 +91,9 @@ static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer,
     npuc_status st = npuc__edge_roles_find(ctx, m, elig, layer, &er);
     free(elig);
     if (st != NPUC_OK) return st;
-    b->found = er.nfound > er.nguess;
-    b->alphabetical = er.alphabetical;
+    b->found = er.nfound > er.nguess || er.tied;
+    b->tied = er.tied;
+    b->by_numbering = er.by_numbering;
     b->guess = -1;
     for (size_t i = 0; i < n; i++) {
         if (er.edge[i] == NPUC_EDGE_NONE || !plan[i].quantize || explicit_bits[i] || (plan[i].p.bits >= 8 && !budget))
@@ -116,21 +118,22 @@ static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer,
  * does not silently lose the rule. */
 static npuc_status edges_report(npuc_ctx *ctx, npuc_model *m, const edge_books *b, npuc_summary *sum) {
     const char *path = npuc_model_path(m);
+    const char *order = b->by_numbering ? "the numbers in the names (storage is alphabetical)" : "storage order";
     if (b->guessed) {
         const char *t = npuc_model_tensor(m, (size_t)b->guess)->name;
         if (npuc_ctx_policy(ctx)->strict)
-            return npuc_fail(ctx, NPUC_ERR_GUESS, "%s: tensor '%s': kept at 8 bits as an edge layer by storage "
-                             "order alone (no embedding, input convolution or head among the names); state it with "
-                             "--layer-bits 'REGEX=8' or turn the rule off with --quantize-all", path, t);
-        if (npuc_summary_warn(sum, "%zu layer(s) kept at 8 bits as the first/last weight layer by storage order "
-                              "alone, a guess (no embedding, input convolution or head among the names; '%s' "
-                              "first): state them with --layer-bits 'REGEX=8', or --quantize-all", b->guessed,
-                              t) != NPUC_OK)
+            return npuc_fail(ctx, NPUC_ERR_GUESS, "%s: tensor '%s': kept at 8 bits as an edge layer by %s alone "
+                             "(no graph in the file and no name tells that side); state it with "
+                             "--layer-bits 'REGEX=8' or turn the rule off with --quantize-all", path, t, order);
+        if (npuc_summary_warn(sum, "%zu layer(s) kept at 8 bits as the first/last weight layer by %s alone, a "
+                              "guess (no graph in the file and no name tells that side; '%s' first): state them "
+                              "with --layer-bits 'REGEX=8', or --quantize-all", b->guessed, order, t) != NPUC_OK)
             return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-    } else if (b->below8 && !b->found && !b->kept && b->alphabetical &&
-               npuc_summary_warn(sum, "no embedding, input convolution or output head among the names, and "
-                                 "alphabetical storage says nothing about order: no layer kept at 8 bits (name "
-                                 "them with --layer-bits 'REGEX=8')") != NPUC_OK) {
+    } else if (b->below8 && !b->found && !b->kept &&
+               npuc_summary_warn(sum, "no graph in the file and no embedding, input convolution or output head "
+                                 "among the names of this shard (without its index, order says nothing about the "
+                                 "whole model): no layer kept at 8 bits (name them with --layer-bits "
+                                 "'REGEX=8')") != NPUC_OK) {
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     return NPUC_OK;
@@ -210,8 +213,8 @@ static npuc_status make_plan(npuc_ctx *ctx, npuc_model *m, const npuc_quantize_o
         q->quantize = 1;
     }
     /* Below 8 bits the layers at the model's edges (the embedding, the
-     * input convolution, the output head: graph/graph_roles.h, from names,
-     * else storage order as a guess) stay at 8 bits; a layer is a stored
+     * input convolution, the output head: graph/graph_roles.h, each side
+     * from the file's graph, else names, else order as a guess) stay at 8 bits; a layer is a stored
      * tensor, or the factors of one lowrank entry together. */
     if (!o->quantize_all)
         st = keep_edges(ctx, m, layer, explicit_bits, o->target_size || o->target_bpw > 0 || o->plan, plan, rep,
