@@ -40,6 +40,14 @@ for e in tok tok_emb emb embedding token_embedding wte shared; do
 done
 must_match "$T/out" 'head\.weight .*kept at 8 bits: output head \(name head\)'
 expect_rc 0 "$NPUC_BIN" quantize --strict --bits 4 "$T/lm_tok.safetensors" -o "$T/lm.s.safetensors"
+# a head tied to the embedding (none stored, no layer makes V=100 outputs): nothing more kept
+expect_rc 0 "$NPUC_BIN" quantize --strict --bits 4 "$T/gpt_tied.safetensors" -o "$T/gpt.q.safetensors"
+want "gpt tied" "$T/gpt.q.safetensors" "wte.weight"
+# names match on whole components: no head, no input conv among these, so order decides (a guess)
+expect_rc 0 "$NPUC_BIN" quantize --bits 4 "$T/components.safetensors" -o "$T/c.q.safetensors"
+want components "$T/c.q.safetensors" "stem_in.weight classifier_x.weight"
+must_match "$T/out" 'stem_in\.weight .*first weight layer \(storage order, a guess\)'
+must_match "$T/out" 'classifier_x\.weight .*last weight layer \(storage order, a guess\)'
 echo "short embedding names ok"
 
 # --- the Paddle detector: conv2d_N says nothing; the head by order, a guess

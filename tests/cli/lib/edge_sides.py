@@ -100,6 +100,13 @@ def checkpoint(d, name, shards, index=True):
 def make(d):
     for emb in ("tok", "tok_emb", "emb", "embedding", "token_embedding", "wte", "shared"):
         write(f"{d}/lm_{emb}.safetensors", char_lm(d, emb), {"format": "pt"})
+    # GPT-2 style, head tied to wte (no head tensor): the embedding settles both sides
+    gpt = [("wte.weight", f32(100, 32)), ("h.0.attn.c_attn.weight", f32(32, 96)), ("h.0.mlp.c_proj.weight", f32(32, 32))]
+    write(f"{d}/gpt_tied.safetensors", gpt, {"format": "pt"})
+    # names that only contain a head word: conv2d_N, a block's output, a Keras conv2d_transpose
+    sub = [("stem_in.weight", f32(8, 3, 3, 3)), ("blocks.0.output.weight", f32(8, 8)), ("conv2d_1.w_0", f32(8, 8, 3, 3)),
+           ("headless.weight", f32(8, 8)), ("classifier_x.weight", f32(4, 8))]
+    write(f"{d}/components.safetensors", sub, {"format": "pt"})
     det = detector()
     write(f"{d}/det_graph_order.safetensors", det, {"format": "pt"})
     write(f"{d}/det_sorted.safetensors", sorted(det, key=lambda x: x[0]), {"format": "pt"})
