@@ -82,6 +82,14 @@ npuc__edge npuc__edge_of_name(const char *name, int rank, char *why, size_t n) {
     return NPUC_EDGE_NONE;
 }
 
+int npuc__edge_candidate(const npuc_tensor_info *t) {
+    switch (t->role) {
+    case NPUC_ROLE_BIAS: case NPUC_ROLE_NORM: case NPUC_ROLE_BN_GAMMA: case NPUC_ROLE_BN_BETA: case NPUC_ROLE_BN_MEAN:
+    case NPUC_ROLE_BN_VAR: case NPUC_ROLE_BN_COUNT: return 0;
+    default: return t->rank >= 2 && npuc_dtype_is_float(t->dtype) && t->numel > 0;
+    }
+}
+
 void npuc__edge_roles_free(npuc__edge_roles *r) {
     if (!r) return;
     free(r->edge);
@@ -379,8 +387,7 @@ npuc_status npuc__edge_roles_find(npuc_ctx *ctx, npuc_model *m, const unsigned c
     for (size_t i = 0; st == NPUC_OK && i < nw; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(w, i);
         size_t k;
-        we[i] = npuc_model_find(m, t->name, &k) == 0 ? eligible[k]
-                                                 : t->rank >= 2 && npuc_dtype_is_float(t->dtype) && t->numel > 0;
+        we[i] = npuc_model_find(m, t->name, &k) == 0 ? eligible[k] : (unsigned char)npuc__edge_candidate(t);
     }
     if (st == NPUC_OK) st = decide(ctx, w, we, NULL, 1, &wr);
     free(we);

@@ -67,6 +67,12 @@ const char *npuc__edge_name(npuc__edge e);
  * (n bytes) the evidence ("name lm_head").  rank: the tensor's rank. */
 npuc__edge npuc__edge_of_name(const char *name, int rank, char *why, size_t n);
 
+/* 1 for a tensor the edge rule weighs whatever a run selects: a float
+ * weight of rank >= 2 with elements, whose role is not bias, norm or
+ * BatchNorm (a run's --include / --exclude pick what is changed, not where
+ * the model's edges are). */
+int npuc__edge_candidate(const npuc_tensor_info *t);
+
 typedef struct npuc__edge_roles {
     npuc__edge *edge;           /* per tensor of the model */
     npuc_confidence *confidence;/* per tensor: CERTAIN (graph), CONVENTION (name) or GUESS (order) */

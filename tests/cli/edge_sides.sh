@@ -62,6 +62,10 @@ for s in det_graph_order det_sorted; do
     must_match "$T/err" "tensor 'conv2d_0\.w_0': kept at 8 bits as an edge layer by .* alone"
     [ ! -e "$T/det.s.safetensors" ] || fail "$s: --strict wrote an output"
 done
+# the edges are the model's, not the selection's: --include of a middle conv takes it to 4 bits
+expect_rc 0 "$NPUC_BIN" quantize --bits 4 --include '^conv2d_3\.' "$T/det_graph_order.safetensors" -o "$T/det.i.safetensors"
+want "det --include conv2d_3" "$T/det.i.safetensors" ""
+must_match "$T/out" 'conv2d_3\.w_0 .* int4/'
 echo "paddle detector ok"
 
 # --- Keras .h5 with model_config: the topology decides, whatever the storage order

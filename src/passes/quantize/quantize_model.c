@@ -72,7 +72,7 @@ typedef struct edge_books {
     size_t guessed;    /* of them by order alone */
     int64_t guess;     /* one of those, for the message; -1 when none */
     int below8;        /* some tensor is quantized below 8 bits */
-    int found;         /* the graph or names decided something */
+    int found;         /* some rule found an edge (applied or not) */
     int tied;          /* the output side is the embedding */
     int by_numbering;  /* the order was the numbers in the names */
 } edge_books;
@@ -83,7 +83,8 @@ static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer,
     unsigned char *elig = calloc(n ? n : 1, 1);
     if (!elig) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        elig[i] = (unsigned char)plan[i].quantize;
+        /* the edges of the model, whatever this run selects; kept only where it quantizes */
+        elig[i] = (unsigned char)(plan[i].quantize || npuc__edge_candidate(npuc_model_tensor(m, i)));
         /* A budget may take any tensor below 8 bits: the edges are pinned. */
         if (plan[i].quantize && (plan[i].p.bits < 8 || budget)) b->below8 = 1;
     }
@@ -91,7 +92,7 @@ static npuc_status keep_edges(npuc_ctx *ctx, npuc_model *m, const size_t *layer,
     npuc_status st = npuc__edge_roles_find(ctx, m, elig, layer, &er);
     free(elig);
     if (st != NPUC_OK) return st;
-    b->found = er.nfound > er.nguess || er.tied;
+    b->found = er.nfound > 0 || er.tied;
     b->tied = er.tied;
     b->by_numbering = er.by_numbering;
     b->guess = -1;
