@@ -41,7 +41,9 @@
  * "bn_of" = that node; a weighted node's "prune_consumers" lists the
  * weighted nodes its output reaches through Relu, Clip, HardSigmoid,
  * BatchNormalization, Mul/Add/Div/Sub by a weight or scalar, Identity,
- * Dropout and pooling, and an Add of two branches; or "prune_refused" says
+ * Dropout and pooling, and an Add of two branches ("prune_with" then
+ * names the other branches' producers, which must prune together); a
+ * depthwise Conv passes channels through; or "prune_refused" says
  * why a structured prune of its output cannot follow the edges (an op
  * outside that list, a model output, an Add whose other branch is not made
  * by a weighted node).
@@ -255,10 +257,10 @@ static npuc_layout layout_for(int rank, int out, int in) {
         if (out == 1 && (in == 0 || in < 0)) return NPUC_LAYOUT_IO;
         return NPUC_LAYOUT_NONE;
     }
-    if (rank >= 3) {
-        if (out == 0 && in == 1) return NPUC_LAYOUT_OIHW;
-        if (out == 1 && in == 0) return NPUC_LAYOUT_IOHW;
-        if (out == rank - 1 && in == rank - 2) return NPUC_LAYOUT_HWIO;
+    if (rank >= 3) { /* in < 0: a Reshape merged the input axis away; the out axis decides */
+        if (out == 0 && (in == 1 || in < 0)) return NPUC_LAYOUT_OIHW;
+        if (out == 1 && (in == 0 || in < 0)) return NPUC_LAYOUT_IOHW;
+        if (out == rank - 1 && (in == rank - 2 || in < 0)) return NPUC_LAYOUT_HWIO;
     }
     return NPUC_LAYOUT_NONE;
 }
@@ -326,7 +328,7 @@ static void decide(bld *b, const npuc__onnx_node *n, size_t k, const wref *w, co
     if (s->kind != 0) {
         if (w->rank < 0 || s->out >= w->rank || s->in >= w->rank) return; /* a Reshape that hides the axes */
         int out = w->ax[s->out], in = s->in >= 0 ? w->ax[s->in] : -1;
-        if (out < 0 || (s->in >= 0 && in < 0)) return;
+        if (out < 0 || (s->kind != 1 && s->in >= 0 && in < 0)) return;
         if (s->kind == 2) l = out == 1 && in == 2 && t->rank == 3 ? NPUC_LAYOUT_DOI : NPUC_LAYOUT_NONE;
         else if (s->kind == 3) l = t->rank == 2 ? (out == 1 ? NPUC_LAYOUT_IO : out == 0 ? NPUC_LAYOUT_OI : 0) : 0;
         else l = layout_for(t->rank, out, in);
@@ -499,6 +501,8 @@ static int passes_channels(const npuc__ng *g, size_t nd) {
 typedef struct pwalk {
     size_t *cons;
     size_t ncons, cap;
+    size_t *with; /* producers of the other branches of an Add: they prune together */
+    size_t nwith, capwith;
     const char *refused;
     char why[300];
 } pwalk;
@@ -551,6 +555,15 @@ static void walk(bld *b, size_t v, pwalk *p, int depth) {
                 p->refused = p->why;
                 return;
             }
+            int seen = 0;
+            for (size_t j = 0; j < p->nwith; j++) seen |= p->with[j] == pr;
+            if (!seen) {
+                if (grow((void **)&p->with, &p->capwith, p->nwith + 1, sizeof *p->with)) {
+                    p->refused = "out of memory";
+                    return;
+                }
+                p->with[p->nwith++] = pr;
+            }
             walk(b, n->out[0], p, depth + 1);
             continue;
         }
@@ -573,7 +586,10 @@ static void edges(bld *b) {
             if (b->st != NPUC_OK) return;
         }
         pwalk p = {0};
-        walk(b, v, &p, 0);
+        if (strcmp(g->nodes[nd].op, "DepthwiseConv") == 0)
+            p.refused = "a depthwise convolution: its channels are its input's (prune the producer)";
+        else
+            walk(b, v, &p, 0);
         if (p.refused) {
             b->st = npuc__ng_set_attr(b->ctx, g, nd, "prune_refused", p.refused);
         } else if (p.ncons) {
@@ -591,7 +607,23 @@ static void edges(bld *b) {
                 free(s);
             }
         }
+        if (!p.refused && p.nwith && b->st == NPUC_OK) {
+            size_t len = 1;
+            for (size_t k = 0; k < p.nwith; k++) len += strlen(g->nodes[p.with[k]].name) + 1;
+            char *s = malloc(len);
+            if (!s) {
+                nomem(b);
+            } else {
+                size_t o = 0;
+                for (size_t k = 0; k < p.nwith; k++)
+                    o += (size_t)sprintf(s + o, "%s%s", k ? "," : "", g->nodes[p.with[k]].name);
+                s[o] = 0;
+                b->st = npuc__ng_set_attr(b->ctx, g, nd, "prune_with", s);
+                free(s);
+            }
+        }
         free(p.cons);
+        free(p.with);
     }
 }
 

@@ -127,6 +127,11 @@ typedef struct npuc__format_row {
      * npuc_model_open calls it after the reader, npuc_model_read_graph
      * (graph_fill.c) before its own Keras and name rules. */
     npuc_status (*read_graph)(npuc_ctx *ctx, npuc_model *m);
+    /* With read_graph: the metadata key that carries the graph ("onnx.model").
+     * A writer whose output carries it records no "npuc.layout": the reader
+     * restates the layouts from the graph's ops, and an unchanged ONNX
+     * model is written back byte for byte. */
+    const char *graph_meta_key;
 } npuc__format_row;
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */

@@ -18,7 +18,8 @@ async function run(path, feeds) {
   const feeds = {};
   for (const [name, f] of Object.entries(spec))
     feeds[name] = f.type === 'bool' ? new ort.Tensor('bool', Uint8Array.from(f.data), f.dims)
-                                    : new ort.Tensor('float32', Float32Array.from(f.data), f.dims);
+                : f.type === 'int64' ? new ort.Tensor('int64', BigInt64Array.from(f.data, BigInt), f.dims)
+                : new ort.Tensor('float32', Float32Array.from(f.data), f.dims);
   const a = await run(orig, feeds), b = await run(out, feeds);
   let worst = 0;
   a.forEach((x, k) => {
