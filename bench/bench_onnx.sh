@@ -71,7 +71,7 @@ largest=$((4096 * 4096 * 4))
 echo "bench_onnx: 16 x [4096,4096] F32 (1 GiB), largest tensor $((largest >> 20)) MiB, -j $threads, $reps runs each"
 echo "load before: $(uptime)"
 run() { # FILE -> "seconds kib"
-    /usr/bin/time -v "$npuc" quantize --bits 8 --per-channel -j "$threads" "$1" -o "$T/out.safetensors" \
+    /usr/bin/time -v "$npuc" quantize -f --bits 8 --per-channel -j "$threads" "$1" -o "$T/out.safetensors" \
         >/dev/null 2>"$T/time" || { cat "$T/time" >&2; exit 1; }
     local wall kib
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s}' "$T/time")
