@@ -23,7 +23,8 @@
 #     varint, length past the end, wrong wire type, nested graphs 40 deep,
 #     dims disagreeing with the data, an external location with ".." or an
 #     absolute path or a symlink leading out of the folder, offset + length
-#     past the data file; a .onnx file that is not ONNX is named as such.
+#     past the data file, a graph cycle, a value two nodes produce; a .onnx
+#     file that is not ONNX is named as such.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 "$PY" -c 'import numpy, onnx' 2>/dev/null || skip "the Python at $PY has no onnx (python3-onnx)"
@@ -160,5 +161,7 @@ bad dotdot "location '../w.data' is not a relative path inside the model's folde
 bad absolute "location '/etc/hostname' is not a relative path"
 bad past_end "offset 8 \\+ 16 bytes runs past the end of 'w.data'"
 bad symlink "'link.data': leads outside the model's folder"
+bad cycle "ONNX graph: .*cycle"
+bad twice "ONNX graph: value 'y' is produced twice"
 
 echo "onnx: ok"

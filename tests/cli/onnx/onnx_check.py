@@ -362,6 +362,17 @@ def bad(kind, d):
             n = helper.make_node("If", ["c"], ["y"], then_branch=g, else_branch=leaf)
             g = helper.make_graph([n], "g", [X], [X])
         data = helper.make_model(g).SerializeToString()
+    elif kind in ("cycle", "twice"):  # the graph itself: a -> b -> a, or two producers of one value
+        w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "w")
+        if kind == "cycle":
+            nodes = [helper.make_node("MatMul", ["b", "w"], ["a"], name="n1"),
+                     helper.make_node("Relu", ["a"], ["b"], name="n2"),
+                     helper.make_node("Identity", ["a"], ["y"], name="n3")]
+        else:
+            nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="n1"),
+                     helper.make_node("Relu", ["x"], ["y"], name="n2")]
+        g = helper.make_graph(nodes, "g", [X], [X], [w])
+        data = helper.make_model(g).SerializeToString()
     else:  # hand-written bytes: ir_version 7, then a broken graph
         data = {"truncated_varint": b"\x08\x07\x3a\x02\x0a\x80",
                 "length_past_end": b"\x08\x07\x3a\x05\x0a\x10\x0a\x01",
