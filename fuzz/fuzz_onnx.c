@@ -1,7 +1,9 @@
 /*
  * fuzz_onnx.c - libFuzzer target: the ONNX reader and writer
  * (formats/onnx/).  The input is a whole .onnx file: open it (the protobuf
- * walk, weights, their data checked against their dims), read every tensor
+ * walk, weights, their data checked against their dims, and the network
+ * graph with the roles and layouts its ops state, onnx_netgraph.c, which
+ * npuc_model_open builds through the row's read_graph), read every tensor
  * raw and as float32, and when it opened, write it back as ONNX (the
  * writer's walk over the graph the reader kept) and parse that graph into
  * onnx_model.h's structs, then close.  External data

@@ -83,4 +83,6 @@ const npuc__format_row npuc__onnx_format = {
     .opts = ONNX_OPTS,
     .nopts = sizeof ONNX_OPTS / sizeof ONNX_OPTS[0],
     .describe = onnx_describe,
+    .read_graph = npuc__onnx_read_graph,
+    .graph_meta_key = NPUC__ONNX_MODEL_KEY,
 };

@@ -136,4 +136,9 @@ int npuc__onnx_model_external(const npuc_model *m);
 extern const npuc_writer_backend npuc__onnx_writer_backend;
 extern const npuc__format_row npuc__onnx_format;
 
+/* The network graph of m from its "onnx.model" entry, and the roles and
+ * layouts its ops give the weights (onnx_netgraph.c): the row's read_graph
+ * hook (format_row.h).  NPUC_ERR_NOT_FOUND when m has no such entry. */
+npuc_status npuc__onnx_read_graph(npuc_ctx *ctx, npuc_model *m);
+
 #endif

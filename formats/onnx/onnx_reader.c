@@ -520,15 +520,15 @@ static npuc_status rd_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__
     }
     free(loc);
     if (st != NPUC_OK) return st;
-    if (s->nsrc <= idx) {
+    if (idx >= s->capsrc) { /* grow by doubling only when full (it doubled on every new tensor) */
         size_t cap = s->capsrc ? 2 * s->capsrc : 16;
         while (cap <= idx) cap *= 2;
         ox_src *ns = realloc(s->src, cap * sizeof *ns);
         if (!ns) return npuc_fail(wk->ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
         s->src = ns;
         s->capsrc = cap;
-        s->nsrc = idx + 1;
     }
+    if (s->nsrc <= idx) s->nsrc = idx + 1;
     s->src[idx] = src;
     /* The graph keeps the TensorProto without its values. */
     npuc__ox_put_tensor_meta(out, w->msg, w->len);

@@ -103,3 +103,17 @@ int npuc_model_is_keras(const npuc_model *m) {
     const char *s = npuc_model_format_opt(m, "structure");
     return s && strcmp(s, "plain") != 0;
 }
+
+npuc_status npuc__format_read_graph(npuc_ctx *ctx, npuc_model *m) {
+    size_t n;
+    const npuc__format_row *const *rows = npuc__format_table(&n);
+    const npuc__format_row *own = npuc__format_by_id(npuc_model_format(m));
+    /* the model's own row first, then any other that may know its metadata */
+    for (size_t k = 0; k <= n; k++) {
+        const npuc__format_row *r = k == 0 ? own : rows[k - 1];
+        if (!r || !r->read_graph || (k > 0 && r == own)) continue;
+        npuc_status st = r->read_graph(ctx, m);
+        if (st != NPUC_ERR_NOT_FOUND) return st;
+    }
+    return NPUC_ERR_NOT_FOUND;
+}

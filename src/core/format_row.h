@@ -117,6 +117,21 @@ typedef struct npuc__format_row {
      * (overwrite); from NULL only checks that path may be written.  On
      * failure from is left where it was. */
     npuc_status (*move_dir)(npuc_ctx *ctx, const char *from, const char *path, int overwrite);
+    /* Optional: builds m's network graph (src/graph/graph_net.h) from a
+     * graph the file states, hands it to m (npuc__model_set_graph) and
+     * states the roles and layouts its ops give the weights
+     * (npuc__model_state_layout, certain).  NPUC_ERR_NOT_FOUND when m
+     * carries no graph of this format (any model is offered to every row
+     * with this hook: a safetensors file converted from ONNX keeps the
+     * ONNX graph in its metadata); NPUC_ERR_FORMAT for a malformed one.
+     * npuc_model_open calls it after the reader, npuc_model_read_graph
+     * (graph_fill.c) before its own Keras and name rules. */
+    npuc_status (*read_graph)(npuc_ctx *ctx, npuc_model *m);
+    /* With read_graph: the metadata key that carries the graph ("onnx.model").
+     * A writer whose output carries it records no "npuc.layout": the reader
+     * restates the layouts from the graph's ops, and an unchanged ONNX
+     * model is written back byte for byte. */
+    const char *graph_meta_key;
 } npuc__format_row;
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */

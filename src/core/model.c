@@ -45,6 +45,13 @@ npuc_status npuc_model_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
     if (S_ISDIR(sb.st_mode) && !row->writes_dir) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: not a regular file", path);
     if ((st = row->open(ctx, path, &o, out)) != NPUC_OK) return st;
     (*out)->format = npuc__format_id(row);
+    /* A graph the file states (ONNX) is read now, so the roles and layouts
+     * its ops state replace the name/rank rules before any pass asks. */
+    if ((st = npuc__format_read_graph(ctx, *out)) != NPUC_OK && st != NPUC_ERR_NOT_FOUND) {
+        npuc_model_close(*out);
+        *out = NULL;
+        return st;
+    }
     return NPUC_OK;
 }
 
@@ -209,6 +216,20 @@ static int state_layout(npuc_model *m, size_t i, npuc_layout l, const char *why)
     m->t[i].confidence = NPUC_CONF_CERTAIN;
     m->t[i].evidence = intern(m, why, &oom);
     return oom ? -1 : 0;
+}
+
+/* The layout hook for a graph a file states (format_row.h read_graph): the
+ * role and layout of tensor i as the op that consumes it says, which wins
+ * over the name/rank rules npuc__model_finish applied (certain). */
+npuc_status npuc__model_state_layout(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_role role, npuc_layout l,
+                                     const char *why) {
+    if (i >= m->n) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: no tensor %zu", m->path, i);
+    if (l != NPUC_LAYOUT_NONE && npuc_layout_out_axis(l, m->t[i].rank) < 0)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: tensor '%s': layout %s does not fit rank %d", m->path,
+                         m->t[i].name, npuc_layout_name(l), m->t[i].rank);
+    m->t[i].role = role;
+    if (state_layout(m, i, l, why) != 0) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
+    return NPUC_OK;
 }
 
 npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras) {

@@ -162,6 +162,15 @@ npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g);
  * with Keras rules, plus the "format" and "model_config" metadata), then
  * applies the "npuc.layout" metadata entry if present. */
 npuc_status npuc__model_finish(npuc_ctx *ctx, npuc_model *m, int keras);
+/* Sets tensor i's role and layout as a graph the file states decides them
+ * (confidence certain, evidence why): the hook by which a format's
+ * read_graph (format_row.h) makes the consuming op's layout win over the
+ * name/rank rules.  NPUC_ERR_ARG for a layout that does not fit the rank. */
+npuc_status npuc__model_state_layout(npuc_ctx *ctx, npuc_model *m, size_t i, npuc_role role, npuc_layout l,
+                                     const char *why);
+/* Asks every format row with a read_graph hook (format_row.h) for m's
+ * graph; NPUC_ERR_NOT_FOUND when none has one for m. */
+npuc_status npuc__format_read_graph(npuc_ctx *ctx, npuc_model *m);
 
 /* ---------------------------------------------------------------- writers */
 

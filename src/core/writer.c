@@ -151,6 +151,16 @@ static npuc_status begin(npuc_writer *w) {
         return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     char *lj = npuc__layout_meta_json(w->t, w->n, &src, &err);
     npuc__layout_src_free(&src);
+    /* A graph a format's read_graph restates on reading (format_row.h
+     * graph_meta_key): the layouts come from its ops, none is recorded. */
+    size_t nrows;
+    const npuc__format_row *const *rows = npuc__format_table(&nrows);
+    for (size_t r = 0; lj && r < nrows; r++)
+        for (size_t i = 0; lj && rows[r]->graph_meta_key && i < w->nmeta; i++)
+            if (strcmp(w->meta_k[i], rows[r]->graph_meta_key) == 0) {
+                free(lj);
+                lj = NULL;
+            }
     if (err) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < w->nmeta; i++)
         if (strcmp(w->meta_k[i], "npuc.layout") == 0) {

@@ -2,6 +2,8 @@
  * graph_fill.c - the network graph of an opened model, built once on
  * request (npuc_model_read_graph) from what the reader left in the model:
  *
+ *   - a graph the file states (ONNX): the format row's read_graph hook
+ *     (format_row.h) builds it, evidence "file", weights attached;
  *   - a Keras configuration (metadata model_config: a Keras 2 .h5 root
  *     attribute, a .keras archive's config.json, a safetensors entry) is
  *     read by graph_kconfig.c: nodes and edges with evidence "config";
@@ -166,6 +168,10 @@ npuc_status npuc_model_read_graph(npuc_ctx *ctx, npuc_model *m) {
     if (m->graph) return NPUC_OK;
     npuc__ng *ng = NULL;
     npuc_status st;
+    /* A graph the file states (ONNX; normally read when the model was
+     * opened): the format's read_graph hook builds it, weights attached. */
+    st = npuc__format_read_graph(ctx, m);
+    if (st != NPUC_ERR_NOT_FOUND) return st;
     const char *cfg = npuc_model_meta_get(m, "model_config");
     if (cfg) {
         char label[4200];

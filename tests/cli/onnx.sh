@@ -4,7 +4,13 @@
 #     BN + ReLU, Gemm, MatMul with an int64 shape, LSTM, weights in Constant
 #     nodes and an If branch, typed float_data/F16/BF16, external data, opset
 #     9 and 11;
-#   - `npuc info` lists exactly the weights onnx's walk finds;
+#   - `npuc info` lists exactly the weights onnx's walk finds, and gives each
+#     weight an op consumes (Conv OIHW, depthwise, ConvTranspose IOHW, Gemm
+#     by transB, MatMul [K,N], LSTM W/R/B, Gather, through Identity / Cast /
+#     Transpose / Reshape, inside an If branch) the role, layout and out
+#     axis an independent walk of the graph computes, as certain;
+#   - the graph: Conv -> BatchNormalization is a pair (bn_of), prune
+#     consumers through Relu, depthwise Conv and an Add of two branches;
 #   - convert to safetensors equals numpy_helper's values; ONNX -> ONNX and
 #     ONNX -> safetensors -> ONNX give the original bytes back (external
 #     data: the same values, onnx.checker accepts it);
@@ -17,14 +23,15 @@
 #     varint, length past the end, wrong wire type, nested graphs 40 deep,
 #     dims disagreeing with the data, an external location with ".." or an
 #     absolute path or a symlink leading out of the folder, offset + length
-#     past the data file; a .onnx file that is not ONNX is named as such.
+#     past the data file, a graph cycle, a value two nodes produce; a .onnx
+#     file that is not ONNX is named as such.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 "$PY" -c 'import numpy, onnx' 2>/dev/null || skip "the Python at $PY has no onnx (python3-onnx)"
 O() { "$PY" "$NPUC_SRC/tests/cli/onnx/onnx_check.py" "$@"; }
 M="$T/m"
 "$PY" "$NPUC_SRC/tests/cli/onnx/make_models.py" "$M"
-MODELS_ONNX="conv_bn_relu gemm matmul lstm constant_if typed external opset9 opset11"
+MODELS_ONNX="conv_bn_relu gemm matmul lstm constant_if typed external opset9 opset11 convs resolve"
 
 for b in $MODELS_ONNX; do
     f="$M/$b.onnx"
@@ -37,6 +44,7 @@ got = sorted(t["name"] for t in j["tensors"])
 want = sorted(sys.argv[2].split())
 assert got == want, (got, want)
 PYEOF
+    O roles "$f" "$T/out"
     expect_rc 0 "$NPUC_BIN" convert "$f" -o "$T/$b.safetensors"
     O same "$T/$b.safetensors" "$f"
     expect_rc 0 "$NPUC_BIN" convert "$f" -o "$T/$b.onnx"
@@ -49,15 +57,15 @@ PYEOF
     fi
     expect_rc 0 "$NPUC_BIN" prune --sparsity 0.5 "$f" -o "$T/$b.p.onnx"
     O pruned "$f" "$T/$b.p.onnx" 0.5
-    # Fake quantization per output channel: axis 0 where the layout is
-    # [out, ...] (LSTM's is [dirs, gates*hidden, in]: left out).
-    if [ "$b" != lstm ]; then
-        expect_rc 0 "$NPUC_BIN" quantize --fake-quant "$f" -o "$T/$b.fq.onnx"
-        O fakequant "$f" "$T/$b.fq.onnx"
-        expect_rc 0 "$NPUC_BIN" quantize "$f" -o "$T/$b.q8.safetensors"
-        expect_rc 0 "$NPUC_BIN" decompress "$T/$b.q8.safetensors" -o "$T/$b.d.onnx"
-        O fakequant "$f" "$T/$b.d.onnx"
-    fi
+    # Fake quantization int8 per output channel along the axis the
+    # consuming op gives (MatMul and Gemm transB=0: 1; Conv: 0;
+    # ConvTranspose: 1; LSTM: each [gates*hidden] row of each direction),
+    # against NumPy's quantization along that axis.
+    expect_rc 0 "$NPUC_BIN" quantize --bits 8 --per-channel --fake-quant "$f" -o "$T/$b.fq.onnx"
+    O fakequant "$f" "$T/$b.fq.onnx"
+    expect_rc 0 "$NPUC_BIN" quantize --bits 8 --per-channel "$f" -o "$T/$b.q8.safetensors"
+    expect_rc 0 "$NPUC_BIN" decompress "$T/$b.q8.safetensors" -o "$T/$b.d.onnx"
+    O fakequant "$f" "$T/$b.d.onnx"
 done
 
 # A real runtime: onnxruntime for Node (npm onnxruntime-node, installed by
@@ -72,14 +80,32 @@ if command -v node >/dev/null && [ -d "$NODE_CACHE/node_modules/onnxruntime-node
         R "$M/$b.onnx" "$T/$b.onnx" "$T/$b.feeds.json" 0
         R "$M/$b.onnx" "$T/$b.back.onnx" "$T/$b.feeds.json" 0
         R "$M/$b.onnx" "$T/$b.p.onnx" "$T/$b.feeds.json" 10
-        if [ "$b" != lstm ]; then
-            R "$M/$b.onnx" "$T/$b.fq.onnx" "$T/$b.feeds.json" 0.03
-            R "$M/$b.onnx" "$T/$b.d.onnx" "$T/$b.feeds.json" 0.03
-        fi
+        R "$M/$b.onnx" "$T/$b.fq.onnx" "$T/$b.feeds.json" 0.03
+        R "$M/$b.onnx" "$T/$b.d.onnx" "$T/$b.feeds.json" 0.03
     done
 else
     echo "onnx: runtime comparisons skipped: no node or no onnxruntime-node in $NODE_CACHE (.ci/install-deps --test installs it)"
 fi
+
+# The graph's edges for fold-bn and structured prune (node attributes).
+expect_rc 0 "$NPUC_BIN" info --json "$M/conv_bn_relu.onnx"
+"$PY" - "$T/out" <<'PYEOF'
+import json, sys
+g = json.load(open(sys.argv[1]))["graph"]
+nodes = {n["op"]: n for n in g["nodes"]}
+assert nodes["BatchNormalization"]["attributes"].get("bn_of") == nodes["Conv"]["name"], nodes
+assert [v["name"] for v in g["values"] if v["is_input"]] == ["x"], g["values"]
+assert [v["name"] for v in g["values"] if v["is_output"]] == ["y"], g["values"]
+PYEOF
+expect_rc 0 "$NPUC_BIN" info --json "$M/convs.onnx"
+"$PY" - "$T/out" <<'PYEOF'
+import json, sys
+n = {x["name"]: x["attributes"] for x in json.load(open(sys.argv[1]))["graph"]["nodes"]}
+assert n["c1"]["prune_consumers"] == "pa,pb", n["c1"]      # through Relu and the depthwise Conv
+assert "depthwise" in n["dw"]["prune_refused"], n["dw"]
+assert n["pa"]["prune_consumers"] == "up" and n["pa"]["prune_with"] == "pb", n["pa"]  # Add of two branches
+assert "model output" in n["up"]["prune_refused"], n["up"]
+PYEOF
 
 # ONNX input with external data keeps it; --external-data always moves
 # tensors of 1 KiB or more out, at offsets that are multiples of 4096.
@@ -135,5 +161,7 @@ bad dotdot "location '../w.data' is not a relative path inside the model's folde
 bad absolute "location '/etc/hostname' is not a relative path"
 bad past_end "offset 8 \\+ 16 bytes runs past the end of 'w.data'"
 bad symlink "'link.data': leads outside the model's folder"
+bad cycle "ONNX graph: .*cycle"
+bad twice "ONNX graph: value 'y' is produced twice"
 
 echo "onnx: ok"

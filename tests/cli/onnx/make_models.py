@@ -11,6 +11,11 @@ npuc.  Usage: make_models.py OUTDIR.  Writes:
   typed.onnx         float_data (typed field), F16 and BF16 (int32_data), opset 13
   external.onnx      weights in external.onnx.data (offset/length), opset 13
   opset9.onnx, opset11.onnx  Conv + Gemm at old opsets
+  convs.onnx         Conv -> Relu -> depthwise Conv (group == channels) ->
+                     ConvTranspose (IOHW), and an Add of two Conv branches
+  resolve.onnx       Gather of an embedding; MatMul weights reached through
+                     Transpose (perm [1,0]), Identity and Cast, and Reshape
+                     (value_info states its output), opset 13
 """
 import os
 import sys
@@ -114,3 +119,40 @@ save(m, "external.onnx", save_as_external_data=True, all_tensors_to_one_file=Tru
 
 conv_bn_relu(9, "opset9.onnx")
 gemm(11, "opset11.onnx")
+
+
+# Convolutions: a plain Conv, ReLU, a depthwise Conv (group == channels,
+# W [8,1,3,3]), an Add of two Conv branches, and a ConvTranspose W [8,4,2,2].
+inits = [numpy_helper.from_array(f32(8, 3, 3, 3), "c1.weight"), numpy_helper.from_array(f32(8), "c1.bias"),
+         numpy_helper.from_array(f32(8, 1, 3, 3), "dw.weight"), numpy_helper.from_array(f32(8), "dw.bias"),
+         numpy_helper.from_array(f32(8, 8, 1, 1), "pa.weight"), numpy_helper.from_array(f32(8, 8, 1, 1), "pb.weight"),
+         numpy_helper.from_array(f32(8, 4, 2, 2), "up.weight"), numpy_helper.from_array(f32(4), "up.bias")]
+nodes = [helper.make_node("Conv", ["x", "c1.weight", "c1.bias"], ["c1"], pads=[1, 1, 1, 1], name="c1"),
+         helper.make_node("Relu", ["c1"], ["r1"], name="r1"),
+         helper.make_node("Conv", ["r1", "dw.weight", "dw.bias"], ["d"], pads=[1, 1, 1, 1], group=8, name="dw"),
+         helper.make_node("Conv", ["d", "pa.weight"], ["pa"], name="pa"),
+         helper.make_node("Conv", ["d", "pb.weight"], ["pb"], name="pb"),
+         helper.make_node("Add", ["pa", "pb"], ["s"], name="add"),
+         helper.make_node("ConvTranspose", ["s", "up.weight", "up.bias"], ["y"], strides=[2, 2], name="up")]
+save(model(nodes, inits, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 16, 16])]), "convs.onnx")
+
+# Weights reached through pass-through ops, and an embedding.
+inits = [numpy_helper.from_array(f32(10, 6), "emb.weight"),
+         numpy_helper.from_array(f32(5, 6), "t.weight"),       # Transpose perm [1,0] -> [6,5]: out axis 0 stored
+         numpy_helper.from_array(f32(5, 4), "i.weight"),       # Identity -> [5,4]: out axis 1
+         numpy_helper.from_array(f32(4, 3), "k.weight"),       # Cast -> [4,3]: out axis 1
+         numpy_helper.from_array(f32(2, 3, 3), "r.weight"),    # Reshape -> [6,3]: out axis 2 stored
+         numpy_helper.from_array(np.array([6, 3], dtype=np.int64), "r.shape")]
+nodes = [helper.make_node("Gather", ["emb.weight", "ids"], ["e"], name="emb"),
+         helper.make_node("Transpose", ["t.weight"], ["t.wt"], perm=[1, 0], name="t_tr"),
+         helper.make_node("MatMul", ["e", "t.wt"], ["h1"], name="mm_t"),
+         helper.make_node("Identity", ["i.weight"], ["i.wi"], name="i_id"),
+         helper.make_node("MatMul", ["h1", "i.wi"], ["h2"], name="mm_i"),
+         helper.make_node("Cast", ["k.weight"], ["k.wc"], to=TensorProto.FLOAT, name="k_cast"),
+         helper.make_node("MatMul", ["h2", "k.wc"], ["h3"], name="mm_k"),
+         helper.make_node("Concat", ["h3", "h3"], ["h4"], axis=-1, name="cat"),
+         helper.make_node("Reshape", ["r.weight", "r.shape"], ["r.wr"], name="r_rs"),
+         helper.make_node("MatMul", ["h4", "r.wr"], ["y"], name="mm_r")]
+m = model(nodes, inits, [vi("ids", [2, 3], TensorProto.INT64)], [vi("y", [2, 3, 3])])
+m.graph.value_info.append(vi("r.wr", [6, 3]))
+save(m, "resolve.onnx")

@@ -9,8 +9,11 @@
       graph (nodes, inputs, outputs, opsets) and the same weight values
   onnx_check.py pruned ORIG OUT S           as equal, except that rank >= 2
       weights lost exactly floor(S*n) values, the smallest in magnitude
-  onnx_check.py fakequant ORIG OUT          as equal, except that rank >= 2
-      weights are int8 symmetric per output channel (axis 0), min-max scales
+  onnx_check.py fakequant ORIG OUT          as equal, except that the weights
+      a kernel slot consumes are int8 symmetric per output channel along the
+      axis the consuming op gives (expected() below), min-max scales
+  onnx_check.py roles MODEL INFO.json       `npuc info --json` gives every
+      weight expected() decides that role, layout and out axis, certain
   onnx_check.py feeds MODEL OUT.json        seeded inputs for ort_compare.js
   onnx_check.py bad KIND DIR                writes a malformed model DIR/KIND.onnx
 """
@@ -37,6 +40,190 @@ def weights(graph, out):
             for g in a.graphs:
                 weights(g, out)
     return out
+
+
+# What each op's weight input is (an independent reading of the ONNX operator
+# specs): op -> {input index: (npuc role, kind, out axis, in axis)}, kind
+# "mat" (layout by its axes), "doi" (recurrent), "vec" (no layout), "bias2"
+# (LSTM B: a bias per channel along axis 1).
+SLOTS = {
+    "Conv": {1: ("conv", "mat", 0, 1), 2: ("bias", "vec", None, None)},
+    "ConvTranspose": {1: ("convt", "mat", 1, 0), 2: ("bias", "vec", None, None)},
+    "MatMul": {1: ("linear", "mat", 1, 0)},
+    "LSTM": {1: ("rnn", "doi", 1, 2), 2: ("rnn", "doi", 1, 2), 3: ("bias", "bias2", 1, None)},
+    "GRU": {1: ("rnn", "doi", 1, 2), 2: ("rnn", "doi", 1, 2), 3: ("bias", "bias2", 1, None)},
+    "RNN": {1: ("rnn", "doi", 1, 2), 2: ("rnn", "doi", 1, 2), 3: ("bias", "bias2", 1, None)},
+    "Gather": {0: ("embedding", "mat", 0, None)},
+    "BatchNormalization": {1: ("bn_gamma", "vec", None, None), 2: ("bn_beta", "vec", None, None),
+                           3: ("bn_mean", "vec", None, None), 4: ("bn_var", "vec", None, None)},
+}
+
+
+def expected(m):
+    """tensor name -> (role, layout, out_axis) from the op consuming it."""
+    W = {k: list(v.dims) for k, v in weights(m.graph, {}).items()}
+    prod, shapes, nodes = {}, {}, []
+
+    def coll(g):
+        for n in g.node:
+            nodes.append(n)
+            for o in n.output:
+                prod.setdefault(o, n)
+        for v in list(g.value_info) + list(g.output) + list(g.input):
+            dims = v.type.tensor_type.shape.dim
+            if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+                shapes.setdefault(v.name, [d.dim_value for d in dims])
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    coll(a.g)
+                for sg in a.graphs:
+                    coll(sg)
+    coll(m.graph)
+
+    def res(name, depth=0):
+        """(tensor, [stored axis of each axis of the value]) or None."""
+        if name in W:
+            return name, list(range(len(W[name])))
+        n = prod.get(name)
+        if n is None or depth > 16 or n.domain not in ("", "ai.onnx") or n.output[0] != name:
+            return None
+        if n.op_type in ("Identity", "Cast"):
+            return res(n.input[0], depth + 1)
+        if n.op_type == "Transpose":
+            r = res(n.input[0], depth + 1)
+            if r is None:
+                return None
+            perm = [a.ints for a in n.attribute if a.name == "perm"]
+            perm = list(perm[0]) if perm else list(reversed(range(len(r[1]))))
+            return r[0], [r[1][p] for p in perm]
+        if n.op_type == "Reshape":
+            r = res(n.input[0], depth + 1)
+            if r is None or name not in shapes:
+                return (r[0], None) if r else None
+            ind = [W[r[0]][a] for a in r[1]]
+            od = shapes[name]
+            ax = []
+            for a in range(len(od)):
+                before = int(np.prod(od[:a]))
+                hit = None
+                for k in range(len(ind)):
+                    if int(np.prod(ind[:k])) == before and ind[k] == od[a]:
+                        hit = r[1][k]
+                        break
+                ax.append(hit)
+            return r[0], ax
+        return None
+
+    def layout(rank, out, inn):
+        if rank == 2:
+            return {0: "oi", 1: "io"}.get(out) if inn in (None, 1 - out) else None
+        if out == 0 and inn in (None, 1):
+            return "oihw"
+        if out == 1 and inn in (None, 0):
+            return "iohw"
+        if out == rank - 1 and inn in (None, rank - 2):
+            return "hwio"
+        return None
+
+    got = {}
+    for n in nodes:
+        # Gemm: B is [K,N] (out axis 1) unless transB=1 makes it [N,K] (out axis 0); C a bias
+        if n.domain in ("", "ai.onnx") and n.op_type == "Gemm" and len(n.input) > 1:
+            tb = [a.i for a in n.attribute if a.name == "transB"]
+            tb = tb[0] if tb else 0
+            r = res(n.input[1])
+            if r and r[1] is not None and len(r[1]) == 2:
+                so = r[1][0 if tb else 1]
+                dec = ("linear", {0: "oi", 1: "io"}[so], so)
+                got[r[0]] = "conflict" if r[0] in got and got[r[0]] != dec else dec
+            if len(n.input) > 2 and n.input[2]:
+                r = res(n.input[2])
+                if r:
+                    got.setdefault(r[0], ("bias", "none", None))
+        if n.domain not in ("", "ai.onnx") or n.op_type not in SLOTS:
+            continue
+        for k, x in enumerate(n.input):
+            if k not in SLOTS[n.op_type] or not x:
+                continue
+            r = res(x)
+            if r is None:
+                continue
+            t, ax = r
+            role, kind, out, inn = SLOTS[n.op_type][k]
+            rank = len(W[t])
+            if kind == "vec":
+                dec = (role, "none", None)
+            else:
+                if ax is None or out >= len(ax) or ax[out] is None:
+                    continue
+                so = ax[out]
+                si = ax[inn] if inn is not None and inn < len(ax) else None
+                if kind == "doi":
+                    if len(ax) != 3 or (so, si) != (1, 2):
+                        continue
+                    dec = (role, "doi", 1)
+                elif kind == "bias2":
+                    dec = (role, {0: "oi", 1: "io"}[so], so) if rank == 2 else None
+                else:
+                    if n.op_type == "Conv" and rank >= 3 and (so, si) == (0, 1):
+                        group = [a.i for a in n.attribute if a.name == "group"]
+                        if group and group[0] > 1 and W[t][1] == 1:
+                            role = "dwconv"
+                    lay = layout(rank, so, si)
+                    dec = (role, lay, so) if lay else None
+            if dec is None:
+                continue
+            if t in got and got[t] != dec:
+                got[t] = "conflict"
+            else:
+                got.setdefault(t, dec)
+    return {k: v for k, v in got.items() if v != "conflict"}
+
+
+def roles(model, info):
+    m = onnx.load(model, load_external_data=False)
+    want = expected(m)
+    j = json.load(open(info))
+    tensors = {t["name"]: t for t in j["tensors"]}
+    assert want, "no weight decided"
+    for k, (role, lay, ax) in want.items():
+        t = tensors[k]
+        got = (t["role"], t["layout"], t.get("out_axis"), t["confidence"])
+        assert got == (role, lay, ax, "certain"), (model, k, got, (role, lay, ax, "certain"))
+    print("ok", model, len(want), "weights: roles, layouts and out axes certain")
+
+
+def fq_ref(a, lay, ax, bits=8):
+    """Symmetric int8 fake quantization with min-max scales per channel."""
+    qmax = 2 ** (bits - 1) - 1
+    a64 = a.astype(np.float64)
+    if lay == "doi":
+        c = a64.reshape(-1, a.shape[-1])
+    else:
+        c = np.moveaxis(a64, ax, 0).reshape(a.shape[ax], -1)
+    scale = np.abs(c).max(axis=1, keepdims=True) / qmax
+    scale[scale == 0] = 1.0
+    x = c / scale
+    q = np.clip(np.round(x), -qmax, qmax) * scale
+    # a code halfway between two (|x - round(x)| = 0.5 within float32's
+    # precision) may round either way in npuc's float32 arithmetic: one step
+    tie = np.abs(np.abs(x - np.trunc(x)) - 0.5) < 1e-5
+    step = np.broadcast_to(scale, c.shape)
+    out = []
+    for v in (q, tie, step):
+        if lay == "doi":
+            out.append(v.reshape(a.shape))
+        else:
+            out.append(np.moveaxis(v.reshape((a.shape[ax],) + tuple(np.delete(a.shape, ax))), 0, ax))
+    return out
+
+
+def fq_close(a, b, lay, ax):
+    """b is a's fake quantization along ax: equal to NumPy's but for ties."""
+    want, tie, step = fq_ref(a, lay, ax)
+    off = ~np.isclose(b, want, rtol=1e-5, atol=1e-7)
+    return not (off & ~(tie & (np.abs(b - want) <= step * 1.001))).any()
 
 
 def load(path):
@@ -83,9 +270,9 @@ def graph_shape(m):
             t.ClearField("data_location")
         for n in gr.node:
             for a in n.attribute:
-                if n.op_type == "Constant":
-                    a.t.ClearField("raw_data")
-                    a.t.ClearField("float_data")
+                if n.op_type == "Constant":  # values in any field: the writer may store them as raw_data
+                    for fld in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                        a.t.ClearField(fld)
                 if a.type == onnx.AttributeProto.GRAPH:
                     strip(a.g)
     strip(g)
@@ -102,16 +289,23 @@ def bf16_values(t, arr):
 
 def compare(orig, out, mode, s=0.0):
     mo, wo = load(orig)
+    exp = expected(mo)
     onnx.checker.check_model(out)
     mn, wn = load(out)
     assert graph_shape(mo) == graph_shape(mn), "the graph changed"
     assert sorted(wo) == sorted(wn), (sorted(wo), sorted(wn))
+    unchecked = []
     for k in wo:
         a, b = wo[k], wn[k]
         assert a.dtype == b.dtype and a.shape == b.shape, (k, a.dtype, b.dtype, a.shape, b.shape)
         # lstm.B is the LSTM's bias input (ONNX's B [dirs, 8*hidden]): a bias
         # is never pruned or quantized (issue 31 item 3), whatever its rank.
-        if mode == "equal" or a.ndim < 2 or a.dtype.kind not in "f" or k == "lstm.B":
+        kernel = k in exp and exp[k][1] != "none" and exp[k][0] != "bias"
+        if mode == "fakequant" and k not in exp and a.ndim >= 2 and a.dtype.kind == "f":
+            unchecked.append(k)  # no op slot here decides it: npuc's name rules do, not checked
+        elif mode == "fakequant" and not kernel:  # biases, BN vectors, anything no kernel slot reads
+            assert np.array_equal(a, b), k
+        elif mode == "equal" or a.ndim < 2 or a.dtype.kind not in "f" or k == "lstm.B":
             assert np.array_equal(a, b), k
         elif mode == "pruned":
             n = a.size
@@ -123,13 +317,13 @@ def compare(orig, out, mode, s=0.0):
             if z and z < n:
                 assert np.abs(flat_a[zeroed]).max() <= np.abs(flat_a[~zeroed]).min(), k
         elif mode == "fakequant":
-            a64 = a.astype(np.float64).reshape(a.shape[0], -1)
-            scale = np.abs(a64).max(axis=1, keepdims=True) / 127.0
-            scale[scale == 0] = 1.0
-            want = (np.clip(np.round(a64 / scale), -127, 127) * scale).reshape(a.shape)
-            assert np.allclose(b, want, rtol=1e-5, atol=1e-7), (k, np.abs(b - want).max())
+            assert fq_close(a, b, exp[k][1], exp[k][2]), (k, exp[k], np.abs(b - fq_ref(a, exp[k][1], exp[k][2])[0]).max())
+            if a.ndim == 2 and a.shape[0] > 1 and a.shape[1] > 1:  # the axis matters: the other one differs
+                assert not fq_close(a, b, "oi" if exp[k][2] == 1 else "io", 1 - exp[k][2]), \
+                    (k, "quantized along the other axis")
             assert not np.array_equal(a, b), k
-    print("ok", out, len(wo), "weights")
+    print("ok", out, len(wo), "weights" + (f" ({len(unchecked)} matrices no op slot decides, not checked)"
+                                         if unchecked else ""))
 
 
 def bad(kind, d):
@@ -168,6 +362,17 @@ def bad(kind, d):
             n = helper.make_node("If", ["c"], ["y"], then_branch=g, else_branch=leaf)
             g = helper.make_graph([n], "g", [X], [X])
         data = helper.make_model(g).SerializeToString()
+    elif kind in ("cycle", "twice"):  # the graph itself: a -> b -> a, or two producers of one value
+        w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "w")
+        if kind == "cycle":
+            nodes = [helper.make_node("MatMul", ["b", "w"], ["a"], name="n1"),
+                     helper.make_node("Relu", ["a"], ["b"], name="n2"),
+                     helper.make_node("Identity", ["a"], ["y"], name="n3")]
+        else:
+            nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="n1"),
+                     helper.make_node("Relu", ["x"], ["y"], name="n2")]
+        g = helper.make_graph(nodes, "g", [X], [X], [w])
+        data = helper.make_model(g).SerializeToString()
     else:  # hand-written bytes: ir_version 7, then a broken graph
         data = {"truncated_varint": b"\x08\x07\x3a\x02\x0a\x80",
                 "length_past_end": b"\x08\x07\x3a\x05\x0a\x10\x0a\x01",
@@ -194,21 +399,40 @@ if __name__ == "__main__":
         print("ok", sys.argv[2], len(st), "tensors")
     elif cmd in ("equal", "fakequant"):
         compare(sys.argv[2], sys.argv[3], cmd)
+    elif cmd == "roles":
+        roles(sys.argv[2], sys.argv[3])
     elif cmd == "pruned":
         compare(sys.argv[2], sys.argv[3], cmd, float(sys.argv[4]))
     elif cmd == "feeds":
-        # Seeded inputs for every graph input: floats N(0, 1), bools true.
+        # Seeded inputs for every graph input: floats N(0, 1), bools true, int64 in 0..3.
+        # Optional argv[4]: JSON {input: dims list, {"dims": list, "std": s}
+        # (N(0, s^2) values), or a number that fills it (Silero's sample
+        # rate)} for inputs with symbolic dims.
         m = onnx.load(sys.argv[2], load_external_data=False)
+        over = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
         rng = np.random.default_rng(3)
         feeds = {}
+        inits = {t.name for t in m.graph.initializer}
         for i in m.graph.input:
+            if i.name in inits:
+                continue
             t = i.type.tensor_type
             dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+            std = 1.0
+            if isinstance(over.get(i.name), dict):  # {"dims": [...], "std": s}: audio is quieter than N(0, 1)
+                dims, std = over[i.name]["dims"], over[i.name]["std"]
+            elif isinstance(over.get(i.name), list):
+                dims = over[i.name]
             n = int(np.prod(dims)) if dims else 1
-            if t.elem_type == onnx.TensorProto.BOOL:
+            if isinstance(over.get(i.name), (int, float)):
+                kind = "int64" if t.elem_type == onnx.TensorProto.INT64 else "float32"
+                feeds[i.name] = {"type": kind, "dims": dims, "data": [over[i.name]] * n}
+            elif t.elem_type == onnx.TensorProto.BOOL:
                 feeds[i.name] = {"type": "bool", "dims": dims, "data": [1] * n}
+            elif t.elem_type == onnx.TensorProto.INT64:  # indices: 0..3 fit every table here
+                feeds[i.name] = {"type": "int64", "dims": dims, "data": rng.integers(0, 4, n).tolist()}
             else:
-                feeds[i.name] = {"type": "float32", "dims": dims, "data": rng.standard_normal(n).tolist()}
+                feeds[i.name] = {"type": "float32", "dims": dims, "data": (std * rng.standard_normal(n)).tolist()}
         with open(sys.argv[3], "w") as f:
             json.dump(feeds, f)
     elif cmd == "bad":
