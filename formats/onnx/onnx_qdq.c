@@ -59,6 +59,13 @@ struct npuc__oq_plan {
     long *owner;         /* per declared tensor: its entry, or -1 */
     int *role;
     npuc__strmap names; /* every name the model uses, and those added */
+    /* Reading back: DequantizeLinear nodes of constant inputs whose output
+     * the output declares as a float tensor (decompress of a QDQ model):
+     * the node and its input initializers go, the output becomes an
+     * initializer again. */
+    npuc__strmap undo_out, undo_in;
+    npuc__strmap declared; /* declared tensor name -> index */
+    size_t nundo;
     npuc__onnx_model *md;
     int64_t v, target, ir;
     int ms_needed, ms_present, nconv;
@@ -557,6 +564,27 @@ static int constant_output(const unsigned char *p, uint64_t n, const unsigned ch
     return constant && dflt && *name;
 }
 
+/* The output of the DequantizeLinear node at p[0..n) into o; 0 if it is
+ * not one (or its output does not fit). */
+static int dq_output(const unsigned char *p, uint64_t n, char *o, size_t no) {
+    const unsigned char *r = p, *end = p + n;
+    npuc__ox_field f;
+    int dq = 0, dflt = 1, have = 0;
+    while (r < end) {
+        if (npuc__ox_next(&r, end, &f)) return 0;
+        if (f.wt != 2) continue;
+        if (f.num == 4) dq = f.len == 16 && memcmp(f.data, "DequantizeLinear", 16) == 0;
+        if (f.num == 7) dflt = f.len == 0 || (f.len == 7 && memcmp(f.data, "ai.onnx", 7) == 0);
+        if (f.num == 2 && !have) {
+            if (f.len >= no) return 0;
+            memcpy(o, f.data, (size_t)f.len);
+            o[f.len] = 0;
+            have = 1;
+        }
+    }
+    return dq && dflt && have;
+}
+
 static npuc_status hk_graph_begin(npuc__ox_walk *wk, const unsigned char *p, uint64_t n, int depth,
                                   npuc__ox_buf *out) {
     (void)depth;
@@ -576,6 +604,15 @@ static npuc_status hk_graph_begin(npuc__ox_walk *wk, const unsigned char *p, uin
             const unsigned char *nm;
             uint64_t len;
             if (constant_output(f.data, f.len, &nm, &len)) e = entry_of(q, (const char *)nm, len);
+            size_t d;
+            char o[512];
+            if (q->nundo && dq_output(f.data, f.len, o, sizeof o) && npuc__strmap_get(&q->undo_out, o, &d)) {
+                const npuc_tensor_info *t = &q->w->t[d];
+                npuc__ox_buf tb = {0};
+                tensor_head(&tb, t->shape, t->rank, (int)npuc__ox_type_of(t->dtype), t->name);
+                q->put(q->put_user, d, t->nbytes, &tb);
+                npuc__ox_put_sub(out, 5, &tb);
+            }
         }
         if (e && !e->found) {
             e->found = 1;
@@ -594,6 +631,11 @@ static npuc_status hk_node(npuc__ox_walk *wk, const unsigned char *p, uint64_t n
     uint64_t len;
     if (constant_output(p, n, &nm, &len) && entry_of(q, (const char *)nm, len)) {
         *handled = 1; /* the Constant's value went out as initializers */
+        return NPUC_OK;
+    }
+    char o[512];
+    if (q->nundo && dq_output(p, n, o, sizeof o) && npuc__strmap_get(&q->undo_out, o, NULL)) {
+        *handled = 1; /* its output is an initializer again */
         return NPUC_OK;
     }
     /* MatMul reading an NBITS weight as B -> MatMulNBits. */
@@ -657,6 +699,7 @@ static int64_t ir_for(int64_t opset) { return opset >= 21 ? 10 : opset >= 13 ? 7
 
 static npuc_status hk_model_field(npuc__ox_walk *wk, const npuc__ox_field *f, npuc__ox_buf *out, int *handled) {
     npuc__oq_plan *q = wk->hook_user;
+    if (!q->ne) return NPUC_OK; /* reading back only: the opset stays */
     if (f->num == 1 && f->wt == 0) {
         int64_t ir = ir_for(q->target);
         put_int(out, 1, (int64_t)f->v > ir ? (int64_t)f->v : ir);
@@ -698,10 +741,12 @@ void npuc__oq_hooks(npuc__oq_plan *q, npuc__ox_walk *wk) {
 }
 
 int npuc__oq_replaces(const npuc__oq_plan *q, const char *name) {
-    return q && npuc__strmap_get(&q->byname, name, NULL);
+    return q && (npuc__strmap_get(&q->byname, name, NULL) || npuc__strmap_get(&q->undo_in, name, NULL));
 }
 
-int npuc__oq_owns(const npuc__oq_plan *q, size_t i) { return q && q->owner[i] >= 0; }
+/* owner[i]: an entry, -1 none, -2 an undone DequantizeLinear's input (not
+ * written), -3 its output (an initializer again). */
+int npuc__oq_owns(const npuc__oq_plan *q, size_t i) { return q && q->owner[i] != -1; }
 
 npuc_status npuc__oq_check(npuc__oq_plan *q) {
     for (size_t i = 0; i < q->ne; i++)
@@ -742,6 +787,7 @@ npuc_status npuc__oq_transform(npuc__oq_plan *q, size_t i, const void *data, uin
                                uint64_t *nout) {
     *outp = data;
     *nout = n;
+    if (q && q->owner[i] == -2) *nout = 0;
     if (!q || q->owner[i] < 0) return NPUC_OK;
     const oq_entry *e = &q->e[q->owner[i]];
     int role = q->role[i];
@@ -808,11 +854,9 @@ npuc_status npuc__oq_transform(npuc__oq_plan *q, size_t i, const void *data, uin
 
 /* ------------------------------------------------------------ the plan */
 
-static long decl(const npuc_writer *w, const char *name) {
-    if (!name) return -1;
-    for (size_t i = 0; i < w->n; i++)
-        if (strcmp(w->t[i].name, name) == 0) return (long)i;
-    return -1;
+static long decl_of(const npuc__oq_plan *q, const char *name) {
+    size_t i;
+    return name && npuc__strmap_get(&q->declared, name, &i) ? (long)i : -1;
 }
 
 static int64_t opset_of(const npuc__onnx_model *md, const char *domain, int *present) {
@@ -841,6 +885,50 @@ static void uses(const npuc__onnx_graph *g, const char *name, int *mm, int *othe
         for (size_t a = 0; a < n->nattrs; a++)
             for (size_t j = 0; j < n->attrs[a].ngraphs; j++) uses(n->attrs[a].graphs[j], name, mm, other);
     }
+}
+
+static int in_list(char *const *l, size_t n, const char *s) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(l[i], s) == 0) return 1;
+    return 0;
+}
+
+static int is_init_anywhere(const npuc__onnx_graph *g, const char *s) {
+    if (in_list(g->initializers, g->ninitializers, s)) return 1;
+    for (size_t i = 0; i < g->nnodes; i++)
+        for (size_t a = 0; a < g->nodes[i].nattrs; a++)
+            for (size_t k = 0; k < g->nodes[i].attrs[a].ngraphs; k++)
+                if (is_init_anywhere(g->nodes[i].attrs[a].graphs[k], s)) return 1;
+    return 0;
+}
+
+/* DequantizeLinear nodes reading initializers of their graph whose output
+ * is a declared float tensor that no graph holds as a weight. */
+static npuc_status find_undo(npuc__oq_plan *q, const npuc__onnx_graph *g) {
+    for (size_t i = 0; i < g->nnodes; i++) {
+        const npuc__onnx_node *n = &g->nodes[i];
+        for (size_t a = 0; a < n->nattrs; a++)
+            for (size_t k = 0; k < n->attrs[a].ngraphs; k++) {
+                npuc_status st = find_undo(q, n->attrs[a].graphs[k]);
+                if (st != NPUC_OK) return st;
+            }
+        if (!default_domain(n->domain) || strcmp(n->op_type, "DequantizeLinear") != 0 || n->noutputs != 1) continue;
+        long d = decl_of(q, n->outputs[0]);
+        if (d < 0 || !npuc_dtype_is_float(q->w->t[d].dtype) || is_init_anywhere(q->md->graph, n->outputs[0])) continue;
+        int ok = n->ninputs >= 2;
+        for (size_t k = 0; k < n->ninputs && ok; k++) ok = !*n->inputs[k] || in_list(g->initializers, g->ninitializers, n->inputs[k]);
+        if (!ok) continue;
+        if (npuc__strmap_put(&q->undo_out, n->outputs[0], (size_t)d) != 0) return oom(q);
+        q->owner[d] = -3;
+        for (size_t k = 0; k < n->ninputs; k++) {
+            if (!*n->inputs[k]) continue;
+            if (npuc__strmap_put(&q->undo_in, n->inputs[k], 0) != 0) return oom(q);
+            long di = decl_of(q, n->inputs[k]);
+            if (di >= 0) q->owner[di] = -2;
+        }
+        q->nundo++;
+    }
+    return NPUC_OK;
 }
 
 static npuc_status bad_entry(npuc__oq_plan *q, const char *name, const char *why) {
@@ -883,9 +971,9 @@ static npuc_status read_entry(npuc__oq_plan *q, const char *name, json_t *v, oq_
                          axis);
     e->C = e->gran == G_TENSOR ? 1 : e->shape[e->axis];
     e->group = group;
-    e->t[R_CODES] = decl(w, json_string_value(json_object_get(v, "codes")));
-    e->t[R_SCALE] = decl(w, json_string_value(json_object_get(v, "scale")));
-    e->t[R_ZP] = decl(w, json_string_value(json_object_get(v, "zero_point")));
+    e->t[R_CODES] = decl_of(q, json_string_value(json_object_get(v, "codes")));
+    e->t[R_SCALE] = decl_of(q, json_string_value(json_object_get(v, "scale")));
+    e->t[R_ZP] = decl_of(q, json_string_value(json_object_get(v, "zero_point")));
     if (e->t[R_CODES] < 0 || e->t[R_SCALE] < 0 || (!e->sym && e->t[R_ZP] < 0))
         return npuc_fail(w->ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': a part of the entry is not in the output", w->path,
                          name);
@@ -946,7 +1034,7 @@ npuc_status npuc__oq_plan_make(npuc_writer *w, const unsigned char *skel, size_t
         }
         nq++;
     }
-    if (!nq) {
+    if (!nq && !skel) {
         json_decref(root);
         return NPUC_OK;
     }
@@ -963,9 +1051,21 @@ npuc_status npuc__oq_plan_make(npuc_writer *w, const unsigned char *skel, size_t
     q->owner = malloc((w->n + 1) * sizeof *q->owner);
     q->role = calloc(w->n + 1, sizeof *q->role);
     if (!q->e || !q->owner || !q->role) { st = oom(q); goto fail_json; }
-    for (size_t i = 0; i < w->n; i++) q->owner[i] = -1;
+    for (size_t i = 0; i < w->n; i++) {
+        q->owner[i] = -1;
+        if (npuc__strmap_put(&q->declared, w->t[i].name, i) != 0) { st = oom(q); goto fail_json; }
+    }
     if ((st = npuc__onnx_graph_parse_bytes(w->ctx, w->path, skel, nskel, &q->md)) != NPUC_OK) goto fail_json;
     names_graph(q, q->md->graph);
+    if ((st = find_undo(q, q->md->graph)) != NPUC_OK) goto fail_json;
+    if (!nq) {
+        json_decref(root);
+        if (!q->nundo) {
+            npuc__oq_free(q);
+            *out = NULL;
+        }
+        return NPUC_OK;
+    }
     json_object_foreach(tensors, k, v) {
         const char *enc = json_string_value(json_object_get(v, "encoding"));
         if (!enc || strcmp(enc, "quant") != 0) continue;
@@ -1160,6 +1260,9 @@ void npuc__oq_free(npuc__oq_plan *q) {
     free(q->buf);
     npuc__strmap_free(&q->byname);
     npuc__strmap_free(&q->names);
+    npuc__strmap_free(&q->undo_out);
+    npuc__strmap_free(&q->undo_in);
+    npuc__strmap_free(&q->declared);
     npuc__onnx_graph_free(q->md);
     free(q);
 }

@@ -318,7 +318,7 @@ static npuc_status ow_begin(npuc_writer *w) {
     }
     if (st == NPUC_OK && ftruncate(s->fd, (off_t)fpos) != 0)
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: setting the size: %s", w->path, strerror(errno));
-    if (st == NPUC_OK && s->qdq) npuc__ctx_warn(w->ctx, "%s", npuc__oq_summary(s->qdq));
+    if (st == NPUC_OK && *npuc__oq_summary(s->qdq)) npuc__ctx_warn(w->ctx, "%s", npuc__oq_summary(s->qdq));
     if (st == NPUC_OK && s->external) {
         s->dfd = open(s->dtmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (s->dfd < 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, s->dtmp, strerror(errno));
