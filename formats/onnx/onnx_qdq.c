@@ -368,6 +368,12 @@ static const conv_row *conv_find(const char *op, int64_t v, int64_t t, size_t *f
     return NULL;
 }
 
+/* "node 'NAME' (Op)", or "the Op node with output 'Y'" for a nameless one. */
+static void node_desc(const npuc__onnx_node *n, char *b, size_t nb) {
+    if (n->name && *n->name) snprintf(b, nb, "node '%.100s' (%.60s)", n->name, n->op_type);
+    else snprintf(b, nb, "the %.60s node with output '%.100s'", n->op_type, n->noutputs ? n->outputs[0] : "");
+}
+
 /* Why the graph cannot go from opset v to t (a static buffer), or NULL. */
 static const char *conv_blocked(const npuc__onnx_graph *g, int64_t v, int64_t t, char *why, size_t nwhy) {
     for (size_t i = 0; i < g->nnodes; i++) {
@@ -376,15 +382,17 @@ static const char *conv_blocked(const npuc__onnx_graph *g, int64_t v, int64_t t,
             size_t from = 0;
             for (const conv_row *r; (r = conv_find(n->op_type, v, t, &from));)
                 if (r->refuse) {
-                    snprintf(why, nwhy, "node '%s' (%s): %s", n->name && *n->name ? n->name : "?", n->op_type,
-                             r->refuse);
+                    node_desc(n, why, nwhy);
+                    size_t u = strlen(why);
+                    snprintf(why + u, nwhy - u, ": %s", r->refuse);
                     return why;
                 }
             if (v < 9 && t >= 9 && strcmp(n->op_type, "BatchNormalization") == 0)
                 for (size_t a = 0; a < n->nattrs; a++)
                     if (strcmp(n->attrs[a].name, "spatial") == 0 && n->attrs[a].i == 0) {
-                        snprintf(why, nwhy, "node '%s' (BatchNormalization): spatial=0 was removed at opset 9",
-                                 n->name && *n->name ? n->name : "?");
+                        node_desc(n, why, nwhy);
+                        size_t u = strlen(why);
+                        snprintf(why + u, nwhy - u, ": spatial=0 was removed at opset 9");
                         return why;
                     }
         }

@@ -148,6 +148,39 @@ def other_axis(shape, axis):
     return ax[0] if ax else (1 if axis == 0 else 0)
 
 
+# Attributes that became inputs (1, 2, ...) when the opset was raised.
+MOVED = {"Clip": ["min", "max"], "Slice": ["starts", "ends", "axes"], "TopK": ["k"], "Pad": ["pads", "value"],
+         "Dropout": ["ratio"], "Squeeze": ["axes"], "Unsqueeze": ["axes"], "Split": ["split"],
+         "ReduceSum": ["axes"], "ReduceMean": ["axes"], "ReduceMax": ["axes"], "ReduceMin": ["axes"],
+         "ReduceProd": ["axes"], "ReduceL1": ["axes"], "ReduceL2": ["axes"], "ReduceLogSum": ["axes"],
+         "ReduceLogSumExp": ["axes"], "ReduceSumSquare": ["axes"]}
+
+
+def check_moved(mo, mq):
+    """Nodes of MOVED: same data input and outputs; each moved attribute is
+    now the input at its position, a Constant holding the same value."""
+    consts = {n.output[0]: numpy_helper.to_array(attr(n, "value")) for g in graphs(mq.graph) for n in g.node
+              if n.op_type == "Constant"}
+    outs = {tuple(n.output): n for g in graphs(mq.graph) for n in g.node}
+    for g in graphs(mo.graph):
+        for n in g.node:
+            if n.op_type not in MOVED:
+                continue
+            m = outs[tuple(n.output)]
+            assert m.op_type == n.op_type and m.input[0] == n.input[0], (n, m)
+            had = [a.name for a in n.attribute if a.name in MOVED[n.op_type]]
+            if not had or list(m.input[1:]) == list(n.input[1:]):
+                continue
+            for k, key in enumerate(MOVED[n.op_type], 1):
+                if key in had:
+                    want = np.array(attr(n, key))
+                    got = consts[m.input[k]]
+                    assert np.array_equal(got.reshape(-1), want.reshape(-1)), (n.op_type, key, got, want)
+                    assert attr(m, key) is None, (n.op_type, key)
+                else:
+                    assert len(m.input) <= k or m.input[k] == "", (n.op_type, key)
+
+
 def check_qdq(orig, out, form, bits, sym, group, specs):
     mo, mq = onnx.load(orig), onnx.load(out)
     wo, wq = weights(mo), weights(mq)
@@ -237,9 +270,10 @@ def check_qdq(orig, out, form, bits, sym, group, specs):
     def sig(m, drop):
         return sorted((n.op_type, tuple(n.input), tuple(n.output)) for g in graphs(m.graph) for n in g.node
                       if n.op_type not in drop)
-    drop = {"Constant", "DequantizeLinear", "Mul", "Sub", "Cast", "MatMul", "MatMulNBits"}
+    drop = {"Constant", "DequantizeLinear", "Mul", "Sub", "Cast", "MatMul", "MatMulNBits"} | set(MOVED)
     a, b = sig(mo, drop), sig(mq, drop)
     assert a == b, (a, b)
+    check_moved(mo, mq)
     print(f"{out}: {len(specs)} weights as {form} equal to NumPy's quantization")
 
 
