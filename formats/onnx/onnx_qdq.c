@@ -1042,9 +1042,12 @@ npuc_status npuc__oq_plan_make(npuc_writer *w, const unsigned char *skel, size_t
         }
         nq++;
     }
-    if (!nq && !skel) {
+    if (!skel) {
         json_decref(root);
-        return NPUC_OK;
+        return nq ? npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED, "%s: quantized tensors need the ONNX graph their "
+                              "weights belong to, and this model has none (it did not come from an ONNX file); use "
+                              "--fake-quant, or write safetensors", w->path)
+                  : NPUC_OK;
     }
     npuc__oq_plan *q = calloc(1, sizeof *q);
     if (!q) {

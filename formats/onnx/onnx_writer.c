@@ -270,13 +270,8 @@ static npuc_status ow_begin(npuc_writer *w) {
                 goto done;
             }
     } else {
+        /* Quantized tensors without a graph: refused by the plan. */
         if (art && (st = npuc__oq_plan_make(w, NULL, 0, art, qdq_put, w, &s->qdq)) != NPUC_OK) goto done;
-        if (s->qdq) {
-            st = npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED, "%s: quantized tensors need the ONNX graph their weights "
-                           "belong to, and this model has none (it did not come from an ONNX file); use "
-                           "--fake-quant, or write safetensors", w->path);
-            goto done;
-        }
         bare_model(w, s, &out);
     }
     for (size_t i = 0; i < w->nmeta; i++) {

@@ -165,4 +165,22 @@ must_match "$T/err" "never.onnx: blocked quantization needs opset 21 and the mod
 expect_rc 2 "$NPUC_BIN" quantize -b 4 -g 9 --quantize-all "$M/conv_bn_relu.onnx" -o "$T/never.onnx"
 must_match "$T/err" "never.onnx: tensor 'conv.weight': groups of 9 run across 3 axes"
 
+# A quantized artifact without an ONNX graph (from safetensors).
+expect_rc 0 "$NPUC_BIN" convert "$M/gemm.onnx" -o "$T/plain.safetensors"
+"$PY" - "$T/plain.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"].pop("onnx.model")
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PYEOF
+expect_rc 0 "$NPUC_BIN" quantize "$T/plain.safetensors" -o "$T/plain.q.safetensors"
+expect_rc 2 "$NPUC_BIN" convert "$T/plain.q.safetensors" -o "$T/never.onnx"
+must_match "$T/err" "never.onnx: quantized tensors need the ONNX graph their weights belong to"
+[ ! -e "$T/never.onnx" ] || fail "never.onnx was written after a refusal"
+
 echo "onnx_qdq: ok"
