@@ -45,6 +45,9 @@ typedef struct oq_entry {
     int baxis;       /* blocked: the axis the blocks run along */
     int tr;          /* scales [C, G] go out as [G, C] */
     int found;
+    int reshape;               /* blocked on a 2-D view, then Reshape to oshape */
+    int64_t oshape[8];
+    int orank;
     int64_t K, N, nb; /* NBITS */
     char *qn, *sn, *zn, *nn;
 } oq_entry;
@@ -235,15 +238,42 @@ static npuc_status emit_entry(npuc__oq_plan *q, npuc__ox_buf *g, oq_entry *e) {
     if (e->dtype != NPUC_DTYPE_F32 && !(tmp = uniq(q, e->name, "_float"))) return oom(q);
     const char *dst = tmp ? tmp : last;
     npuc__ox_buf nd = {0};
+    char *rs = NULL, *rshape = NULL;
+    if (e->reshape && (!(rs = uniq(q, e->name, "_blocked")) || !(rshape = uniq(q, e->name, "_shape")))) {
+        free(rs);
+        free(tmp);
+        return oom(q);
+    }
     if (e->form == F_DQ) {
         const char *in[3] = {e->qn, e->sn, e->zn};
-        node_open(&nd, "DequantizeLinear", "", e->nn, in, 3, dst);
+        node_open(&nd, "DequantizeLinear", "", e->nn, in, 3, rs ? rs : dst);
         if (e->gran == G_CHANNEL) attr_int(&nd, "axis", e->axis);
         if (e->gran == G_GROUP) {
             attr_int(&nd, "axis", e->baxis);
             attr_int(&nd, "block_size", e->group);
         }
         npuc__ox_put_sub(g, 1, &nd);
+        if (rs) { /* back to the weight's shape */
+            unsigned char raw[64];
+            int64_t d = e->orank;
+            for (int k = 0; k < e->orank; k++)
+                for (int b = 0; b < 8; b++) raw[k * 8 + b] = (unsigned char)((uint64_t)e->oshape[k] >> (8 * b));
+            put_init_bytes(g, &d, 1, T_INT64, rshape, raw, (size_t)e->orank * 8);
+            char *rn = uniq(q, e->name, "_Reshape");
+            if (!rn) {
+                free(rs);
+                free(rshape);
+                free(tmp);
+                return oom(q);
+            }
+            const char *rin[2] = {rs, rshape};
+            npuc__ox_buf rb = {0};
+            node_open(&rb, "Reshape", "", rn, rin, 2, dst);
+            npuc__ox_put_sub(g, 1, &rb);
+            free(rn);
+        }
+        free(rs);
+        free(rshape);
     } else {
         /* codes as floats */
         char *one = NULL, *zero = NULL;
@@ -988,13 +1018,30 @@ static npuc_status read_entry(npuc__oq_plan *q, const char *name, json_t *v, oq_
     e->sdtype = w->t[e->t[R_SCALE]].dtype;
     if (e->gran == G_GROUP) {
         if (group <= 0) return npuc_fail(w->ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': group_size %" PRId64, w->path, name, group);
-        /* ONNX blocks one axis: the channel's sequence must run along one. */
+        /* ONNX blocks one axis: the channel's sequence must run along one (or be
+         * contiguous, below). */
         int seq = -1, nseq = 0;
         for (int k = 0; k < e->rank; k++)
             if (k != e->axis && e->shape[k] > 1) {
                 seq = k;
                 nseq++;
             }
+        int64_t outer = 1, inner = 1;
+        for (int k = 0; k < e->axis; k++) outer *= e->shape[k];
+        for (int k = e->axis + 1; k < e->rank; k++) inner *= e->shape[k];
+        if (nseq > 1 && (outer == 1 || inner == 1)) {
+            /* The sequence is contiguous: block the 2-D view [C, inner]
+             * (or [outer, C]) and Reshape back. */
+            e->reshape = 1;
+            e->orank = e->rank;
+            memcpy(e->oshape, e->shape, sizeof e->shape);
+            e->rank = 2;
+            e->shape[0] = outer == 1 ? e->C : outer;
+            e->shape[1] = outer == 1 ? inner : e->C;
+            e->axis = outer == 1 ? 0 : 1;
+            seq = 1 - e->axis;
+            nseq = 1;
+        }
         if (nseq > 1) {
             char why[256];
             snprintf(why, sizeof why, "groups of %" PRId64 " run across %d axes of the shape, and ONNX's blocked "

@@ -7,9 +7,12 @@
 #     Gemm, MatMul, weights in Constant nodes and an If branch, external
 #     data, opset 9 and 11 models (raised to 13): relative output error
 #     below 0.03; asymmetric (UINT8 + zero points) and per tensor;
+#   - LSTM W/R (axis 1), depthwise Conv, 1x1 Conv, ConvTranspose (axis 1
+#     stated with --layout): int8 per channel below 0.03;
 #   - int4 in groups of 32 at opset 21 (INT4 blocked DequantizeLinear, the
-#     blocked axis and the scales' layout from the encoding), and raised
-#     from opset 10 with Clip / Unsqueeze / ReduceSum converted; runs;
+#     blocked axis and the scales' layout from the encoding; a 3x3 Conv
+#     blocked on its [O, I*kh*kw] view + Reshape), and raised from opset 10
+#     with Clip / Unsqueeze / ReduceSum converted; runs;
 #   - --onnx-int4 matmulnbits: com.microsoft::MatMulNBits; runs;
 #   - opset 11 with Softmax (cannot be raised): DequantizeLinear scale 1 +
 #     Mul; opset 9 with Upsample: Cast + Sub + Mul; each said in one line;
@@ -72,8 +75,11 @@ must_match "$T/q8.err" "opset raised 9 -> 13"
 Q opset "$T/opset9.q8.onnx" 13
 run8 opset11 fc1.weight=0 fc2.weight=0
 must_match "$T/q8.err" "opset raised 11 -> 13"
+run8 lstm lstm.W=1 lstm.R=1
 LAYOUT=(--layout 'mm\.weight=io')
 run8 matmul mm.weight=1
+LAYOUT=(--quantize-all --layout 'ct\.weight=iohw')
+run8 convs13 dw.weight=0 pw=0 ct.weight=1
 
 # Asymmetric (UINT8 + zero points) and per tensor.
 expect_rc 0 "$NPUC_BIN" quantize --asymmetric --layout 'mm\.weight=io' "$M/matmul.onnx" -o "$T/mm.a.onnx"
@@ -105,6 +111,17 @@ expect_rc 0 "$NPUC_BIN" convert "$T/a4.safetensors" -o "$T/a4.onnx"
 cmp "$T/a4.onnx" "$T/mm21.q4.onnx" || fail "convert of the artifact differs from quantize to ONNX"
 expect_rc 0 "$NPUC_BIN" decompress "$T/a4.safetensors" -o "$T/a4.d.onnx"
 Q deq "$T/a4.onnx" "$T/a4.d.onnx" mm.weight fc.weight
+
+# int4 g32 on a 3x3 convolution: its groups run along I*kh*kw, contiguous in
+# OIHW, so the blocks are those of the [O, I*kh*kw] view and a Reshape
+# gives the weight its shape back.
+expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --quantize-all "$M/conv_bn_relu.onnx" -o "$T/cbr.q4.onnx"
+form_line "1 x DequantizeLinear int4 blocked \(block_size 32\); opset raised 13 -> 21"
+Q qdq "$M/conv_bn_relu.onnx" "$T/cbr.q4.onnx" dq 4 1 32 conv.weight=0
+R "$M/conv_bn_relu.onnx" "$T/cbr.q4.onnx" 0.3
+expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --quantize-all "$M/conv_bn_relu.onnx" -o "$T/cbr4.safetensors"
+expect_rc 0 "$NPUC_BIN" decompress "$T/cbr4.safetensors" -o "$T/cbr4.d.onnx"
+Q deq "$T/cbr.q4.onnx" "$T/cbr4.d.onnx" conv.weight
 
 # MatMulNBits for the MatMul weight; the Gemm weight stays DequantizeLinear.
 expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --quantize-all --layout 'mm\.weight=io' --onnx-int4 matmulnbits \
@@ -161,9 +178,10 @@ expect_rc 2 "$NPUC_BIN" quantize -b 4 -g 32 --quantize-all "$M/softmax11.onnx" -
 must_match "$T/err" "never.onnx: blocked quantization needs opset 21 and the model's opset 11 cannot be raised: the Softmax node with output 'y': Softmax no longer flattens its input to 2-D at opset 13"
 [ "$(grep -c . "$T/err")" = 1 ] || fail "the refusal is not one line"
 [ ! -e "$T/never.onnx" ] || fail "never.onnx was written after a refusal"
-# Groups across several axes (a 3x3 convolution): ONNX blocks one axis.
-expect_rc 2 "$NPUC_BIN" quantize -b 4 -g 9 --quantize-all "$M/conv_bn_relu.onnx" -o "$T/never.onnx"
-must_match "$T/err" "never.onnx: tensor 'conv.weight': groups of 9 run across 3 axes"
+# Groups whose sequence is not contiguous (a ConvTranspose read as IOHW:
+# [in, out, kh, kw] along out): ONNX blocks one axis.
+expect_rc 2 "$NPUC_BIN" quantize -b 4 -g 9 --quantize-all --layout 'ct\.weight=iohw' "$M/convs13.onnx" -o "$T/never.onnx"
+must_match "$T/err" "never.onnx: tensor '(dw.weight|ct.weight)': groups of 9 run across [0-9] axes"
 
 # A quantized artifact without an ONNX graph (from safetensors).
 expect_rc 0 "$NPUC_BIN" convert "$M/gemm.onnx" -o "$T/plain.safetensors"

@@ -11,6 +11,8 @@ independently of npuc.  Usage: make_qdq_models.py OUTDIR.  Writes:
   softmax11.onnx   opset 11: Gemm [16, 32] (transB) + Softmax (its meaning
                    changed at 13: the opset cannot be raised)
   upsample9.onnx   opset 9: Conv [8, 3, 3, 3] + Upsample (removed at 10)
+  convs13.onnx     opset 13: depthwise Conv [8, 1, 3, 3] (group 8), a 1x1 Conv
+                   [4, 8, 1, 1] and a ConvTranspose [4, 6, 3, 3] (IOHW)
 """
 import os
 import sys
@@ -73,3 +75,13 @@ nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads
          helper.make_node("Upsample", ["c", "up.scales"], ["y"], mode="nearest")]
 m = build(nodes, inits, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 8, 16, 16])], 9, 4)
 onnx.save_model(m, os.path.join(out, "upsample9.onnx"))
+
+# opset 13: a depthwise Conv (group = channels) and a ConvTranspose (IOHW).
+inits = [numpy_helper.from_array(f32(8, 1, 3, 3), "dw.weight"), numpy_helper.from_array(f32(4, 6, 3, 3), "ct.weight"),
+         numpy_helper.from_array(f32(6), "ct.bias")]
+nodes = [helper.make_node("Conv", ["x", "dw.weight"], ["d"], group=8, pads=[1, 1, 1, 1]),
+         helper.make_node("Conv", ["d", "pw"], ["p"]),
+         helper.make_node("ConvTranspose", ["p", "ct.weight", "ct.bias"], ["y"], strides=[2, 2])]
+inits.append(numpy_helper.from_array(f32(4, 8, 1, 1), "pw"))
+m = build(nodes, inits, [vi("x", [1, 8, 6, 6])], [vi("y", [1, 6, 13, 13])], 13, 7)
+onnx.save_model(m, os.path.join(out, "convs13.onnx"))

@@ -144,7 +144,8 @@ def expand(a, shape, axis, baxis, group):
 
 def other_axis(shape, axis):
     ax = [k for k in range(len(shape)) if k != axis and shape[k] > 1]
-    assert len(ax) <= 1, shape
+    if len(ax) > 1:
+        return None  # blocked on a 2-D view (a Reshape follows)
     return ax[0] if ax else (1 if axis == 0 else 0)
 
 
@@ -223,6 +224,15 @@ def check_qdq(orig, out, form, bits, sym, group, specs):
         assert n is not None, f"{name}: nothing produces it"
         if n.op_type == "Cast" and form != "cast":  # back to the original float type
             g, n = producer(mq, n.input[0])
+        if n.op_type == "Reshape":  # blocks of a contiguous sequence: a 2-D view
+            assert group and list(numpy_helper.to_array(wq[n.input[1]])) == list(w.shape), name
+            outer, inner = int(np.prod(w.shape[:axis])), int(np.prod(w.shape[axis + 1:]))
+            assert outer == 1 or inner == 1, w.shape
+            w = w.reshape(w.shape[axis], inner) if outer == 1 else w.reshape(outer, w.shape[axis])
+            axis = 0 if outer == 1 else 1
+            codes, scales, zps = ref_quant(w, bits, sym, axis, group)
+            baxis = 1 - axis
+            g, n = producer(mq, n.input[0])
         if form == "dq":
             assert n.op_type == "DequantizeLinear", n.op_type
             q = ints(wq[n.input[0]], sym, bits == 4)
@@ -267,9 +277,11 @@ def check_qdq(orig, out, form, bits, sym, group, specs):
             q = ints(wq[p.input[0]], sym, False)
             assert np.array_equal(q, codes), f"{name}: codes differ"
     # Every other node is still there, reading the same inputs.
-    def sig(m, drop):
+    mine = {spec.rsplit("=", 1)[0] for spec in specs}
+
+    def sig(m, drop):  # (a Reshape giving a checked weight its shape is npuc's)
         return sorted((n.op_type, tuple(n.input), tuple(n.output)) for g in graphs(m.graph) for n in g.node
-                      if n.op_type not in drop)
+                      if n.op_type not in drop and not (n.op_type == "Reshape" and n.output[0] in mine))
     drop = {"Constant", "DequantizeLinear", "Mul", "Sub", "Cast", "MatMul", "MatMulNBits"} | set(MOVED)
     a, b = sig(mo, drop), sig(mq, drop)
     assert a == b, (a, b)
@@ -280,8 +292,8 @@ def check_qdq(orig, out, form, bits, sym, group, specs):
 def dequant(mq, wq, name):
     """NAME's float value from OUT's integer form, in NumPy."""
     g, n = producer(mq, name)
-    if n.op_type == "Cast" and wq.get(n.input[0]) is None and producer(mq, n.input[0])[1].op_type != "Mul":
-        pass
+    if n.op_type == "Reshape":
+        return dequant(mq, wq, n.input[0]).reshape(numpy_helper.to_array(wq[n.input[1]]))
     if n.op_type == "DequantizeLinear":
         t = wq[n.input[0]]
         signed = t.data_type in (3, 22) or (t.data_type == 0 and wq[n.input[2]].data_type == 0 and True)
