@@ -1281,8 +1281,10 @@ char *npuc__oq_artifact(const npuc__oq_plan *q, const char *art) {
         const oq_entry *e = &q->e[i];
         json_t *v = json_object_get(tensors, e->name);
         if (!v) continue;
-        /* Read back from the ONNX file: codes one a byte, F32 scales [C] or []. */
-        if (e->form == F_DQ && e->bits == 8 && e->gran != G_GROUP && e->sdtype == NPUC_DTYPE_F32) {
+        /* Read back from the ONNX file: codes one a byte, F32 scales [C] or [],
+         * a FLOAT weight (no Cast after the node). */
+        if (e->form == F_DQ && e->bits == 8 && e->gran != G_GROUP && e->sdtype == NPUC_DTYPE_F32 &&
+            e->dtype == NPUC_DTYPE_F32) {
             json_object_set_new(v, "codes", json_string(e->qn));
             json_object_set_new(v, "scale", json_string(e->sn));
             json_t *parts = json_array();

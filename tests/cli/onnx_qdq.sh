@@ -81,6 +81,20 @@ run8 matmul mm.weight=1
 LAYOUT=(--quantize-all --layout 'ct\.weight=iohw')
 run8 convs13 dw.weight=0 pw=0 ct.weight=1
 
+# A FLOAT16 weight: DequantizeLinear then Cast back to FLOAT16.  Decompress
+# keeps the QDQ form (only FLOAT weights are described for reading back).
+expect_rc 0 "$NPUC_BIN" quantize --layout 'w16=io' "$M/f16.onnx" -o "$T/f16.q.onnx"
+Q qdq "$M/f16.onnx" "$T/f16.q.onnx" dq 8 1 0 w16=1
+"$PY" - "$T/f16.q.onnx" <<'PYEOF'
+import onnx, sys
+m = onnx.load(sys.argv[1])
+n = [n for n in m.graph.node if "w16" in n.output][0]
+assert n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT16, n
+PYEOF
+R "$M/f16.onnx" "$T/f16.q.onnx" 0.03
+expect_rc 0 "$NPUC_BIN" decompress "$T/f16.q.onnx" -o "$T/f16.d.onnx"
+R "$M/f16.onnx" "$T/f16.d.onnx" 0.03
+
 # Asymmetric (UINT8 + zero points) and per tensor.
 expect_rc 0 "$NPUC_BIN" quantize --asymmetric --layout 'mm\.weight=io' "$M/matmul.onnx" -o "$T/mm.a.onnx"
 form_line "1 x DequantizeLinear uint8 per channel"

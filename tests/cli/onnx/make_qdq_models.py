@@ -13,6 +13,7 @@ independently of npuc.  Usage: make_qdq_models.py OUTDIR.  Writes:
   upsample9.onnx   opset 9: Conv [8, 3, 3, 3] + Upsample (removed at 10)
   convs13.onnx     opset 13: depthwise Conv [8, 1, 3, 3] (group 8), a 1x1 Conv
                    [4, 8, 1, 1] and a ConvTranspose [4, 6, 3, 3] (IOHW)
+  f16.onnx         opset 13: a FLOAT16 MatMul weight [32, 24] behind a Cast
 """
 import os
 import sys
@@ -85,3 +86,9 @@ nodes = [helper.make_node("Conv", ["x", "dw.weight"], ["d"], group=8, pads=[1, 1
 inits.append(numpy_helper.from_array(f32(4, 8, 1, 1), "pw"))
 m = build(nodes, inits, [vi("x", [1, 8, 6, 6])], [vi("y", [1, 6, 13, 13])], 13, 7)
 onnx.save_model(m, os.path.join(out, "convs13.onnx"))
+
+# opset 13: a FLOAT16 weight, cast to float before its MatMul.
+nodes = [helper.make_node("Cast", ["w16"], ["w"], to=TensorProto.FLOAT), helper.make_node("MatMul", ["x", "w"], ["y"])]
+m = build(nodes, [numpy_helper.from_array(f32(32, 24).astype(np.float16), "w16")], [vi("x", [2, 32])],
+          [vi("y", [2, 24])], 13, 7)
+onnx.save_model(m, os.path.join(out, "f16.onnx"))
