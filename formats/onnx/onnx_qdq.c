@@ -451,12 +451,15 @@ static int attr_value(const unsigned char *p, uint64_t n, char *name, size_t nna
             memcpy(fv, &u, 4);
             *has_f = 1;
         } else if ((f.num == 3 || f.num == 8) && f.wt == 0) {
-            if (*nints < cap) ints[(*nints)++] = (int64_t)f.v;
+            if (*nints >= cap) return -2;
+            ints[(*nints)++] = (int64_t)f.v;
         } else if (f.num == 8 && f.wt == 2) {
             const unsigned char *a = f.data, *ae = f.data + f.len;
             uint64_t x;
-            while (a < ae && !npuc__ox_varint(&a, ae, &x))
-                if (*nints < cap) ints[(*nints)++] = (int64_t)x;
+            while (a < ae && !npuc__ox_varint(&a, ae, &x)) {
+                if (*nints >= cap) return -2;
+                ints[(*nints)++] = (int64_t)x;
+            }
         }
     }
     return 0;
@@ -501,7 +504,15 @@ static npuc_status conv_node(npuc__oq_plan *q, const unsigned char *p, uint64_t 
             size_t ni;
             float fv;
             int hf;
-            if (attr_value(f.data, f.len, an, sizeof an, ints, &ni, OQ_MAXINTS, &fv, &hf) == 0) {
+            int rc = attr_value(f.data, f.len, an, sizeof an, ints, &ni, OQ_MAXINTS, &fv, &hf);
+            if (rc == -2) {
+                npuc__ox_free(&nd);
+                npuc__ox_free(&consts);
+                return npuc_fail(q->w->ctx, NPUC_ERR_UNSUPPORTED,
+                                 "%s: node with output '%s' (%s): attribute '%s' has more than %d values to move to "
+                                 "an input when raising the opset", q->w->path, out0, op, an, OQ_MAXINTS);
+            }
+            if (rc == 0) {
                 if (bn && strcmp(an, "spatial") == 0) moved = 1; /* spatial=1: the default since opset 9 */
                 for (int k = 0; k < nrows && !moved; k++)
                     for (int j = 0; j < 3 && rows[k]->attr[j]; j++)
@@ -1053,6 +1064,17 @@ static npuc_status read_entry(npuc__oq_plan *q, const char *name, json_t *v, oq_
         e->ngroups = (e->numel / (e->C ? e->C : 1) + group - 1) / group;
         e->tr = seq < e->axis;
     }
+    /* The stored parts must hold what the entry describes (the artifact
+     * may come from any file). */
+    uint64_t ncodes = e->packed ? ((uint64_t)e->numel * (uint64_t)e->bits + 7) / 8 : (uint64_t)e->numel;
+    uint64_t nsc = out_count(e, R_SCALE);
+    size_t ssz = e->sdtype == NPUC_DTYPE_F32 ? 4 : e->sdtype == NPUC_DTYPE_F16 || e->sdtype == NPUC_DTYPE_BF16 ? 2 : 0;
+    const npuc_tensor_info *tc = &w->t[e->t[R_CODES]], *ts = &w->t[e->t[R_SCALE]];
+    if (tc->nbytes != ncodes || (npuc_dtype_size(tc->dtype) != 1) || !ssz || ts->nbytes != nsc * ssz ||
+        (e->t[R_ZP] >= 0 && (w->t[e->t[R_ZP]].nbytes != nsc || npuc_dtype_size(w->t[e->t[R_ZP]].dtype) != 1)) ||
+        (e->packed && e->bits == 8))
+        return npuc_fail(w->ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': its stored codes, scales or zero points do not "
+                         "have the sizes the artifact entry describes", w->path, name);
     return NPUC_OK;
 }
 
@@ -1216,7 +1238,7 @@ npuc_status npuc__oq_plan_make(npuc_writer *w, const unsigned char *skel, size_t
     for (size_t i = 0; i < q->ne; i++) {
         oq_entry *e = &q->e[i];
         if (e->form == F_NBITS) continue;
-        if (e->bits == 4 && q->target >= 21) e->otype = e->sym ? T_INT4 : T_UINT4;
+        if (e->bits == 4 && e->packed && q->target >= 21) e->otype = e->sym ? T_INT4 : T_UINT4;
         else e->otype = e->sym ? T_INT8 : T_UINT8;
         if (e->bits == 4 && q->target < 21) int4_as8++;
         else if (e->bits != 8 && e->bits != 4) sub++;

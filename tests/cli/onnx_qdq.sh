@@ -137,6 +137,24 @@ expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --quantize-all "$M/conv_bn_relu.onnx
 expect_rc 0 "$NPUC_BIN" decompress "$T/cbr4.safetensors" -o "$T/cbr4.d.onnx"
 Q deq "$T/cbr.q4.onnx" "$T/cbr4.d.onnx" conv.weight
 
+# An artifact whose description disagrees with its stored parts (hostile or
+# damaged: group_size 16 with the scales of 32) is refused, never read past.
+"$PY" - "$T/a4.safetensors" "$T/bad4.safetensors" <<'PYEOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+art = json.loads(h["__metadata__"]["npuc"])
+art["tensors"]["mm.weight"]["group_size"] = 16
+h["__metadata__"]["npuc"] = json.dumps(art)
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PYEOF
+expect_rc 2 "$NPUC_BIN" convert "$T/bad4.safetensors" -o "$T/never.onnx"
+must_match "$T/err" "never.onnx: tensor 'mm.weight': its stored codes, scales or zero points do not have the sizes"
+[ ! -e "$T/never.onnx" ] || fail "never.onnx was written from a damaged artifact"
+
 # MatMulNBits for the MatMul weight; the Gemm weight stays DequantizeLinear.
 expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --quantize-all --layout 'mm\.weight=io' --onnx-int4 matmulnbits \
     "$M/mm21.onnx" -o "$T/mm21.nb.onnx"
