@@ -58,11 +58,16 @@ static int onnx_sniff(const char *path) {
 
 static const char *const ONNX_EXTERNAL[] = {"auto", "always", NULL};
 
+static const char *const ONNX_INT4[] = {"dq", "matmulnbits", NULL};
+
 static const npuc__opt_decl ONNX_OPTS[] = {
     {.key = "external-data", .type = NPUC__OPT_CHOICE, .label = "ONNX external data", .choices = ONNX_EXTERNAL,
      .dflt = "auto",
      .help = "ONNX outputs: auto (tensors go to <output>.data only when the model would reach 2 GiB) or always "
              "(every tensor of 1 KiB or more)"},
+    {.key = "onnx-int4", .type = NPUC__OPT_CHOICE, .label = "ONNX 4-bit form", .choices = ONNX_INT4, .dflt = "dq",
+     .help = "ONNX outputs of 4-bit groups: dq (DequantizeLinear with block_size, opset 21) or matmulnbits "
+             "(com.microsoft::MatMulNBits for weights read by MatMul)"},
 };
 
 /* An ONNX input with external data keeps it in an ONNX output. */

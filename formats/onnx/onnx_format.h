@@ -116,6 +116,24 @@ typedef struct npuc__ox_walk {
     /* Sees each metadata_props entry; *keep = 1 copies it to the output. */
     npuc_status (*meta)(struct npuc__ox_walk *wk, const char *k, const char *v, int *keep);
     void *user;
+    /* Optional hooks (NULL: fields copied as they are), for the writer's
+     * graph edits (onnx_qdq.c).  graph_begin sees each graph's bytes
+     * p[0..n) before its fields are walked and may put fields first into
+     * out; node sees each NodeProto and, setting *handled, writes whatever
+     * replaces it (complete GraphProto fields) into the graph's out;
+     * graph_field sees the graph's other fields (inputs, outputs, ...) and
+     * clears *keep to leave one out; model_field sees ModelProto's fields
+     * other than the graph and metadata_props and, setting *handled, writes
+     * their replacement. */
+    npuc_status (*graph_begin)(struct npuc__ox_walk *wk, const unsigned char *p, uint64_t n, int depth,
+                               npuc__ox_buf *out);
+    npuc_status (*node)(struct npuc__ox_walk *wk, const unsigned char *p, uint64_t n, int depth, npuc__ox_buf *out,
+                        int *handled);
+    npuc_status (*graph_field)(struct npuc__ox_walk *wk, const npuc__ox_field *f, int depth, int *keep);
+    npuc_status (*model_field)(struct npuc__ox_walk *wk, const npuc__ox_field *f, npuc__ox_buf *out, int *handled);
+    void *hook_user; /* for the hooks */
+    /* Set by weight() for an initializer it leaves out (reset by the walker). */
+    int drop;
 } npuc__ox_walk;
 
 /* Walks the ModelProto p[0..n) and rebuilds it into out: every field copied

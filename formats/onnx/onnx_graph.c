@@ -328,12 +328,17 @@ npuc_status npuc__onnx_graph_parse(npuc_ctx *ctx, const npuc_model *m, npuc__onn
     size_t n;
     if (npuc__ox_b64_decode(b64, &p, &n) != 0)
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: the \"%s\" entry is not base64", path, NPUC__ONNX_MODEL_KEY);
+    npuc_status st = npuc__onnx_graph_parse_bytes(ctx, path, p, n, out);
+    free(p);
+    return st;
+}
+
+npuc_status npuc__onnx_graph_parse_bytes(npuc_ctx *ctx, const char *path, const unsigned char *p, size_t n,
+                                         npuc__onnx_model **out) {
+    *out = NULL;
     gp g = {ctx, path, p, NPUC_OK};
     npuc__onnx_model *md = calloc(1, sizeof *md);
-    if (!md) {
-        free(p);
-        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
-    }
+    if (!md) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
     const unsigned char *q = p, *end = p + n;
     npuc__ox_field f, o;
     int rc = 0;
@@ -357,7 +362,6 @@ npuc_status npuc__onnx_graph_parse(npuc_ctx *ctx, const npuc_model *m, npuc__onn
         }
     }
     if (rc == 0 && !md->graph) rc = bad(&g, end, "no graph");
-    free(p);
     if (rc) {
         npuc__onnx_graph_free(md);
         return g.st != NPUC_OK ? g.st : npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: malformed ONNX graph", path);

@@ -88,6 +88,9 @@ typedef struct npuc__onnx_model {
  * when m has no such entry; NPUC_ERR_FORMAT for a malformed one (the entry
  * may come from any file's metadata, so it is parsed as hostile input). */
 npuc_status npuc__onnx_graph_parse(npuc_ctx *ctx, const npuc_model *m, npuc__onnx_model **out);
+/* The same from a ModelProto's bytes p[0..n) (path names it in messages). */
+npuc_status npuc__onnx_graph_parse_bytes(npuc_ctx *ctx, const char *path, const unsigned char *p, size_t n,
+                                         npuc__onnx_model **out);
 void npuc__onnx_graph_free(npuc__onnx_model *g);
 
 #endif

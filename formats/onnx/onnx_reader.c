@@ -590,7 +590,7 @@ npuc_status npuc__onnx_open(npuc_ctx *ctx, const char *path, const npuc_open_opt
         if (s->dirfd < 0) { st = npuc_fail(ctx, NPUC_ERR_IO, "%s: the model's folder: %s", path, strerror(errno)); goto done; }
     }
     ox_rd r = {s, m};
-    npuc__ox_walk wk = {ctx, path, s->map, rd_weight, rd_meta, &r};
+    npuc__ox_walk wk = {.ctx = ctx, .path = path, .base = s->map, .weight = rd_weight, .meta = rd_meta, .user = &r};
     if ((st = npuc__ox_walk_model(&wk, s->map, s->size, &skel)) != NPUC_OK) goto done;
     char *b64 = npuc__ox_b64_encode(skel.p, skel.n);
     if (!b64) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path); goto done; }

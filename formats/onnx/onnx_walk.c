@@ -136,10 +136,13 @@ static npuc_status walk_graph(npuc__ox_walk *wk, const unsigned char *p, uint64_
     npuc__ox_field f;
     const char *why;
     npuc_status st = NPUC_OK;
+    if (wk->graph_begin && (st = wk->graph_begin(wk, p, n, depth, out)) != NPUC_OK) return st;
     while (q < end && st == NPUC_OK) {
         if ((why = npuc__ox_next(&q, end, &f))) return npuc__ox_bad(wk, q, "GraphProto", why);
         if (f.num == 1) {
             if ((st = want_len(wk, &f, "GraphProto.node")) != NPUC_OK) break;
+            int handled = 0;
+            if (wk->node && ((st = wk->node(wk, f.data, f.len, depth, out, &handled)) != NPUC_OK || handled)) continue;
             npuc__ox_buf c = {0};
             if ((st = walk_node(wk, f.data, f.len, depth, &c)) == NPUC_OK) npuc__ox_put_sub(out, 1, &c);
             else npuc__ox_free(&c);
@@ -163,12 +166,16 @@ static npuc_status walk_graph(npuc__ox_walk *wk, const unsigned char *p, uint64_
             if (st == NPUC_OK) {
                 npuc__ox_buf c = {0};
                 npuc__ox_weight w = {name, f.data, f.len, 0, depth};
-                if ((st = wk->weight(wk, &w, &c)) == NPUC_OK) npuc__ox_put_sub(out, 5, &c);
+                wk->drop = 0;
+                if ((st = wk->weight(wk, &w, &c)) == NPUC_OK && !wk->drop) npuc__ox_put_sub(out, 5, &c);
                 else npuc__ox_free(&c);
+                wk->drop = 0;
             }
             free(name);
         } else {
-            npuc__ox_put(out, f.start, (size_t)(f.end - f.start));
+            int keep = 1;
+            if (wk->graph_field && (st = wk->graph_field(wk, &f, depth, &keep)) != NPUC_OK) break;
+            if (keep) npuc__ox_put(out, f.start, (size_t)(f.end - f.start));
         }
     }
     if (st == NPUC_OK && out->oom) st = oom(wk);
@@ -209,7 +216,9 @@ npuc_status npuc__ox_walk_model(npuc__ox_walk *wk, const unsigned char *p, uint6
             free(k);
             free(v);
         } else {
-            npuc__ox_put(out, f.start, (size_t)(f.end - f.start));
+            int handled = 0;
+            if (wk->model_field && (st = wk->model_field(wk, &f, out, &handled)) != NPUC_OK) break;
+            if (!handled) npuc__ox_put(out, f.start, (size_t)(f.end - f.start));
         }
     }
     if (st == NPUC_OK && !graphs) st = npuc__ox_bad(wk, end, "ModelProto", "no graph");

@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "onnx_format.h"
+#include "onnx_qdq.h"
 
 #define OW_EXT_MIN 1024u   /* tensors this size and up go external */
 #define OW_EXT_ALIGN 4096u /* offsets in the data file */
@@ -51,6 +52,7 @@ typedef struct ow_state {
     size_t *order;             /* declared tensors sorted by name */
     uint64_t dsize;
     int external, from_graph;
+    npuc__oq_plan *qdq;        /* quantized weights as graph edits, or NULL */
 } ow_state;
 
 
@@ -74,13 +76,12 @@ static long find_tensor(const npuc_writer *w, const ow_state *s, const char *nam
 
 /* The data of declared tensor i into out: raw_data with a hole, or
  * EXTERNAL with its place in the data file. */
-static void put_data(npuc_writer *w, ow_state *s, size_t i, npuc__ox_buf *out) {
-    const npuc_tensor_info *t = &w->t[i];
-    if (s->external && t->nbytes >= OW_EXT_MIN) {
+static void put_data_n(npuc_writer *w, ow_state *s, size_t i, uint64_t nbytes, npuc__ox_buf *out) {
+    if (s->external && nbytes >= OW_EXT_MIN) {
         uint64_t at = (s->dsize + OW_EXT_ALIGN - 1) / OW_EXT_ALIGN * OW_EXT_ALIGN;
         s->off[i] = at;
         s->ext[i] = 1;
-        s->dsize = at + t->nbytes;
+        s->dsize = at + nbytes;
         char num[24];
         const char *kv[3][2] = {{"location", s->dloc}, {"offset", NULL}, {"length", NULL}};
         for (int k = 0; k < 3; k++) {
@@ -88,7 +89,7 @@ static void put_data(npuc_writer *w, ow_state *s, size_t i, npuc__ox_buf *out) {
             npuc__ox_put_bytes(&e, 1, kv[k][0], strlen(kv[k][0]));
             const char *v = kv[k][1];
             if (!v) {
-                snprintf(num, sizeof num, "%" PRIu64, k == 1 ? at : t->nbytes);
+                snprintf(num, sizeof num, "%" PRIu64, k == 1 ? at : nbytes);
                 v = num;
             }
             npuc__ox_put_bytes(&e, 2, v, strlen(v));
@@ -97,13 +98,27 @@ static void put_data(npuc_writer *w, ow_state *s, size_t i, npuc__ox_buf *out) {
         npuc__ox_put_tag(out, 14, 0);
         npuc__ox_put_varint(out, 1);
     } else {
-        npuc__ox_put_hole(out, 9, t->nbytes, i);
+        npuc__ox_put_hole(out, 9, nbytes, i);
     }
+}
+
+static void put_data(npuc_writer *w, ow_state *s, size_t i, npuc__ox_buf *out) {
+    put_data_n(w, s, i, w->t[i].nbytes, out);
+}
+
+/* The plan's (onnx_qdq.h) way to place a tensor's bytes. */
+static void qdq_put(void *user, size_t i, uint64_t size, npuc__ox_buf *out) {
+    npuc_writer *w = user;
+    put_data_n(w, w->be_state, i, size, out);
 }
 
 static npuc_status wr_weight(npuc__ox_walk *wk, const npuc__ox_weight *wt, npuc__ox_buf *out) {
     npuc_writer *w = wk->user;
     ow_state *s = w->be_state;
+    if (npuc__oq_replaces(s->qdq, wt->name)) {
+        wk->drop = 1; /* the plan wrote its integer initializer */
+        return NPUC_OK;
+    }
     long i = find_tensor(w, s, wt->name);
     if (i < 0)
         return npuc_fail(wk->ctx, NPUC_ERR_UNSUPPORTED,
@@ -179,25 +194,6 @@ static void bare_model(npuc_writer *w, ow_state *s, npuc__ox_buf *out) {
     npuc__ox_put_sub(out, 7, &g);
 }
 
-/* The first tensor an artifact description (the "npuc" metadata entry)
- * lists with an encoding other than fake_quant (float values, which ONNX
- * stores as they are), or NULL.  Points into a static copy. */
-static const char *encoded(const char *art) {
-    static _Thread_local char name[256];
-    json_t *root = json_loads(art, 0, NULL), *v;
-    const char *k, *found = NULL;
-    json_object_foreach(json_object_get(root, "tensors"), k, v) {
-        const char *e = json_string_value(json_object_get(v, "encoding"));
-        if (e && strcmp(e, "fake_quant") != 0) {
-            snprintf(name, sizeof name, "%s", k);
-            found = name;
-            break;
-        }
-    }
-    json_decref(root);
-    return found;
-}
-
 static npuc_status write_all(npuc_writer *w, int fd, const void *p, uint64_t n, uint64_t off, const char *what) {
     const unsigned char *c = p;
     while (n) {
@@ -223,15 +219,10 @@ static npuc_status ow_begin(npuc_writer *w) {
     unsigned char *skel = NULL;
     size_t nskel = 0;
     npuc__ox_buf out = {0};
-    const char *graph = NULL;
+    const char *graph = NULL, *art = NULL;
     for (size_t i = 0; i < w->nmeta; i++) {
         if (strcmp(w->meta_k[i], NPUC__ONNX_MODEL_KEY) == 0) graph = w->meta_v[i];
-        const char *enc = strcmp(w->meta_k[i], "npuc") == 0 ? encoded(w->meta_v[i]) : NULL;
-        if (enc)
-            return npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
-                             "%s: tensor '%s' is stored encoded, which in ONNX needs graph edits (DequantizeLinear "
-                             "nodes, a split MatMul) npuc does not write yet; use --fake-quant, or write safetensors",
-                             w->path, enc);
+        if (strcmp(w->meta_k[i], "npuc") == 0) art = w->meta_v[i];
         if (strcmp(w->meta_k[i], "npuc.bnfold") == 0)
             return npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
                              "%s: fold-bn removes BatchNormalization nodes, a graph edit npuc does not write to ONNX "
@@ -266,24 +257,36 @@ static npuc_status ow_begin(npuc_writer *w) {
     s->external = (opt && strcmp(opt, "always") == 0) || total > NPUC__ONNX_PROTO_MAX;
 
     if (skel) {
-        npuc__ox_walk wk = {w->ctx, w->path, skel, wr_weight, wr_meta, w};
+        if ((st = npuc__oq_plan_make(w, skel, nskel, art, qdq_put, w, &s->qdq)) != NPUC_OK) goto done;
+        npuc__ox_walk wk = {.ctx = w->ctx, .path = w->path, .base = skel, .weight = wr_weight, .meta = wr_meta, .user = w};
+        if (s->qdq) npuc__oq_hooks(s->qdq, &wk);
         if ((st = npuc__ox_walk_model(&wk, skel, nskel, &out)) != NPUC_OK) goto done;
+        if (s->qdq && (st = npuc__oq_check(s->qdq)) != NPUC_OK) goto done;
         for (size_t i = 0; i < w->n; i++)
-            if (!s->used[i]) {
+            if (!s->used[i] && !npuc__oq_owns(s->qdq, i)) {
                 st = npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
                                "%s: tensor '%s' is not a weight of the ONNX graph (adding weights is a graph edit "
                                "npuc does not write to ONNX yet)", w->path, w->t[i].name);
                 goto done;
             }
     } else {
+        /* Quantized tensors without a graph: refused by the plan. */
+        if (art && (st = npuc__oq_plan_make(w, NULL, 0, art, qdq_put, w, &s->qdq)) != NPUC_OK) goto done;
         bare_model(w, s, &out);
     }
     for (size_t i = 0; i < w->nmeta; i++) {
         if (strcmp(w->meta_k[i], NPUC__ONNX_MODEL_KEY) == 0) continue;
+        char *v = NULL;
+        if (s->qdq && strcmp(w->meta_k[i], "npuc") == 0 && !(v = npuc__oq_artifact(s->qdq, w->meta_v[i]))) {
+            st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        const char *val = v ? v : w->meta_v[i];
         npuc__ox_buf e = {0};
         npuc__ox_put_bytes(&e, 1, w->meta_k[i], strlen(w->meta_k[i]));
-        npuc__ox_put_bytes(&e, 2, w->meta_v[i], strlen(w->meta_v[i]));
+        npuc__ox_put_bytes(&e, 2, val, strlen(val));
         npuc__ox_put_sub(&out, 14, &e);
+        free(v);
     }
     if (out.oom) { st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
     if (npuc__ox_size(&out) > NPUC__ONNX_PROTO_MAX) {
@@ -310,6 +313,7 @@ static npuc_status ow_begin(npuc_writer *w) {
     }
     if (st == NPUC_OK && ftruncate(s->fd, (off_t)fpos) != 0)
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: setting the size: %s", w->path, strerror(errno));
+    if (st == NPUC_OK && *npuc__oq_summary(s->qdq)) npuc__ctx_warn(w->ctx, "%s", npuc__oq_summary(s->qdq));
     if (st == NPUC_OK && s->external) {
         s->dfd = open(s->dtmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (s->dfd < 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s: cannot create %s: %s", w->path, s->dtmp, strerror(errno));
@@ -327,7 +331,10 @@ static npuc_status ow_write(npuc_writer *w, size_t i, const void *data, uint64_t
     ow_state *s = w->be_state;
     char what[128];
     snprintf(what, sizeof what, "tensor '%.100s'", w->t[i].name);
-    return write_all(w, s->ext[i] ? s->dfd : s->fd, data, n, s->off[i], what);
+    const void *p = data;
+    npuc_status st = npuc__oq_transform(s->qdq, i, data, n, &p, &n);
+    if (st != NPUC_OK) return st;
+    return write_all(w, s->ext[i] ? s->dfd : s->fd, p, n, s->off[i], what);
 }
 
 static void ow_free(npuc_writer *w) {
@@ -339,6 +346,7 @@ static void ow_free(npuc_writer *w) {
     free(s->order);
     free(s->dpath);
     free(s->dtmp);
+    npuc__oq_free(s->qdq);
     free(s);
     w->be_state = NULL;
 }

@@ -34,7 +34,7 @@ enum {
     ID_PROGRESS = 0x7ff, ID_LAYOUT = 0x800, ID_JSON = 0x801, ID_REPORT = 0x802, ID_DEFLATE = 0x803,
     ID_STRICT = 0x804, ID_ACCEPT_GUESSES = 0x805, ID_MIN_SQNR = 0x806, ID_MIN_LAYER_SQNR = 0x807,
     ID_MAX_MEMORY = 0x808, ID_MAX_SHARD = 0x809, ID_CKPT_FORMAT = 0x80a, ID_MAX_OUT_ERROR = 0x80b,
-    ID_GGUF_TYPE = 0x80c, ID_GGUF_PURE = 0x80d, ID_IMATRIX = 0x80e
+    ID_GGUF_TYPE = 0x80c, ID_GGUF_PURE = 0x80d, ID_IMATRIX = 0x80e, ID_ONNX_INT4 = 0x80f
 };
 
 /* ------------------------------------------------------------ messages */
@@ -224,6 +224,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "gguf-type", 0, 1, ID_GGUF_TYPE);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "gguf-pure", 0, 0, ID_GGUF_PURE);
     if (common & CLI_OPT_DEFLATE) add_opt(&t, "imatrix", 0, 1, ID_IMATRIX);
+    if (common & CLI_OPT_DEFLATE) add_opt(&t, "onnx-int4", 0, 1, ID_ONNX_INT4);
     if (common & CLI_OPT_MAX_MEMORY) add_opt(&t, "max-memory", 0, 1, ID_MAX_MEMORY);
     if (common & CLI_OPT_PROGRESS) add_opt(&t, "progress", 0, 0, ID_PROGRESS);
     if (common & CLI_OPT_POLICY) {
@@ -296,6 +297,11 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, unsigned common,
         case ID_GGUF_PURE: a->gguf_pure = 1; break;
         case ID_IMATRIX:
             if ((rc = cli_set_write_opt(cmd, NULL, "imatrix", "imatrix", optarg)) == CLI_CONTINUE) a->imatrix = optarg;
+            break;
+        /* ONNX outputs: the ONNX row's "onnx-int4" (formats/onnx, docs/onnx.md). */
+        case ID_ONNX_INT4:
+            if ((rc = cli_set_write_opt(cmd, NULL, "onnx-int4", "onnx-int4", optarg)) == CLI_CONTINUE)
+                a->onnx_int4 = optarg;
             break;
         case ID_CKPT_FORMAT:
             if ((rc = cli_set_write_opt(cmd, NULL, "format", "checkpoint-format", optarg)) == CLI_CONTINUE)
@@ -404,6 +410,7 @@ void cli_write_opts(const cli_args *a, npuc_write_opts *w) {
     if (a->gguf_type) (void)npuc_write_opts_set(NULL, w, "gguf-type", a->gguf_type);
     if (a->gguf_pure) (void)npuc_write_opts_set(NULL, w, "gguf-pure", "yes");
     if (a->imatrix) (void)npuc_write_opts_set(NULL, w, "imatrix", a->imatrix);
+    if (a->onnx_int4) (void)npuc_write_opts_set(NULL, w, "onnx-int4", a->onnx_int4);
     if (a->max_shard_size) {
         char v[32];
         snprintf(v, sizeof v, "%llu", (unsigned long long)a->max_shard_size);

@@ -141,6 +141,7 @@ typedef struct cli_args {
     const char *gguf_type;    /* --gguf-type TYPE for GGUF outputs (checked), or NULL */
     int gguf_pure;            /* --gguf-pure */
     const char *imatrix;      /* --imatrix FILE for GGUF outputs (checked), or NULL */
+    const char *onnx_int4;    /* --onnx-int4 dq|matmulnbits for ONNX outputs (checked), or NULL */
     const char **layouts; /* --layout rules in command-line order */
     size_t nlayouts;
     npuc_policy policy;   /* CLI_OPT_POLICY flags, else the defaults */

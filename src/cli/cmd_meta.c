@@ -241,6 +241,7 @@ static const struct {
     {"convert", "--imatrix", "@FILES:dat gguf"},
     {"calibrate", "--imatrix-out", "@FILES:dat"},
     {"convert", "--external-data", "auto always"},
+    {"*", "--onnx-int4", "dq matmulnbits"},
     {"quantize", "--range", "minmax percentile= mse entropy"},
     {"*", "--report", "@FILES:json csv md html txt"},
     {"report", "-o", "@FILES:json csv md html txt"},

@@ -89,6 +89,8 @@ static void pass_help(const cli_command *c, FILE *f) {
             print_option(f, 0, "gguf-pure", NULL, "GGUF outputs: one type for every tensor, no mix rules");
             print_option(f, 0, "imatrix", "FILE", "GGUF outputs: llama.cpp importance matrix for the weighted\n"
                          "quantizers (docs/gguf.md)");
+            print_option(f, 0, "onnx-int4", "FORM", "ONNX outputs of 4-bit groups: dq (DequantizeLinear with\n"
+                         "block_size, default) or matmulnbits (com.microsoft::MatMulNBits; docs/onnx.md)");
             print_option(f, 'f', "force", NULL, "overwrite OUT");
             print_option(f, 0, "json", NULL, p->json_help);
             print_option(f, 0, "report", "FILE", "also write the results to FILE (.txt, .json, .csv, .md or .html;\n"
