@@ -19,7 +19,8 @@
  * slot:
  *   Conv W              [O, I/g, k...]  OIHW, out 0, in 1 (depthwise when
  *                                       group == O and I/g == 1)
- *   ConvTranspose W     [I, O/g, k...]  IOHW, out 1, in 0
+ *   ConvTranspose W     [I, O/g, k...]  IOHW, out 1, in 0 (depthwise when
+ *                                       group == I > 1 and O/g == 1: out 0)
  *   Gemm B              transB 0: [K,N] IO, out 1; transB 1: [N,K] OI, out 0
  *   MatMul B            [K, N]          IO, out 1, in 0
  *   LSTM/GRU/RNN W, R   [dirs, gates*hidden, in]  DOI, out 1, in 2
@@ -276,7 +277,7 @@ typedef struct slot {
     const char *what;
 } slot;
 
-static slot slot_of(const npuc__onnx_node *n, size_t k, int vrank, int64_t dim1) {
+static slot slot_of(const npuc__onnx_node *n, size_t k, int vrank, int64_t dim0, int64_t dim1) {
     slot s = {"input", NPUC_ROLE_OTHER, -1, -1, 0, NULL};
     if (!default_domain(n) || !n->op_type) return s;
     const char *op = n->op_type;
@@ -288,7 +289,13 @@ static slot slot_of(const npuc__onnx_node *n, size_t k, int vrank, int64_t dim1)
                        dw ? "Conv W [C,1,k..] with group == C (depthwise)" : "Conv W [O,I/g,k..]"};
         } else if (k == 2) s = (slot){"bias", NPUC_ROLE_BIAS, -1, -1, 0, "Conv B"};
     } else if (strcmp(op, "ConvTranspose") == 0) {
-        if (k == 1 && vrank >= 3) s = (slot){"kernel", NPUC_ROLE_CONVT, 1, 0, 1, "ConvTranspose W [I,O/g,k..]"};
+        int64_t group = attr_int(n, "group", 1);
+        /* group > 1 with O/g == 1: output channel c reads W[c] alone, so
+         * its channels run along axis 0, as a depthwise Conv's do */
+        if (k == 1 && vrank >= 3 && group > 1 && dim1 == 1 && dim0 == group)
+            s = (slot){"depthwise_kernel", NPUC_ROLE_DWCONV, 0, 1, 1,
+                       "ConvTranspose W [C,1,k..] with group == C (depthwise: output channel c reads W[c])"};
+        else if (k == 1 && vrank >= 3) s = (slot){"kernel", NPUC_ROLE_CONVT, 1, 0, 1, "ConvTranspose W [I,O/g,k..]"};
         else if (k == 2) s = (slot){"bias", NPUC_ROLE_BIAS, -1, -1, 0, "ConvTranspose B"};
     } else if (strcmp(op, "Gemm") == 0) {
         if (k == 1 && vrank == 2) {
@@ -443,9 +450,10 @@ static void add_node(bld *b, size_t i) {
     const char *nop = default_domain(n) ? op : src;
     for (size_t k = 0; k < nw; k++) {
         const npuc_tensor_info *t = npuc_model_tensor(b->m, ws[k].w.t);
+        int64_t d0 = ws[k].w.rank >= 1 && ws[k].w.ax[0] >= 0 ? t->shape[ws[k].w.ax[0]] : -1;
         int64_t d1 = ws[k].w.rank >= 2 && ws[k].w.ax[1] >= 0 ? t->shape[ws[k].w.ax[1]] : -1;
-        slot s = slot_of(n, ws[k].k, ws[k].w.rank, d1);
-        if (s.r == NPUC_ROLE_DWCONV) nop = "DepthwiseConv";
+        slot s = slot_of(n, ws[k].k, ws[k].w.rank, d0, d1);
+        if (s.r == NPUC_ROLE_DWCONV && strcmp(op, "Conv") == 0) nop = "DepthwiseConv";
     }
     size_t nd;
     b->st = npuc__ng_add_node(b->ctx, b->ng, name, nop, src, in, nin, out, nout, NPUC_GRAPH_EV_FILE,
@@ -455,8 +463,9 @@ static void add_node(bld *b, size_t i) {
     add_attrs(b, nd, n);
     for (size_t k = 0; k < nw && b->st == NPUC_OK; k++) {
         const npuc_tensor_info *t = npuc_model_tensor(b->m, ws[k].w.t);
+        int64_t d0 = ws[k].w.rank >= 1 && ws[k].w.ax[0] >= 0 ? t->shape[ws[k].w.ax[0]] : -1;
         int64_t d1 = ws[k].w.rank >= 2 && ws[k].w.ax[1] >= 0 ? t->shape[ws[k].w.ax[1]] : -1;
-        slot s = slot_of(n, ws[k].k, ws[k].w.rank, d1);
+        slot s = slot_of(n, ws[k].k, ws[k].w.rank, d0, d1);
         decide(b, n, ws[k].k, &ws[k].w, &s);
         /* the weight's axes on the stored tensor */
         int oa = s.out >= 0 && ws[k].w.rank > s.out ? ws[k].w.ax[s.out] : -1;

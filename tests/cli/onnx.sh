@@ -32,7 +32,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 O() { "$PY" "$NPUC_SRC/tests/cli/onnx/onnx_check.py" "$@"; }
 M="$T/m"
 "$PY" "$NPUC_SRC/tests/cli/onnx/make_models.py" "$M"
-MODELS_ONNX="conv_bn_relu gemm matmul lstm constant_if typed external opset9 opset11 convs resolve"
+MODELS_ONNX="conv_bn_relu gemm matmul lstm constant_if typed external opset9 opset11 convs convt_dw resolve"
 
 for b in $MODELS_ONNX; do
     f="$M/$b.onnx"
@@ -60,7 +60,7 @@ PYEOF
     O pruned "$f" "$T/$b.p.onnx" 0.5
     # Fake quantization int8 per output channel along the axis the
     # consuming op gives (MatMul and Gemm transB=0: 1; Conv: 0;
-    # ConvTranspose: 1; LSTM: each [gates*hidden] row of each direction),
+    # ConvTranspose: 1, 0 when depthwise; LSTM: each [gates*hidden] row of each direction),
     # against NumPy's quantization along that axis.
     expect_rc 0 "$NPUC_BIN" quantize --bits 8 --per-channel --fake-quant "$f" -o "$T/$b.fq.onnx"
     O fakequant "$f" "$T/$b.fq.onnx"

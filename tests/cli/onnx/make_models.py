@@ -13,6 +13,7 @@ npuc.  Usage: make_models.py OUTDIR.  Writes:
   opset9.onnx, opset11.onnx  Conv + Gemm at old opsets
   convs.onnx         Conv -> Relu -> depthwise Conv (group == channels) ->
                      ConvTranspose (IOHW), and an Add of two Conv branches
+  convt_dw.onnx      a depthwise ConvTranspose (group 8, W [8,1,2,2]: out axis 0)
   resolve.onnx       Gather of an embedding; MatMul weights reached through
                      Transpose (perm [1,0]), Identity and Cast, and Reshape
                      (value_info states its output), opset 13
@@ -135,6 +136,15 @@ nodes = [helper.make_node("Conv", ["x", "c1.weight", "c1.bias"], ["c1"], pads=[1
          helper.make_node("Add", ["pa", "pb"], ["s"], name="add"),
          helper.make_node("ConvTranspose", ["s", "up.weight", "up.bias"], ["y"], strides=[2, 2], name="up")]
 save(model(nodes, inits, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 16, 16])]), "convs.onnx")
+
+# A depthwise ConvTranspose (group == channels, W [8,1,2,2]): output channel
+# c reads W[c] alone, so its channels run along axis 0, not IOHW's axis 1.
+inits = [numpy_helper.from_array(f32(8, 4, 3, 3), "c.weight"),
+         numpy_helper.from_array(f32(8, 1, 2, 2), "dwt.weight"), numpy_helper.from_array(f32(8), "dwt.bias")]
+nodes = [helper.make_node("Conv", ["x", "c.weight"], ["c"], pads=[1, 1, 1, 1], name="c"),
+         helper.make_node("ConvTranspose", ["c", "dwt.weight", "dwt.bias"], ["y"], strides=[2, 2], group=8,
+                          name="dwt")]
+save(model(nodes, inits, [vi("x", [1, 4, 8, 8])], [vi("y", [1, 8, 16, 16])]), "convt_dw.onnx")
 
 # Weights reached through pass-through ops, and an embedding.
 inits = [numpy_helper.from_array(f32(10, 6), "emb.weight"),

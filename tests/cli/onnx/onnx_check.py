@@ -155,6 +155,11 @@ def expected(m):
             if kind == "vec":
                 dec = (role, "none", None)
             else:
+                if n.op_type == "ConvTranspose" and rank >= 3:
+                    group = [a.i for a in n.attribute if a.name == "group"]
+                    if group and group[0] > 1 and W[t][1] == 1 and W[t][0] == group[0]:
+                        # W [C, 1, k..], group C: output channel c reads W[c] alone
+                        role, out, inn = "dwconv", 0, 1
                 if ax is None or out >= len(ax) or ax[out] is None:
                     continue
                 so = ax[out]
