@@ -106,9 +106,11 @@ int npuc__kclass_weighted(const char *c);         /* a consumer with weights (Ba
 npuc_status npuc__graph_read_klayers(npuc_ctx *ctx, npuc__graph *g);
 int64_t npuc__graph_find_klayer(const npuc__graph *g, const char *name);
 
-/* The BatchNorm layers and their inputs (g->kbn; graph_keras_bn.c).
- * NPUC_ERR_NOMEM only. */
-npuc_status npuc__graph_read_kbn(npuc__graph *g);
+/* The BatchNorm layers and their inputs (g->kbn; graph_keras_bn.c), from
+ * the model's network graph (graph_kconfig.c reads the configuration).
+ * NPUC_ERR_NOMEM only: a configuration the reader refuses leaves
+ * g->kbn_understood 0. */
+npuc_status npuc__graph_read_kbn(npuc_ctx *ctx, npuc__graph *g);
 void npuc__kbn_edges_free(npuc__graph *g);
 
 /* ------------------------------------------------------------ files (graph_file.c) */

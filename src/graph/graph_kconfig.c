@@ -367,6 +367,7 @@ static npuc_status kc_make_nodes(kc *k) {
             if (st == NPUC_ERR_ARG) return kc_bad(k, "layer '%s' is listed twice", name);
             if (st != NPUC_OK) return st;
             if (c == 0) L->first_node = nd;
+            k->g->nodes[nd].scope = L->scope;
             if (json_is_object(cfg) && (st = kc_attrs(k, nd, cfg)) != NPUC_OK) return st;
             if (strcmp(L->cls, "InputLayer") == 0) k->g->vals[v].is_input = 1;
         }

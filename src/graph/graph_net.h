@@ -55,6 +55,10 @@ typedef struct npuc__ng_node {
     npuc__ng_kv *attr;
     size_t nattr;
     npuc__ng_ev ev;
+    /* The model scope the node was declared in (a Keras configuration's
+     * nested models: 0 the outer model, k > 0 the k-th nested one); 0 for
+     * a graph without scopes and for nodes an edit adds. */
+    size_t scope;
 } npuc__ng_node;
 
 typedef struct npuc__ng_value {
