@@ -736,3 +736,47 @@ done:
     *out = k.g;
     return NPUC_OK;
 }
+
+npuc_status npuc__kconfig_layers(npuc_ctx *ctx, const char *label, const char *text, size_t len, char ***names,
+                                 char ***classes, size_t *n) {
+    *names = *classes = NULL;
+    *n = 0;
+    if (len > NPUC_KC_MAX_TEXT)
+        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: %zu bytes, more than the %zu a model configuration may have",
+                         label, len, (size_t)NPUC_KC_MAX_TEXT);
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root) return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: line %d: %s", label, err.line, err.text);
+    kc k = {.ctx = ctx, .label = label};
+    npuc_status st = json_is_object(root) ? kc_read_scope(&k, root, NPUC_GRAPH_NONE, 0)
+                                          : kc_bad(&k, "not a JSON object");
+    char **nm = NULL, **cl = NULL;
+    if (st == NPUC_OK) {
+        nm = calloc(k.nlayers ? k.nlayers : 1, sizeof *nm);
+        cl = calloc(k.nlayers ? k.nlayers : 1, sizeof *cl);
+        if (!nm || !cl) st = kc_nomem(&k);
+        for (size_t i = 0; st == NPUC_OK && i < k.nlayers; i++) {
+            nm[i] = npuc__strdup(k.layers[i].name);
+            cl[i] = npuc__strdup(k.layers[i].cls);
+            if (!nm[i] || !cl[i]) st = kc_nomem(&k);
+        }
+        if (st != NPUC_OK) {
+            for (size_t i = 0; nm && cl && i < k.nlayers; i++) {
+                free(nm[i]);
+                free(cl[i]);
+            }
+            free(nm);
+            free(cl);
+        } else {
+            *names = nm;
+            *classes = cl;
+            *n = k.nlayers;
+        }
+    }
+    kc_map_free(&k.names);
+    kc_map_free(&k.alias);
+    free(k.layers);
+    free(k.scopes);
+    json_decref(root);
+    return st;
+}

@@ -21,6 +21,17 @@
  * nesting or sizes beyond the limits above; NPUC_ERR_NOMEM. */
 npuc_status npuc__kconfig_parse(npuc_ctx *ctx, const char *label, const char *text, size_t len, npuc__ng **out);
 
+/* The layers the configuration declares, without wiring them: names[k]
+ * and classes[k] for k < *n (malloc'd arrays of malloc'd strings, the
+ * caller's; nested models are listed, then their layers), in list order.
+ * This is the layer reading of npuc__kconfig_parse with its refusals
+ * (duplicate keys, a layer without name or class, a name listed twice,
+ * nesting beyond the limit): NPUC_ERR_FORMAT then, and nothing returned;
+ * NPUC_ERR_NOMEM.  Core's layout rules ask it for each layer's class before
+ * the model's tensors are known (the graph needs their layouts). */
+npuc_status npuc__kconfig_layers(npuc_ctx *ctx, const char *label, const char *text, size_t len, char ***names,
+                                 char ***classes, size_t *n);
+
 /* The format-neutral op of a Keras class ("Conv2D" -> "Conv"); the class
  * itself when the table does not know it. */
 const char *npuc__kconfig_op(const char *cls);
