@@ -75,26 +75,6 @@ int npuc__graph_same_counter(const char *bn_leaf, const char *layer_leaf);
 
 /* ------------------------------------------------------------ model_config (graph_keras.c) */
 
-/* References followed per node; a node with more (a huge Concatenate) counts
- * the rest as consumers, which can only make an edge look unsafe. */
-#define NPUC_KJSON_MAX_REFS 4096
-
-/* The layer list of a model or nested model, or NULL; *sequential for a
- * Sequential model (no inbound nodes: each layer consumes the one before). */
-json_t *npuc__kjson_scope_layers(json_t *model, int *sequential);
-const char *npuc__kjson_layer_name(json_t *l);
-const char *npuc__kjson_layer_class(json_t *l); /* "" when absent */
-/* The input references of one node: arrays whose element 0 is the producing
- * layer's name (Keras 2 entries or Keras 3 keras_history).  Returns how many
- * there are; at most max are stored. */
-size_t npuc__kjson_node_refs(json_t *node, json_t **out, size_t max);
-/* How many times the layer is called (its inbound nodes). */
-size_t npuc__kjson_node_count(json_t *l);
-/* The model outputs as references. */
-size_t npuc__kjson_output_refs(json_t *model, json_t **out, size_t max);
-/* The first layer of the list with this name, or NULL. */
-json_t *npuc__kjson_find_layer(json_t *layers, const char *name, size_t *idx);
-
 /* Class families. */
 int npuc__kclass_is_bn(const char *c);
 int npuc__kclass_is_fold_producer(const char *c); /* Conv*D, Depthwise/SeparableConv*D, Dense */
