@@ -6,16 +6,16 @@
  *   graph_modules.c    the module view
  *   graph_names.c      name rules: prefixes, leaves, PyTorch / Keras / Paddle
  *                      naming conventions, numeric order
- *   graph_keras.c      model_config JSON helpers (for the BatchNorm view and
- *                      the rewrite), class families; the consumer view of the
+ *   graph_keras.c      Keras class families; the consumer view of the
  *                      layers, read from the network graph
  *   graph_kconfig.c    the one reader of a Keras configuration into the
- *                      network graph (graph_kconfig.h)
+ *                      network graph, and its writer from an edited graph
+ *                      (graph_kconfig.h; the formats' graph_write hook)
  *   graph_net*.c       the network graph itself (graph_net.h)
  *   graph_fill.c       building a model's network graph on request
  *   graph_config_check.c  a Keras configuration against its weights
  *   graph_keras_bn.c   model_config: what feeds each BatchNormalization layer
- *   graph_keras_edit.c model_config rewritten after folding
+ *                      (walking the network graph)
  *   graph_file.c       reading stated pairs and graph files
  *   graph_edges.c      stated consumer edges (--next, --graph)
  *   graph_next.c       automatic consumer edges
