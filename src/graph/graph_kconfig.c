@@ -892,8 +892,10 @@ static int width_field(const char *cls, const char **field, const char **role, i
 
 /* Brings the configuration fields of layer L up to its node in g: the width
  * its kernel states, use_bias when the node has a bias. */
-static int kc_sync_fields(const npuc__ng *g, size_t node, const kc_layer *L, int *changed) {
+static int kc_sync_fields(const npuc__ng *g, size_t node, const kc_layer *L, int *changed, int64_t *was,
+                          int64_t *now) {
     json_t *cfg = json_object_get(L->j, "config");
+    *was = *now = 0;
     if (!json_is_object(cfg)) return 0;
     const npuc__ng_node *n = &g->nodes[node];
     const char *field, *role;
@@ -909,10 +911,92 @@ static int kc_sync_fields(const npuc__ng *g, size_t node, const kc_layer *L, int
         json_t *v = json_object_get(cfg, field);
         const json_int_t want = (json_int_t)W->shape[W->rank - from_end];
         if (!json_is_integer(v) || want <= 0 || json_integer_value(v) == want) continue;
+        *was = (int64_t)json_integer_value(v);
+        *now = (int64_t)want;
         if (json_object_set_new(cfg, field, json_integer(want))) return -1;
         (*changed)++;
     }
     return 0;
+}
+
+/* The layer of k whose call-0 node is named `name`, or NULL. */
+static kc_layer *kc_layer_of_node(kc *k, const char *name) {
+    size_t n0 = npuc__ng_find_node(k->g, name);
+    for (size_t i = 0; n0 != NPUC_GRAPH_NONE && i < k->nlayers; i++)
+        if (!k->layers[i].nested && k->layers[i].first_node == n0) return &k->layers[i];
+    return NULL;
+}
+
+/* A shape list field (Reshape target_shape, InputLayer batch_input_shape /
+ * batch_shape) whose last entry is the channel count `was`, every other
+ * entry 1 or null (the batch): it then holds exactly that many values, so
+ * the new count is proven to go there.  1 set, 0 not such a list. */
+static int kc_set_channels(json_t *list, int64_t was, int64_t now) {
+    size_t n = json_array_size(list);
+    if (!n || !json_is_integer(json_array_get(list, n - 1)) || json_integer_value(json_array_get(list, n - 1)) != was)
+        return 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *e = json_array_get(list, i);
+        if (!json_is_null(e) && !(json_is_integer(e) && json_integer_value(e) == 1)) return 0;
+    }
+    return json_array_set_new(list, n - 1, json_integer(now)) == 0;
+}
+
+/* Follows the output of node `from` of g, whose channel count went from
+ * `was` to `now`, to the layers that consume those channels: a weighted
+ * consumer takes them through its kernel (already in g); a Reshape or a
+ * nested model's InputLayer stating the count in a shape is updated when
+ * the shape is proven to be just the channels (kc_set_channels), else the
+ * write is refused naming both layers: a configuration that would not load
+ * is never written silently. */
+static npuc_status kc_follow(kc *k, const npuc__ng *g, size_t from, int64_t was, int64_t now, int *changed) {
+    size_t *queue = malloc((g->nnodes + 1) * sizeof *queue), nq = 0;
+    unsigned char *seen = calloc(g->nnodes + 1, 1), *mixed = calloc(g->nnodes + 1, 1);
+    size_t *cons = malloc((g->nnodes + 1) * sizeof *cons);
+    npuc_status st = NPUC_OK;
+    if (!queue || !seen || !mixed || !cons) { st = kc_nomem(k); goto done; }
+    queue[nq++] = from;
+    seen[from] = 1;
+    for (size_t qi = 0; qi < nq && st == NPUC_OK; qi++) {
+        const npuc__ng_node *n = &g->nodes[queue[qi]];
+        for (size_t o = 0; o < n->nout && st == NPUC_OK; o++) {
+            size_t nc = npuc__ng_consumers(g, n->out[o], cons, g->nnodes);
+            for (size_t c = 0; c < nc && st == NPUC_OK; c++) {
+                const npuc__ng_node *C = &g->nodes[cons[c]];
+                npuc__ng_kind kind = npuc__ng_op_kind(C->op);
+                if (kind == NPUC_NG_WEIGHTED) continue;
+                int carries = kind == NPUC_NG_CONCAT || kind == NPUC_NG_FLATTEN || mixed[queue[qi]];
+                if (kind == NPUC_NG_RESHAPE || kind == NPUC_NG_SOURCE) {
+                    kc_layer *L = kc_layer_of_node(k, C->name);
+                    json_t *cfg = L ? json_object_get(L->j, "config") : NULL;
+                    json_t *sh = json_object_get(cfg, kind == NPUC_NG_RESHAPE ? "target_shape" : "batch_input_shape");
+                    if (!sh && kind == NPUC_NG_SOURCE) sh = json_object_get(cfg, "batch_shape");
+                    if (sh && (carries || !kc_set_channels(sh, was, now))) {
+                        st = npuc_fail(k->ctx, NPUC_ERR_UNSUPPORTED,
+                                       "%s: layer '%s' (%s) states a shape that carries the channels of '%s' "
+                                       "(%lld, now %lld), and it cannot be proven which entry counts them: not "
+                                       "rewritten", k->label, C->name, C->source_op ? C->source_op : C->op,
+                                       g->nodes[from].name,
+                                       (long long)was, (long long)now);
+                        break;
+                    }
+                    if (sh) (*changed)++;
+                    if (kind == NPUC_NG_RESHAPE) continue; /* its output is the stated shape */
+                }
+                if (!seen[cons[c]]) {
+                    seen[cons[c]] = 1;
+                    mixed[cons[c]] = (unsigned char)carries;
+                    queue[nq++] = cons[c];
+                }
+            }
+        }
+    }
+done:
+    free(queue);
+    free(seen);
+    free(mixed);
+    free(cons);
+    return st;
 }
 
 npuc_status npuc__kconfig_write(npuc_ctx *ctx, const char *label, const char *text, size_t len, const npuc__ng *g,
@@ -934,7 +1018,9 @@ npuc_status npuc__kconfig_write(npuc_ctx *ctx, const char *label, const char *te
         const npuc__ng_node *n0 = &k.g->nodes[L->first_node];
         size_t node = npuc__ng_find_node(g, n0->name);
         if (node != NPUC_GRAPH_NONE) {
-            if (kc_sync_fields(g, node, L, &changed) != 0) st = kc_nomem(&k);
+            int64_t was, now;
+            if (kc_sync_fields(g, node, L, &changed, &was, &now) != 0) st = kc_nomem(&k);
+            else if (was != now) st = kc_follow(&k, g, node, was, now, &changed);
             continue;
         }
         size_t pl;

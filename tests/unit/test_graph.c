@@ -472,6 +472,70 @@ static void test_keras_fold(void **state) {
     npuc_ctx_free(kx);
 }
 
+/* Issue 31 item 8: a Reshape that states the channel count of a pruned
+ * layer follows it when its target is just the channels ([1,1,C] after a
+ * global pool: the squeeze-excite pattern), and refuses, naming it, when
+ * the count cannot be told apart ([2,4]). */
+static const char SE_CFG[] =
+    "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", \"layers\": ["
+    "{\"name\": \"in\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 3]},"
+    " \"inbound_nodes\": []},"
+    "{\"name\": \"c1\", \"class_name\": \"Conv2D\", \"config\": {\"filters\": 8, \"use_bias\": true},"
+    " \"inbound_nodes\": [[[\"in\", 0, 0, {}]]]},"
+    "{\"name\": \"gap\", \"class_name\": \"GlobalAveragePooling2D\", \"config\": {},"
+    " \"inbound_nodes\": [[[\"c1\", 0, 0, {}]]]},"
+    "{\"name\": \"r\", \"class_name\": \"Reshape\", \"config\": {\"target_shape\": TARGET},"
+    " \"inbound_nodes\": [[[\"gap\", 0, 0, {}]]]},"
+    "{\"name\": \"c2\", \"class_name\": \"Conv2D\", \"config\": {\"filters\": 4, \"use_bias\": true},"
+    " \"inbound_nodes\": [[[\"r\", 0, 0, {}]]]}"
+    "], \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"c2\", 0, 0]]}}";
+
+static char *se_cfg(const char *target) {
+    const char *at = strstr(SE_CFG, "TARGET");
+    size_t n = strlen(SE_CFG) + strlen(target);
+    char *s = malloc(n);
+    assert_non_null(s);
+    snprintf(s, n, "%.*s%s%s", (int)(at - SE_CFG), SE_CFG, target, at + 6);
+    return s;
+}
+
+static void test_keras_reshape(void **state) {
+    (void)state;
+    npuc_ctx *kx;
+    assert_int_equal(npuc_ctx_new(&kx), NPUC_OK);
+    const int64_t k1[4] = {3, 3, 3, 6};
+    for (int bad = 0; bad < 2; bad++) {
+        char *cfg = se_cfg(bad ? "[2, 4]" : "[1, 1, 8]"), *out = NULL;
+        npuc__ng *g;
+        assert_int_equal(npuc__kconfig_parse(kx, "t", cfg, strlen(cfg), &g), NPUC_OK);
+        assert_int_equal(npuc__ng_add_weight(kx, g, npuc__ng_find_node(g, "c1"), "c1/kernel", "kernel", 4, k1, 3, 2),
+                         NPUC_OK);
+        npuc_status st = npuc__kconfig_write(kx, "t", cfg, strlen(cfg), g, &out);
+        if (bad) {
+            assert_int_equal(st, NPUC_ERR_UNSUPPORTED);
+            assert_null(out);
+            assert_non_null(strstr(npuc_ctx_errmsg(kx), "layer 'r' (Reshape)"));
+            assert_non_null(strstr(npuc_ctx_errmsg(kx), "'c1'"));
+        } else {
+            assert_int_equal(st, NPUC_OK);
+            assert_non_null(out);
+            json_t *root = json_loads(out, 0, NULL);
+            json_t *layers = json_object_get(json_object_get(root, "config"), "layers");
+            json_t *c1 = json_object_get(json_array_get(layers, 1), "config");
+            json_t *r = json_object_get(json_object_get(json_array_get(layers, 3), "config"), "target_shape");
+            assert_int_equal(json_integer_value(json_object_get(c1, "filters")), 6);
+            assert_int_equal(json_array_size(r), 3);
+            assert_int_equal(json_integer_value(json_array_get(r, 2)), 6);
+            assert_int_equal(json_integer_value(json_array_get(r, 0)), 1);
+            json_decref(root);
+        }
+        free(out);
+        free(cfg);
+        npuc__ng_free(g);
+    }
+    npuc_ctx_free(kx);
+}
+
 /* ------------------------------------------------------------ storage order */
 
 /* Paddle exports: counter names that do not pair; equal channel counts, so
@@ -593,6 +657,7 @@ int main(void) {
         cmocka_unit_test(test_attach_config),
         cmocka_unit_test(test_next_config),
         cmocka_unit_test(test_keras_fold),
+        cmocka_unit_test(test_keras_reshape),
         cmocka_unit_test(test_attach_order),
         cmocka_unit_test(test_shared_config),
         cmocka_unit_test(test_shared_names),
