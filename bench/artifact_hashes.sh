@@ -78,7 +78,9 @@ for model in "${models[@]}"; do
       continue
     fi
     echo "$(sha256sum <"$out" | cut -d' ' -f1)  $base/$name"
-    echo "$(sha256sum <"$work/stdout" | cut -d' ' -f1)  $base/$name.stdout"
+    # stdout with the checkout's, the data's and the work folder's paths
+    # taken out (a recipe run names its recipe file), as for messages.
+    echo "$(sed -e "s|$src|SRC|g" -e "s|$data|DATA|g" -e "s|$work|WORK|g" "$work/stdout" | sha256sum | cut -d' ' -f1)  $base/$name.stdout"
     # The artifact decompressed: its decoders are part of what must not change.
     if [[ $name == q* || $name == sp24c || $name == lr_* || $name == fq6 || $name == run_* ]]; then
       dq="$work/$base.$name.dq.safetensors"

@@ -78,4 +78,6 @@ const npuc__format_row npuc__h5_format = {
     .derive = h5_derive,
     .keras_layouts = h5_keras_layouts,
     .describe = npuc__h5_describe,
+    .graph_meta = "model_config",
+    .graph_write = npuc__kconfig_graph_write,
 };

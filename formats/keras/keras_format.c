@@ -51,4 +51,6 @@ const npuc__format_row npuc__keras_format = {
     .nopts = sizeof KERAS_OPTS / sizeof KERAS_OPTS[0],
     .keras_layouts = keras_layouts,
     .describe = npuc__h5_describe,
+    .graph_meta = "model_config",
+    .graph_write = npuc__kconfig_graph_write,
 };

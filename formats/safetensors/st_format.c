@@ -35,4 +35,7 @@ const npuc__format_row npuc__st_format = {
     .no_signature = NULL,
     .open = npuc__st_open,
     .writer = &npuc__st_writer_backend,
+    /* A Keras model_config a converter or npuc carried into __metadata__. */
+    .graph_meta = "model_config",
+    .graph_write = npuc__kconfig_graph_write,
 };

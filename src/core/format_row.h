@@ -132,7 +132,28 @@ typedef struct npuc__format_row {
      * restates the layouts from the graph's ops, and an unchanged ONNX
      * model is written back byte for byte. */
     const char *graph_meta_key;
+    /* Optional: the metadata entry in which this format keeps a model's
+     * network graph ("model_config": a Keras configuration in an HDF5 root
+     * attribute, a .keras archive's config.json, a safetensors entry), and
+     * the hook that writes an edited graph back into it.  A pass that edits
+     * the graph (fold-bn removes BatchNorm nodes, structured prune resizes
+     * kernels) hands the output's row the source's entry `stored` and the
+     * edited graph g; *out is the entry's new value (malloc'd), or NULL when
+     * nothing changed.  Fields the graph does not model keep their values.
+     * NPUC_ERR_FORMAT when stored is not a graph the format's reader
+     * accepts, NPUC_ERR_UNSUPPORTED naming the node when an edit cannot be
+     * written, NPUC_ERR_NOMEM.  Adding a format with a graph: its reader
+     * stores the graph (or a read hook builds it) and its row names both. */
+    const char *graph_meta;
+    npuc_status (*graph_write)(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+                               char **out);
 } npuc__format_row;
+
+/* The graph_write of the rows whose graph_meta is a Keras model_config
+ * (src/graph/graph_kconfig.c: npuc__kconfig_write, resolved at link time
+ * as npuc__format_table is). */
+npuc_status npuc__kconfig_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+                                      char **out);
 
 /* The registry (formats/format_registry.c): rows in id order, *n of them. */
 const npuc__format_row *const *npuc__format_table(size_t *n);

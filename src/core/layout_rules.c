@@ -27,8 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
+#include "graph/graph_kconfig.h"
 #include "layout_rules.h"
 
 /* ------------------------------------------------------------ source */
@@ -45,41 +44,6 @@ static npuc__family family_of(int keras, const char *format, const char **why) {
     return keras ? NPUC__FAM_TF : NPUC__FAM_UNKNOWN;
 }
 
-static int add_layer(npuc__layout_src *s, size_t *cap, const char *name, const char *cls) {
-    if (s->nlayers == *cap) {
-        size_t nc = *cap ? *cap * 2 : 32;
-        char **a = realloc(s->layer, nc * sizeof *a);
-        if (!a) return -1;
-        s->layer = a;
-        char **b = realloc(s->cls, nc * sizeof *b);
-        if (!b) return -1;
-        s->cls = b;
-        *cap = nc;
-    }
-    char *n = npuc__strdup(name), *c = npuc__strdup(cls);
-    if (!n || !c) { free(n); free(c); return -1; }
-    s->layer[s->nlayers] = n;
-    s->cls[s->nlayers++] = c;
-    return 0;
-}
-
-/* Collects layer name -> class_name from a Keras config object, descending
- * into nested models (a layer whose config has "layers"). */
-static int collect_layers(npuc__layout_src *s, size_t *cap, const json_t *o, int depth) {
-    const json_t *layers = json_object_get(json_object_get(o, "config"), "layers");
-    if (depth > 8 || !json_is_array(layers)) return 0;
-    size_t i;
-    const json_t *l;
-    json_array_foreach(layers, i, l) {
-        const char *cls = json_string_value(json_object_get(l, "class_name"));
-        const char *name = json_string_value(json_object_get(json_object_get(l, "config"), "name"));
-        if (!name) name = json_string_value(json_object_get(l, "name"));
-        if (cls && name && add_layer(s, cap, name, cls) != 0) return -1;
-        if (collect_layers(s, cap, l, depth + 1) != 0) return -1;
-    }
-    return 0;
-}
-
 int npuc__layout_src_init(npuc__layout_src *s, int keras, const char *format, const char *model_config) {
     memset(s, 0, sizeof *s);
     s->keras = keras;
@@ -87,12 +51,12 @@ int npuc__layout_src_init(npuc__layout_src *s, int keras, const char *format, co
     if (format && *format && s->fam == NPUC__FAM_UNKNOWN && !keras)
         snprintf(s->stated, sizeof s->stated, "%.20s", format);
     if (!model_config) return 0;
-    json_t *o = json_loads(model_config, 0, NULL);
-    size_t cap = 0;
-    int rc = o ? collect_layers(s, &cap, o, 0) : 0;
-    json_decref(o);
-    if (rc != 0) npuc__layout_src_free(s);
-    return rc;
+    /* The one reader of the configuration (graph_kconfig.c): a
+     * configuration it refuses names no class (it is evidence, not a
+     * requirement); only running out of memory is an error. */
+    npuc_status st = npuc__kconfig_layers(NULL, "model_config", model_config, strlen(model_config), &s->layer,
+                                          &s->cls, &s->nlayers);
+    return st == NPUC_ERR_NOMEM ? -1 : 0;
 }
 
 int npuc__layout_src_from_meta(npuc__layout_src *s, int keras, char *const *k, char *const *v, size_t n) {

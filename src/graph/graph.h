@@ -335,22 +335,8 @@ const char *npuc__graph_leaf(const char *s);
  * tensor exists. */
 char *npuc__graph_bias_name(const char *w);
 
-/* ------------------------------------------------------------ Keras model_config */
-
-/* Rewrites a model_config after folding: the BatchNorm layers bns[k] are
- * removed, their consumers (and the model outputs) wired to what fed them,
- * and the producer layers convs[k] get use_bias = true.  Returns the new
- * JSON (malloc'd) or NULL: *err = 0 when the config was not understood or
- * nothing changed, 1 on allocation failure. */
-char *npuc__graph_keras_fold(const char *json, const char *const *bns, const char *const *convs, size_t n,
-                             int *err);
-
-/* The Keras model_config `json` with each layer's filters / units set from
- * its kernel among the output tensors t[0..n) (Conv*D and SeparableConv*D:
- * the kernel's last axis, Conv*DTranspose: the one before, Dense: the
- * last), so the configuration follows structurally pruned weights; NULL
- * when nothing changed or the JSON is not understood (*err 0), or on
- * failure (*err 1).  *nchanged: the fields set. */
-char *npuc__graph_keras_sync_widths(const char *json, const npuc_tensor_info *t, size_t n, int *nchanged, int *err);
+/* A Keras model_config is read by graph_kconfig.c into the network graph and
+ * written back from an edited graph by npuc__kconfig_write (the formats'
+ * graph_write hook). */
 
 #endif

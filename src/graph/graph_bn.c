@@ -213,7 +213,7 @@ npuc_status npuc__graph_read_bns(npuc_ctx *ctx, npuc__graph *g) {
     qsort(g->sorted, g->n, sizeof *g->sorted, cmp_str);
     npuc_status st = collect_bns(ctx, g);
     if (st != NPUC_OK) return st;
-    if (npuc__graph_read_kbn(g) != NPUC_OK) return nomem(ctx, g);
+    if (npuc__graph_read_kbn(ctx, g) != NPUC_OK) return nomem(ctx, g);
     /* Epsilons from model_config hold whichever rule links a BatchNorm. */
     for (size_t e = 0; e < g->nkbn; e++) {
         int64_t b = npuc__graph_find_bn(g, g->kbn[e].bn);

@@ -6,16 +6,16 @@
  *   graph_modules.c    the module view
  *   graph_names.c      name rules: prefixes, leaves, PyTorch / Keras / Paddle
  *                      naming conventions, numeric order
- *   graph_keras.c      model_config JSON helpers (for the BatchNorm view and
- *                      the rewrite), class families; the consumer view of the
+ *   graph_keras.c      Keras class families; the consumer view of the
  *                      layers, read from the network graph
  *   graph_kconfig.c    the one reader of a Keras configuration into the
- *                      network graph (graph_kconfig.h)
+ *                      network graph, and its writer from an edited graph
+ *                      (graph_kconfig.h; the formats' graph_write hook)
  *   graph_net*.c       the network graph itself (graph_net.h)
  *   graph_fill.c       building a model's network graph on request
  *   graph_config_check.c  a Keras configuration against its weights
  *   graph_keras_bn.c   model_config: what feeds each BatchNormalization layer
- *   graph_keras_edit.c model_config rewritten after folding
+ *                      (walking the network graph)
  *   graph_file.c       reading stated pairs and graph files
  *   graph_edges.c      stated consumer edges (--next, --graph)
  *   graph_next.c       automatic consumer edges
@@ -75,26 +75,6 @@ int npuc__graph_same_counter(const char *bn_leaf, const char *layer_leaf);
 
 /* ------------------------------------------------------------ model_config (graph_keras.c) */
 
-/* References followed per node; a node with more (a huge Concatenate) counts
- * the rest as consumers, which can only make an edge look unsafe. */
-#define NPUC_KJSON_MAX_REFS 4096
-
-/* The layer list of a model or nested model, or NULL; *sequential for a
- * Sequential model (no inbound nodes: each layer consumes the one before). */
-json_t *npuc__kjson_scope_layers(json_t *model, int *sequential);
-const char *npuc__kjson_layer_name(json_t *l);
-const char *npuc__kjson_layer_class(json_t *l); /* "" when absent */
-/* The input references of one node: arrays whose element 0 is the producing
- * layer's name (Keras 2 entries or Keras 3 keras_history).  Returns how many
- * there are; at most max are stored. */
-size_t npuc__kjson_node_refs(json_t *node, json_t **out, size_t max);
-/* How many times the layer is called (its inbound nodes). */
-size_t npuc__kjson_node_count(json_t *l);
-/* The model outputs as references. */
-size_t npuc__kjson_output_refs(json_t *model, json_t **out, size_t max);
-/* The first layer of the list with this name, or NULL. */
-json_t *npuc__kjson_find_layer(json_t *layers, const char *name, size_t *idx);
-
 /* Class families. */
 int npuc__kclass_is_bn(const char *c);
 int npuc__kclass_is_fold_producer(const char *c); /* Conv*D, Depthwise/SeparableConv*D, Dense */
@@ -106,9 +86,11 @@ int npuc__kclass_weighted(const char *c);         /* a consumer with weights (Ba
 npuc_status npuc__graph_read_klayers(npuc_ctx *ctx, npuc__graph *g);
 int64_t npuc__graph_find_klayer(const npuc__graph *g, const char *name);
 
-/* The BatchNorm layers and their inputs (g->kbn; graph_keras_bn.c).
- * NPUC_ERR_NOMEM only. */
-npuc_status npuc__graph_read_kbn(npuc__graph *g);
+/* The BatchNorm layers and their inputs (g->kbn; graph_keras_bn.c), from
+ * the model's network graph (graph_kconfig.c reads the configuration).
+ * NPUC_ERR_NOMEM only: a configuration the reader refuses leaves
+ * g->kbn_understood 0. */
+npuc_status npuc__graph_read_kbn(npuc_ctx *ctx, npuc__graph *g);
 void npuc__kbn_edges_free(npuc__graph *g);
 
 /* ------------------------------------------------------------ files (graph_file.c) */

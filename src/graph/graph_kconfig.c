@@ -43,6 +43,7 @@
 
 #include <jansson.h>
 
+#include "format_row.h"
 #include "graph/graph_kconfig.h"
 
 /* ------------------------------------------------------------ a name table */
@@ -367,6 +368,7 @@ static npuc_status kc_make_nodes(kc *k) {
             if (st == NPUC_ERR_ARG) return kc_bad(k, "layer '%s' is listed twice", name);
             if (st != NPUC_OK) return st;
             if (c == 0) L->first_node = nd;
+            k->g->nodes[nd].scope = L->scope;
             if (json_is_object(cfg) && (st = kc_attrs(k, nd, cfg)) != NPUC_OK) return st;
             if (strcmp(L->cls, "InputLayer") == 0) k->g->vals[v].is_input = 1;
         }
@@ -691,8 +693,71 @@ static npuc_status kc_outputs(kc *k) {
     return NPUC_OK;
 }
 
+/* Reads text into k (k->g the graph, k->layers and k->scopes pointing into
+ * *rootp, the caller's to json_decref, also on failure); kc_free frees the
+ * rest. */
+static npuc_status kc_read(kc *k, const char *text, size_t len, json_t **rootp) {
+    *rootp = NULL;
+    if (len > NPUC_KC_MAX_TEXT)
+        return npuc_fail(k->ctx, NPUC_ERR_FORMAT, "%s: %zu bytes, more than the %zu a model configuration may have",
+                         k->label, len, (size_t)NPUC_KC_MAX_TEXT);
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root) return npuc_fail(k->ctx, NPUC_ERR_FORMAT, "%s: line %d: %s", k->label, err.line, err.text);
+    *rootp = root;
+    npuc_status st = NPUC_OK;
+    kc_ref *refs = malloc(NPUC_KC_MAX_REFS * sizeof *refs);
+    size_t *vals = malloc(NPUC_KC_MAX_REFS * sizeof *vals);
+    k->g = npuc__ng_new();
+    if (!refs || !vals || !k->g) { st = kc_nomem(k); goto done; }
+    k->g->channels_last = 1;
+    if (!json_is_object(root)) { st = kc_bad(k, "not a JSON object"); goto done; }
+    st = kc_read_scope(k, root, NPUC_GRAPH_NONE, 0);
+    if (st != NPUC_OK) goto done;
+    st = kc_make_nodes(k);
+    if (st == NPUC_OK) st = kc_wire_scope(k, 0, refs, vals);
+    if (st == NPUC_OK) st = kc_outputs(k);
+    if (st == NPUC_OK) {
+        st = npuc__ng_check(k->ctx, k->g);
+        if (st != NPUC_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(k->ctx));
+            st = npuc_fail(k->ctx, NPUC_ERR_FORMAT, "%s: %s", k->label, strncmp(msg, "graph: ", 7) ? msg : msg + 7);
+        }
+    }
+done:
+    free(refs);
+    free(vals);
+    return st;
+}
+
+static void kc_free(kc *k) {
+    kc_map_free(&k->names);
+    kc_map_free(&k->alias);
+    free(k->layers);
+    free(k->scopes);
+    npuc__ng_free(k->g);
+    k->g = NULL;
+}
+
 npuc_status npuc__kconfig_parse(npuc_ctx *ctx, const char *label, const char *text, size_t len, npuc__ng **out) {
     *out = NULL;
+    kc k = {.ctx = ctx, .label = label};
+    json_t *root;
+    npuc_status st = kc_read(&k, text, len, &root);
+    if (st == NPUC_OK) {
+        *out = k.g;
+        k.g = NULL;
+    }
+    kc_free(&k);
+    json_decref(root);
+    return st;
+}
+
+npuc_status npuc__kconfig_layers(npuc_ctx *ctx, const char *label, const char *text, size_t len, char ***names,
+                                 char ***classes, size_t *n) {
+    *names = *classes = NULL;
+    *n = 0;
     if (len > NPUC_KC_MAX_TEXT)
         return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: %zu bytes, more than the %zu a model configuration may have",
                          label, len, (size_t)NPUC_KC_MAX_TEXT);
@@ -700,38 +765,303 @@ npuc_status npuc__kconfig_parse(npuc_ctx *ctx, const char *label, const char *te
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root) return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: line %d: %s", label, err.line, err.text);
     kc k = {.ctx = ctx, .label = label};
-    npuc_status st = NPUC_OK;
-    kc_ref *refs = malloc(NPUC_KC_MAX_REFS * sizeof *refs);
-    size_t *vals = malloc(NPUC_KC_MAX_REFS * sizeof *vals);
-    k.g = npuc__ng_new();
-    if (!refs || !vals || !k.g) { st = kc_nomem(&k); goto done; }
-    k.g->channels_last = 1;
-    if (!json_is_object(root)) { st = kc_bad(&k, "not a JSON object"); goto done; }
-    st = kc_read_scope(&k, root, NPUC_GRAPH_NONE, 0);
-    if (st != NPUC_OK) goto done;
-    st = kc_make_nodes(&k);
-    if (st == NPUC_OK) st = kc_wire_scope(&k, 0, refs, vals);
-    if (st == NPUC_OK) st = kc_outputs(&k);
+    npuc_status st = json_is_object(root) ? kc_read_scope(&k, root, NPUC_GRAPH_NONE, 0)
+                                          : kc_bad(&k, "not a JSON object");
+    char **nm = NULL, **cl = NULL;
     if (st == NPUC_OK) {
-        st = npuc__ng_check(ctx, k.g);
+        nm = calloc(k.nlayers ? k.nlayers : 1, sizeof *nm);
+        cl = calloc(k.nlayers ? k.nlayers : 1, sizeof *cl);
+        if (!nm || !cl) st = kc_nomem(&k);
+        for (size_t i = 0; st == NPUC_OK && i < k.nlayers; i++) {
+            nm[i] = npuc__strdup(k.layers[i].name);
+            cl[i] = npuc__strdup(k.layers[i].cls);
+            if (!nm[i] || !cl[i]) st = kc_nomem(&k);
+        }
         if (st != NPUC_OK) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", npuc_ctx_errmsg(ctx));
-            st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: %s", label, strncmp(msg, "graph: ", 7) ? msg : msg + 7);
+            for (size_t i = 0; nm && cl && i < k.nlayers; i++) {
+                free(nm[i]);
+                free(cl[i]);
+            }
+            free(nm);
+            free(cl);
+        } else {
+            *names = nm;
+            *classes = cl;
+            *n = k.nlayers;
         }
     }
-done:
-    free(refs);
-    free(vals);
     kc_map_free(&k.names);
     kc_map_free(&k.alias);
     free(k.layers);
     free(k.scopes);
     json_decref(root);
-    if (st != NPUC_OK) {
-        npuc__ng_free(k.g);
-        return st;
+    return st;
+}
+
+/* ------------------------------------------------------------ writing the graph back */
+
+/* A reference a removed layer's consumers read instead: its input's
+ * (layer, call, tensor). */
+typedef struct kc_subst {
+    const char *layer;
+    long call, tensor;
+} kc_subst;
+
+/* The (layer, call, tensor) of value v of the original graph k->g, in the
+ * scope of its producer; 0 when v has no producer. */
+static int kc_ref_of(const kc *k, size_t v, size_t *layer, kc_subst *r) {
+    size_t p = k->g->vals[v].prod;
+    if (p == NPUC_GRAPH_NONE) return 0;
+    for (size_t i = 0; i < k->nlayers; i++) {
+        const kc_layer *L = &k->layers[i];
+        if (L->nested || L->first_node == NPUC_GRAPH_NONE || p < L->first_node || p >= L->first_node + L->ncalls)
+            continue;
+        const npuc__ng_node *n = &k->g->nodes[p];
+        long t = 0;
+        for (size_t o = 0; o < n->nout; o++)
+            if (n->out[o] == v) {
+                const char *c = strrchr(k->g->vals[v].name, ':');
+                t = o == 0 || !c ? 0 : strtol(c + 1, NULL, 10);
+            }
+        *layer = i;
+        *r = (kc_subst){L->name, (long)(p - L->first_node), t};
+        return 1;
     }
-    *out = k.g;
-    return NPUC_OK;
+    return 0;
+}
+
+/* Points every reference below v (Keras 2 entries, Keras 3 keras_history;
+ * the traversal of kc_collect) that names a removed layer of the scope at
+ * its substitute.  sub[i] for layer i, layer NULL when kept. */
+static int kc_rewire(const kc *k, size_t scope, json_t *v, int keras2_entry_ok, const kc_subst *sub) {
+    json_t *ref = NULL;
+    if (json_is_array(v) && keras2_entry_ok && json_is_string(json_array_get(v, 0)) &&
+        json_is_integer(json_array_get(v, 1)) && json_is_integer(json_array_get(v, 2)))
+        ref = v;
+    else if (json_is_object(v)) {
+        const char *cls = json_string_value(json_object_get(v, "class_name"));
+        if (cls && strcmp(cls, "__keras_tensor__") == 0) {
+            ref = json_object_get(json_object_get(v, "config"), "keras_history");
+            if (!json_is_string(json_array_get(ref, 0))) return 0;
+        }
+    }
+    if (ref) {
+        for (int hops = 0; hops < NPUC_KC_MAX_LAYERS; hops++) {
+            char *key = scoped_key(scope, json_string_value(json_array_get(ref, 0)), -1, 0);
+            if (!key) return -1;
+            size_t *li = kc_map_get(&k->names, key);
+            free(key);
+            if (!li || !sub[*li].layer) return 0;
+            const kc_subst *s = &sub[*li];
+            if (json_array_set_new(ref, 0, json_string(s->layer)) || json_array_set_new(ref, 1, json_integer(s->call)) ||
+                json_array_set_new(ref, 2, json_integer(s->tensor)))
+                return -1;
+        }
+        return 0;
+    }
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) if (kc_rewire(k, scope, e, keras2_entry_ok, sub) != 0) return -1;
+    } else if (json_is_object(v)) {
+        json_t *args = json_object_get(v, "args"), *kw = json_object_get(v, "kwargs");
+        if (args && kc_rewire(k, scope, args, 0, sub) != 0) return -1;
+        const char *key;
+        json_t *x;
+        if (json_is_object(kw))
+            json_object_foreach(kw, key, x) if (kc_rewire(k, scope, x, 0, sub) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The configuration field a layer's kernel states, and where in the Keras
+ * kernel it reads: Conv*D [..., in, filters], Conv*DTranspose [..., filters,
+ * in], SeparableConv*D's pointwise [1, 1, in, filters], Dense [in, units].
+ * 0 for a class with no such field. */
+static int width_field(const char *cls, const char **field, const char **role, int *from_end) {
+    *field = "filters";
+    *role = "kernel";
+    *from_end = 1;
+    if (!strcmp(cls, "Dense")) *field = "units";
+    else if (!strcmp(cls, "Conv1DTranspose") || !strcmp(cls, "Conv2DTranspose") || !strcmp(cls, "Conv3DTranspose"))
+        *from_end = 2;
+    else if (!strcmp(cls, "SeparableConv1D") || !strcmp(cls, "SeparableConv2D")) *role = "pointwise_kernel";
+    else if (strcmp(cls, "Conv1D") != 0 && strcmp(cls, "Conv2D") != 0 && strcmp(cls, "Conv3D") != 0) return 0;
+    return 1;
+}
+
+/* Brings the configuration fields of layer L up to its node in g: the width
+ * its kernel states, use_bias when the node has a bias. */
+static int kc_sync_fields(const npuc__ng *g, size_t node, const kc_layer *L, int *changed, int64_t *was,
+                          int64_t *now) {
+    json_t *cfg = json_object_get(L->j, "config");
+    *was = *now = 0;
+    if (!json_is_object(cfg)) return 0;
+    const npuc__ng_node *n = &g->nodes[node];
+    const char *field, *role;
+    int from_end;
+    for (size_t w = 0; w < n->nw; w++) {
+        const npuc_graph_weight *W = &n->w[w];
+        if (strcmp(W->role, "bias") == 0 && json_is_boolean(json_object_get(cfg, "use_bias")) &&
+            !json_is_true(json_object_get(cfg, "use_bias"))) {
+            if (json_object_set_new(cfg, "use_bias", json_true())) return -1;
+            (*changed)++;
+        }
+        if (!width_field(L->cls, &field, &role, &from_end) || strcmp(W->role, role) != 0 || W->rank < 2) continue;
+        json_t *v = json_object_get(cfg, field);
+        const json_int_t want = (json_int_t)W->shape[W->rank - from_end];
+        if (!json_is_integer(v) || want <= 0 || json_integer_value(v) == want) continue;
+        *was = (int64_t)json_integer_value(v);
+        *now = (int64_t)want;
+        if (json_object_set_new(cfg, field, json_integer(want))) return -1;
+        (*changed)++;
+    }
+    return 0;
+}
+
+/* The layer of k whose call-0 node is named `name`, or NULL. */
+static kc_layer *kc_layer_of_node(kc *k, const char *name) {
+    size_t n0 = npuc__ng_find_node(k->g, name);
+    for (size_t i = 0; n0 != NPUC_GRAPH_NONE && i < k->nlayers; i++)
+        if (!k->layers[i].nested && k->layers[i].first_node == n0) return &k->layers[i];
+    return NULL;
+}
+
+/* A shape list field (Reshape target_shape, InputLayer batch_input_shape /
+ * batch_shape) whose last entry is the channel count `was`, every other
+ * entry 1 or null (the batch): it then holds exactly that many values, so
+ * the new count is proven to go there.  1 set, 0 not such a list. */
+static int kc_set_channels(json_t *list, int64_t was, int64_t now) {
+    size_t n = json_array_size(list);
+    if (!n || !json_is_integer(json_array_get(list, n - 1)) || json_integer_value(json_array_get(list, n - 1)) != was)
+        return 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *e = json_array_get(list, i);
+        if (!json_is_null(e) && !(json_is_integer(e) && json_integer_value(e) == 1)) return 0;
+    }
+    return json_array_set_new(list, n - 1, json_integer(now)) == 0;
+}
+
+/* Follows the output of node `from` of g, whose channel count went from
+ * `was` to `now`, to the layers that consume those channels: a weighted
+ * consumer takes them through its kernel (already in g); a Reshape or a
+ * nested model's InputLayer stating the count in a shape is updated when
+ * the shape is proven to be just the channels (kc_set_channels), else the
+ * write is refused naming both layers: a configuration that would not load
+ * is never written silently. */
+static npuc_status kc_follow(kc *k, const npuc__ng *g, size_t from, int64_t was, int64_t now, int *changed) {
+    size_t *queue = malloc((g->nnodes + 1) * sizeof *queue), nq = 0;
+    unsigned char *seen = calloc(g->nnodes + 1, 1), *mixed = calloc(g->nnodes + 1, 1);
+    size_t *cons = malloc((g->nnodes + 1) * sizeof *cons);
+    npuc_status st = NPUC_OK;
+    if (!queue || !seen || !mixed || !cons) { st = kc_nomem(k); goto done; }
+    queue[nq++] = from;
+    seen[from] = 1;
+    for (size_t qi = 0; qi < nq && st == NPUC_OK; qi++) {
+        const npuc__ng_node *n = &g->nodes[queue[qi]];
+        for (size_t o = 0; o < n->nout && st == NPUC_OK; o++) {
+            size_t nc = npuc__ng_consumers(g, n->out[o], cons, g->nnodes);
+            for (size_t c = 0; c < nc && st == NPUC_OK; c++) {
+                const npuc__ng_node *C = &g->nodes[cons[c]];
+                npuc__ng_kind kind = npuc__ng_op_kind(C->op);
+                if (kind == NPUC_NG_WEIGHTED) continue;
+                int carries = kind == NPUC_NG_CONCAT || kind == NPUC_NG_FLATTEN || mixed[queue[qi]];
+                if (kind == NPUC_NG_RESHAPE || kind == NPUC_NG_SOURCE) {
+                    kc_layer *L = kc_layer_of_node(k, C->name);
+                    json_t *cfg = L ? json_object_get(L->j, "config") : NULL;
+                    json_t *sh = json_object_get(cfg, kind == NPUC_NG_RESHAPE ? "target_shape" : "batch_input_shape");
+                    if (!sh && kind == NPUC_NG_SOURCE) sh = json_object_get(cfg, "batch_shape");
+                    if (sh && (carries || !kc_set_channels(sh, was, now))) {
+                        st = npuc_fail(k->ctx, NPUC_ERR_UNSUPPORTED,
+                                       "%s: layer '%s' (%s) states a shape that carries the channels of '%s' "
+                                       "(%lld, now %lld), and it cannot be proven which entry counts them: not "
+                                       "rewritten", k->label, C->name, C->source_op ? C->source_op : C->op,
+                                       g->nodes[from].name,
+                                       (long long)was, (long long)now);
+                        break;
+                    }
+                    if (sh) (*changed)++;
+                    if (kind == NPUC_NG_RESHAPE) continue; /* its output is the stated shape */
+                }
+                if (!seen[cons[c]]) {
+                    seen[cons[c]] = 1;
+                    mixed[cons[c]] = (unsigned char)carries;
+                    queue[nq++] = cons[c];
+                }
+            }
+        }
+    }
+done:
+    free(queue);
+    free(seen);
+    free(mixed);
+    free(cons);
+    return st;
+}
+
+npuc_status npuc__kconfig_write(npuc_ctx *ctx, const char *label, const char *text, size_t len, const npuc__ng *g,
+                                char **out) {
+    *out = NULL;
+    kc k = {.ctx = ctx, .label = label};
+    json_t *root;
+    kc_subst *sub = NULL;
+    int changed = 0;
+    npuc_status st = kc_read(&k, text, len, &root);
+    if (st != NPUC_OK) goto done;
+    sub = calloc(k.nlayers ? k.nlayers : 1, sizeof *sub);
+    if (!sub) { st = kc_nomem(&k); goto done; }
+    /* Layers whose nodes the edited graph no longer has were removed (a
+     * folded BatchNorm): their consumers read their input instead. */
+    for (size_t i = 0; i < k.nlayers && st == NPUC_OK; i++) {
+        kc_layer *L = &k.layers[i];
+        if (L->nested || L->first_node == NPUC_GRAPH_NONE) continue;
+        const npuc__ng_node *n0 = &k.g->nodes[L->first_node];
+        size_t node = npuc__ng_find_node(g, n0->name);
+        if (node != NPUC_GRAPH_NONE) {
+            int64_t was, now;
+            if (kc_sync_fields(g, node, L, &changed, &was, &now) != 0) st = kc_nomem(&k);
+            else if (was != now) st = kc_follow(&k, g, node, was, now, &changed);
+            continue;
+        }
+        size_t pl;
+        if (L->ncalls != 1 || n0->nin != 1 || !kc_ref_of(&k, n0->in[0], &pl, &sub[i]) ||
+            k.layers[pl].scope != L->scope)
+            st = npuc_fail(ctx, NPUC_ERR_UNSUPPORTED, "%s: layer '%s' left the graph, but the configuration can "
+                           "only drop a layer called once on one input of its own model", label, L->name);
+    }
+    /* Rewired first (a substitute's name lives in the tree), then dropped. */
+    for (size_t s = 0; s < k.nscopes && st == NPUC_OK; s++) {
+        kc_scope *sc = &k.scopes[s];
+        if (sc->sequential) continue;
+        size_t i;
+        json_t *l;
+        json_array_foreach(sc->layers, i, l) {
+            if (kc_rewire(&k, s, json_object_get(l, "inbound_nodes"), 1, sub) != 0) { st = kc_nomem(&k); break; }
+        }
+        json_t *o = json_object_get(json_object_get(sc->model, "config"), "output_layers");
+        if (st == NPUC_OK && o && kc_rewire(&k, s, o, 1, sub) != 0) st = kc_nomem(&k);
+    }
+    for (size_t s = 0; s < k.nscopes && st == NPUC_OK; s++) {
+        kc_scope *sc = &k.scopes[s];
+        for (size_t i = json_array_size(sc->layers); i-- > 0 && st == NPUC_OK;) {
+            char *key = scoped_key(s, layer_name(json_array_get(sc->layers, i)), -1, 0);
+            size_t *li = key ? kc_map_get(&k.names, key) : NULL;
+            free(key);
+            if (!li || !sub[*li].layer) continue;
+            if (json_array_remove(sc->layers, i)) st = kc_nomem(&k);
+            changed++;
+        }
+    }
+    if (st == NPUC_OK && changed && !(*out = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17))))
+        st = kc_nomem(&k);
+done:
+    free(sub);
+    kc_free(&k);
+    json_decref(root);
+    return st;
+}
+
+npuc_status npuc__kconfig_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+                                      char **out) {
+    return npuc__kconfig_write(ctx, label, stored, strlen(stored), g, out);
 }

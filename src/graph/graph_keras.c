@@ -1,119 +1,19 @@
 /*
- * graph_keras.c - a Keras model_config as a graph: its layers, the
- * references between them, the class families that matter, and the
- * consumer view structured pruning walks.
+ * graph_keras.c - the Keras class families that matter to the passes, and
+ * the consumer view structured pruning walks.
  *
- * A Keras model.save file carries the model's graph as JSON in the root
- * attribute model_config (safetensors files may carry it as metadata).  Each
- * layer lists its inbound nodes: one node per call of the layer, each node
- * the list of tensors it consumed, named by (layer, node index, tensor
- * index).  Keras 2 writes an entry as the array [layer, node, tensor,
- * kwargs]; Keras 3 writes a node as {"args": [...]} holding {"class_name":
- * "__keras_tensor__", "config": {"keras_history": [layer, node, tensor]}}.
- * Sequential models have no inbound nodes: each layer consumes the previous
- * one.  A layer whose config holds a "layers" list is a nested model.
- *
- * The consumer view structured pruning walks (npuc__graph_read_klayers,
- * below) is the network graph that graph_kconfig.c, the one reader of the
- * configuration, builds (npuc_model_read_graph), seen layer by layer.  The
- * JSON vocabulary above still serves the BatchNorm view
- * (graph_keras_bn.c) and the rewrite after folding (graph_keras_edit.c),
- * which are to move onto the graph next (issue 28).
+ * The configuration itself (model_config: layers, inbound nodes, nested
+ * models, Keras 2 and Keras 3 references) is read in one place,
+ * graph_kconfig.c, into the model's network graph (npuc_model_read_graph),
+ * and written back from an edited graph there too.  The consumer view
+ * (npuc__graph_read_klayers, below) is that graph seen layer by layer, as
+ * the BatchNorm view (graph_keras_bn.c) is.
  */
 #include <string.h>
 #include <stdlib.h>
 
 #include "graph/graph_internal.h"
 #include "graph/graph_net.h"
-
-/* ------------------------------------------------------------ JSON vocabulary */
-
-json_t *npuc__kjson_scope_layers(json_t *model, int *sequential) {
-    const char *cls = json_string_value(json_object_get(model, "class_name"));
-    json_t *cfg = json_object_get(model, "config");
-    *sequential = cls && strcmp(cls, "Sequential") == 0;
-    if (json_is_array(cfg)) return cfg; /* Keras < 2.2.3 Sequential */
-    json_t *l = json_object_get(cfg, "layers");
-    return json_is_array(l) ? l : NULL;
-}
-
-const char *npuc__kjson_layer_name(json_t *l) {
-    const char *s = json_string_value(json_object_get(l, "name"));
-    if (!s) s = json_string_value(json_object_get(json_object_get(l, "config"), "name"));
-    return s;
-}
-
-const char *npuc__kjson_layer_class(json_t *l) {
-    const char *s = json_string_value(json_object_get(l, "class_name"));
-    return s ? s : "";
-}
-
-/* Collects keras_history arrays below v (Keras 3 nodes). */
-static void find_histories(json_t *v, json_t **out, size_t *n, size_t max) {
-    if (json_is_object(v)) {
-        json_t *h = json_object_get(json_object_get(v, "config"), "keras_history");
-        const char *cls = json_string_value(json_object_get(v, "class_name"));
-        if (cls && strcmp(cls, "__keras_tensor__") == 0 && json_is_array(h) &&
-            json_is_string(json_array_get(h, 0))) {
-            if (*n < max) out[*n] = h;
-            (*n)++;
-            return;
-        }
-        const char *k;
-        json_t *x;
-        json_object_foreach(v, k, x) find_histories(x, out, n, max);
-    } else if (json_is_array(v)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) find_histories(x, out, n, max);
-    }
-}
-
-size_t npuc__kjson_node_refs(json_t *node, json_t **out, size_t max) {
-    size_t n = 0;
-    if (json_is_array(node)) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(node, i, e) {
-            if (json_is_array(e) && json_is_string(json_array_get(e, 0))) {
-                if (n < max) out[n] = e;
-                n++;
-            }
-        }
-    } else if (json_is_object(node)) {
-        find_histories(node, out, &n, max);
-    }
-    return n;
-}
-
-size_t npuc__kjson_node_count(json_t *l) {
-    json_t *nodes = json_object_get(l, "inbound_nodes");
-    return json_is_array(nodes) ? json_array_size(nodes) : 0;
-}
-
-/* output_layers is [[name, 0, 0], ...], or a single [name, 0, 0] in Keras 3. */
-size_t npuc__kjson_output_refs(json_t *model, json_t **out, size_t max) {
-    json_t *o = json_object_get(json_object_get(model, "config"), "output_layers");
-    if (!json_is_array(o)) return 0;
-    if (json_is_string(json_array_get(o, 0))) {
-        if (max) out[0] = o;
-        return 1;
-    }
-    return npuc__kjson_node_refs(o, out, max);
-}
-
-json_t *npuc__kjson_find_layer(json_t *layers, const char *name, size_t *idx) {
-    size_t i;
-    json_t *l;
-    json_array_foreach(layers, i, l) {
-        const char *s = npuc__kjson_layer_name(l);
-        if (s && strcmp(s, name) == 0) {
-            if (idx) *idx = i;
-            return l;
-        }
-    }
-    return NULL;
-}
 
 /* ------------------------------------------------------------ class families */
 

@@ -111,6 +111,7 @@ static int node_copy(npuc__ng_node *d, const npuc__ng_node *s) {
     d->out = dup_idx(s->out, s->nout);
     d->nin = s->nin;
     d->nout = s->nout;
+    d->scope = s->scope;
     d->w = calloc(s->nw ? s->nw : 1, sizeof *d->w);
     d->attr = calloc(s->nattr ? s->nattr : 1, sizeof *d->attr);
     if (!d->name || !d->op || (s->source_op && !d->source_op) || !d->in || !d->out || !d->w || !d->attr ||

@@ -55,6 +55,10 @@ typedef struct npuc__ng_node {
     npuc__ng_kv *attr;
     size_t nattr;
     npuc__ng_ev ev;
+    /* The model scope the node was declared in (a Keras configuration's
+     * nested models: 0 the outer model, k > 0 the k-th nested one); 0 for
+     * a graph without scopes and for nodes an edit adds. */
+    size_t scope;
 } npuc__ng_node;
 
 typedef struct npuc__ng_value {
@@ -203,6 +207,17 @@ npuc_status npuc__ng_resize(npuc_ctx *ctx, npuc__ng **g, const char *const *vals
                             npuc__ng_change **changes, size_t *nchanges);
 
 /* ------------------------------------------------------------ ownership (graph_net_view.c) */
+
+/* The node holding weight tensor `tensor`, or NPUC_GRAPH_NONE. */
+size_t npuc__ng_weight_node(const npuc__ng *g, const char *tensor);
+
+/* Writes g, an edited copy of src's graph, back into the metadata entry in
+ * which w's format keeps a graph (its row's graph_meta and graph_write),
+ * when src has that entry: *out the new value (malloc'd, for
+ * npuc_writer_meta under *key) or NULL when the format keeps no graph, src
+ * has none, or nothing changed.  Errors as the row's graph_write. */
+npuc_status npuc__graph_write_meta(npuc_ctx *ctx, const npuc_writer *w, const npuc_model *src, const npuc__ng *g,
+                                   const char **key, char **out);
 
 /* Hands g to m (m frees it on close; a graph it had is freed). */
 void npuc__model_set_graph(npuc_model *m, npuc__ng *g);

@@ -2,8 +2,10 @@
  * graph_net_view.c - the model's ownership of its network graph and the
  * read-only public view (include/npuc/netgraph.h).
  */
+#include <stdio.h>
 #include <string.h>
 
+#include "format_row.h"
 #include "graph/graph_net.h"
 
 static void graph_free_cb(void *g) { npuc__ng_free(g); }
@@ -86,4 +88,23 @@ size_t npuc_graph_weight_node(const npuc_graph *g, const char *tensor, size_t *k
 const char *npuc_graph_evidence_name(npuc_graph_evidence e) {
     static const char *const N[] = {"file", "config", "name", "order"};
     return (unsigned)e < sizeof N / sizeof N[0] ? N[e] : "?";
+}
+
+size_t npuc__ng_weight_node(const npuc__ng *g, const char *tensor) {
+    for (size_t i = 0; g && i < g->nnodes; i++)
+        for (size_t k = 0; k < g->nodes[i].nw; k++)
+            if (strcmp(g->nodes[i].w[k].tensor, tensor) == 0) return i;
+    return NPUC_GRAPH_NONE;
+}
+
+npuc_status npuc__graph_write_meta(npuc_ctx *ctx, const npuc_writer *w, const npuc_model *src, const npuc__ng *g,
+                                   const char **key, char **out) {
+    *out = NULL;
+    *key = w && w->row ? w->row->graph_meta : NULL;
+    if (!*key || !w->row->graph_write || !g) return NPUC_OK;
+    const char *stored = npuc_model_meta_get(src, *key);
+    if (!stored) return NPUC_OK;
+    char label[4200];
+    snprintf(label, sizeof label, "%s: %s", npuc_model_path(src), *key);
+    return w->row->graph_write(ctx, label, stored, g, out);
 }

@@ -31,6 +31,8 @@
 
 #include <jansson.h>
 
+#include "format_row.h"
+#include "graph/graph_net.h"
 #include "passes/bnfold/bnfold_internal.h"
 #include "passes/pass_driver.h"
 #include "passes/pass_sinks.h"
@@ -343,32 +345,63 @@ static char *bnfold_meta(const driver *d, int *err) {
     return s;
 }
 
-/* The model_config with folded BatchNorm layers removed, or NULL (*err 0)
- * when there is none, it was not understood, or nothing changed. */
-static char *rewritten_config(const driver *d, int *err) {
-    const char *cfg = npuc_model_meta_get(d->m, "model_config");
-    size_t n = d->plan->npairs;
-    *err = 0;
-    if (!cfg || !n) return NULL;
-    const char **bns = calloc(n, sizeof *bns), **convs = calloc(n, sizeof *convs);
-    char **owned = calloc(n, sizeof *owned);
-    char *out = NULL;
-    if (!bns || !convs || !owned) { *err = 1; goto done; }
-    for (size_t k = 0; k < n; k++) {
+/* The model's network graph with every folded BatchNorm node removed (its
+ * consumers read the producer: npuc__ng_remove_node) and each producer
+ * that gets a created bias holding it, in *out (the caller's). */
+static npuc_status folded_graph(driver *d, npuc__ng **out) {
+    *out = NULL;
+    npuc_status st = npuc_model_read_graph(d->ctx, d->m);
+    if (st != NPUC_OK) return st;
+    npuc__ng *g = npuc__ng_clone(npuc_model_graph(d->m));
+    if (!g) return npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < d->plan->npairs && st == NPUC_OK; k++) {
         const npuc_bnfold_pair *x = &d->plan->pairs[k];
-        bns[k] = x->bn.name;
-        owned[k] = layer_of(npuc_model_tensor(d->m, x->conv));
-        if (!owned[k]) { *err = 1; goto done; }
-        convs[k] = owned[k];
+        const int64_t bt = x->bn.mean >= 0 ? x->bn.mean : x->bn.gamma;
+        const npuc_tensor_info *conv = npuc_model_tensor(d->m, x->conv);
+        size_t bn = bt >= 0 ? npuc__ng_weight_node(g, npuc_model_tensor(d->m, (size_t)bt)->name) : NPUC_GRAPH_NONE;
+        size_t cn = npuc__ng_weight_node(g, conv->name);
+        if (bn == NPUC_GRAPH_NONE || cn == NPUC_GRAPH_NONE) {
+            st = npuc_fail(d->ctx, NPUC_ERR_UNSUPPORTED, "BatchNorm '%s' or its producer is not a node of the graph",
+                           x->bn.name);
+            break;
+        }
+        if (x->bias < 0 && !npuc__ng_weight(g, cn, "bias")) {
+            const int64_t c = x->bn.channels;
+            st = npuc__ng_add_weight(d->ctx, g, cn, x->bias_name, "bias", 1, &c, 0, -1);
+        }
+        char *name = st == NPUC_OK ? npuc__strdup(g->nodes[bn].name) : NULL;
+        if (st == NPUC_OK && !name) st = npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
+        if (st == NPUC_OK) st = npuc__ng_remove_node(d->ctx, &g, name);
+        free(name);
     }
-    out = npuc__graph_keras_fold(cfg, bns, convs, n, err);
-done:
-    if (owned)
-        for (size_t k = 0; k < n; k++) free(owned[k]);
-    free(owned);
-    free(bns);
-    free(convs);
-    return out;
+    if (st != NPUC_OK) {
+        npuc__ng_free(g);
+        return st;
+    }
+    *out = g;
+    return NPUC_OK;
+}
+
+/* The graph entry of the output's format (model_config) written from the
+ * folded graph, or NULL (*why set) when the graph could not be edited or
+ * written; NULL with why[0] == 0 when there is nothing to write. */
+static npuc_status rewritten_graph_meta(driver *d, const npuc_writer *w, const char **key, char **out, char *why,
+                                        size_t nwhy) {
+    *out = NULL;
+    *key = NULL;
+    why[0] = 0;
+    if (!w || !w->row || !w->row->graph_meta || !npuc_model_meta_get(d->m, w->row->graph_meta) || !d->plan->npairs)
+        return NPUC_OK;
+    npuc__ng *g = NULL;
+    npuc_status st = folded_graph(d, &g);
+    if (st == NPUC_OK) st = npuc__graph_write_meta(d->ctx, w, d->m, g, key, out);
+    npuc__ng_free(g);
+    if (st == NPUC_ERR_NOMEM) return st;
+    if (st != NPUC_OK) {
+        snprintf(why, nwhy, "%s", npuc_ctx_errmsg(d->ctx));
+        npuc_ctx_clear(d->ctx);
+    }
+    return NPUC_OK;
 }
 
 /* The metadata as fold-bn carries it over (npuc__meta_fn): without the
@@ -376,8 +409,9 @@ done:
  * model_config with the folded BatchNorm layers taken out; "npuc" stays. */
 typedef struct meta_copy {
     driver *d;
+    npuc__drive *dr;
     npuc_summary *sum;
-    char *cfg;  /* the rewritten model_config, or NULL */
+    char *cfg;  /* the rewritten graph entry (model_config), or NULL */
     int cfg_done;
 } meta_copy;
 
@@ -387,14 +421,17 @@ static npuc_status copy_meta(void *u, const char *key, const char **value) {
         *value = NULL;
         return NPUC_OK;
     }
-    if (strcmp(key, "model_config") != 0) return NPUC_OK;
+    const npuc_writer *w = mc->dr->w;
+    if (!w || !w->row || !w->row->graph_meta || strcmp(key, w->row->graph_meta) != 0) return NPUC_OK;
     if (!mc->cfg_done) {
-        int err = 0;
+        char why[600];
+        const char *k;
         mc->cfg_done = 1;
-        mc->cfg = rewritten_config(mc->d, &err);
-        if (err || (mc->d->plan->npairs && !mc->cfg &&
-                    npuc_summary_warn(mc->sum, "model_config was not rewritten (not understood, or no folded layer "
-                                               "in it): it still lists the folded BatchNorm layers") != NPUC_OK))
+        if (rewritten_graph_meta(mc->d, w, &k, &mc->cfg, why, sizeof why) != NPUC_OK)
+            return npuc_fail(mc->d->ctx, NPUC_ERR_NOMEM, "out of memory");
+        if (mc->d->plan->npairs && !mc->cfg &&
+            npuc_summary_warn(mc->sum, "%s was not rewritten (%s): it still lists the folded BatchNorm layers", key,
+                              why[0] ? why : "no folded layer in it") != NPUC_OK)
             return npuc_fail(mc->d->ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     if (mc->cfg) *value = mc->cfg;
@@ -404,7 +441,7 @@ static npuc_status copy_meta(void *u, const char *key, const char **value) {
 /* Opens the output with the input's metadata (copy_meta) and the
  * "npuc.bnfold" list of this run's pairs. */
 static npuc_status open_output(driver *d, npuc__drive *dr, npuc_summary *sum) {
-    meta_copy mc = {d, sum, NULL, 0};
+    meta_copy mc = {d, dr, sum, NULL, 0};
     int err = 0;
     char *fold = NULL;
     npuc_status st = npuc__drive_open(dr, copy_meta, &mc);

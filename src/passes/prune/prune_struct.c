@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format_row.h"
+#include "graph/graph_net.h"
 #include "passes/pass_driver.h"
 #include "passes/prune/prune_internal.h"
 
@@ -556,6 +558,38 @@ static npuc_status check_planned(npuc_ctx *ctx, npuc_model *m, const npuc_tensor
     return st;
 }
 
+/* Writes the model's graph entry (model_config) with the kernels at their
+ * pruned shapes newt[0..n) through the output format's graph_write hook.
+ * A configuration the graph reader refuses is left as it was (validate
+ * --deep reports it); only running out of memory or an edit the format
+ * cannot write fails. */
+static npuc_status resized_graph_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w, const npuc_tensor_info *newt,
+                                      size_t n) {
+    if (!w || !w->row || !w->row->graph_meta || !npuc_model_meta_get(m, w->row->graph_meta)) return NPUC_OK;
+    npuc_status st = npuc_model_read_graph(ctx, m);
+    if (st == NPUC_ERR_NOMEM) return st;
+    if (st != NPUC_OK) {
+        npuc_ctx_clear(ctx);
+        return NPUC_OK;
+    }
+    npuc__ng *g = npuc__ng_clone(npuc_model_graph(m));
+    if (!g) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < g->nnodes; i++)
+        for (size_t k = 0; k < g->nodes[i].nw; k++) {
+            npuc_graph_weight *W = &g->nodes[i].w[k];
+            size_t t;
+            if (npuc_model_find(m, W->tensor, &t) != 0 || t >= n || newt[t].rank != W->rank) continue;
+            for (int a = 0; a < W->rank; a++) W->shape[a] = newt[t].shape[a];
+        }
+    const char *key;
+    char *out = NULL;
+    st = npuc__graph_write_meta(ctx, w, m, g, &key, &out);
+    npuc__ng_free(g);
+    if (st == NPUC_OK && out) st = npuc_writer_meta(w, key, out);
+    free(out);
+    return st;
+}
+
 npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
     npuc_ctx *ctx = dr->ctx;
     npuc_model *m = dr->m;
@@ -636,18 +670,12 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
     if ((st = npuc__drive_open(dr, NULL, NULL)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
         if ((st = npuc__drive_declare(dr, &newt[i])) != NPUC_OK) goto fail;
-    /* A Keras model_config follows the weights: filters / units of every
-     * layer whose kernel shrank (docs/fold-bn.md's config rewrite is the
-     * other edit); `npuc validate --deep` checks the result. */
-    const char *cfg = npuc_model_meta_get(m, "model_config");
-    if (dr->w && cfg) {
-        int nset = 0, err = 0;
-        char *nc = npuc__graph_keras_sync_widths(cfg, newt, n, &nset, &err);
-        if (err) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
-        else if (nc) st = npuc_writer_meta(dr->w, "model_config", nc);
-        free(nc);
-        if (st != NPUC_OK) goto fail;
-    }
+    /* The graph the format keeps (a Keras model_config) follows the
+     * weights: each kernel's new shape goes into the model's network graph
+     * and the output format's graph_write hook writes it back (filters /
+     * units of every layer whose kernel shrank); `npuc validate --deep`
+     * checks the result. */
+    if ((st = resized_graph_meta(ctx, m, dr->w, newt, n)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
