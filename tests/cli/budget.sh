@@ -25,6 +25,21 @@ expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --p
     -o "$T/b.safetensors"
 size_b=$(stat -c %s "$T/b.safetensors")
 [ "$size_b" -le "$size_u" ] || fail "--target-size $size_u wrote $size_b bytes"
+# Met to the byte: the plan's predicted file size is the file's, and the
+# file's header read by Python adds up to it (8 + header + payloads).
+"$PY" - "$T/plan.json" "$T/b.safetensors" "$size_u" <<'PYEOF' || fail "--target-size: predicted against actual size"
+import json, os, struct, sys
+plan, path, target = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+size = os.path.getsize(path)
+with open(path, "rb") as f:
+    (hl,) = struct.unpack("<Q", f.read(8))
+    hdr = json.loads(f.read(hl))
+end = max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+assert 8 + hl + end == size, (8 + hl + end, size)
+assert plan["file_bytes"] == size, f"plan predicts {plan['file_bytes']} bytes, the file has {size}"
+assert size <= target, (size, target)
+print(f"--target-size {target}: {size} bytes, {target - size} under, as predicted")
+PYEOF
 expect_rc 0 "$NPUC_BIN" decompress "$T/b.safetensors" -o "$T/b.dq.safetensors"
 d_b=$("${B[@]}" dist "$M" "$T/b.dq.safetensors")
 "$PY" - "$d_u" "$d_b" "$T/plan.json" "$size_u" "$size_b" <<'PYEOF' || fail "budgeted artifact against uniform int4 g32"
@@ -104,8 +119,27 @@ must_match "$T/err" 'kept at 8 bits as an edge layer by storage order alone'
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 1.5 --quantize-all -o "$T/x.safetensors"
 must_match "$T/err" 'target-bpw 1.5 is not reachable .* the least is 2\.[0-9]+ bits per weight'
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 20K --quantize-all -o "$T/x.safetensors"
-must_match "$T/err" 'target-size 20480 is not reachable .* the smallest output is about [0-9]+ bytes'
+must_match "$T/err" 'target-size 20480 is not reachable .* the smallest output is [0-9]+ bytes$'
 [ ! -e "$T/x.safetensors" ] || fail "an unreachable budget left an output"
+# The smallest size named is reachable, to the byte, and one byte less is not.
+least=$(sed -n 's/.*the smallest output is \([0-9]*\) bytes$/\1/p' "$T/err")
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$least" --quantize-all --plan-out "$T/pl.json" -o "$T/l.safetensors"
+size_l=$(stat -c %s "$T/l.safetensors")
+[ "$size_l" -le "$least" ] || fail "--target-size $least (the smallest reachable) wrote $size_l bytes"
+"$PY" -c "import json, sys; sys.exit(0 if json.load(open('$T/pl.json'))['file_bytes'] == $size_l else 1)" ||
+    fail "--target-size $least: the plan's file_bytes is not the file's size $size_l"
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size "$((size_l - 1))" --quantize-all -o "$T/x.safetensors"
+must_match "$T/err" "the smallest output is $size_l bytes"
+# Only an output whose size can be computed before it is written takes a size.
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 200000 --quantize-all -o "$T/x.h5"
+must_match "$T/err" 'the size of this output format cannot be told before it is written'
+# Sizes between: at or under the target, predicted to the byte.
+for t in 150000 200001 300007; do
+    expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$t" --quantize-all --plan-out "$T/pt$t.json" -o "$T/t$t.safetensors"
+    sz=$(stat -c %s "$T/t$t.safetensors")
+    "$PY" -c "import json, sys; sys.exit(0 if json.load(open('$T/pt$t.json'))['file_bytes'] == $sz <= $t else 1)" ||
+        fail "--target-size $t wrote $sz bytes (plan: $(grep file_bytes "$T/pt$t.json"))"
+done
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 4 --candidates int4/g32,int9/ch -o "$T/x.safetensors"
 must_match "$T/err" "candidates 'int9/ch': expected a scheme like int4/g32"
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 12Q -o "$T/x.safetensors"

@@ -294,7 +294,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
 static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const size_t *freei,
                               size_t nfree, const measured *ms, const size_t *pick, const npuc_quant_params *cand,
                               size_t nc, const npuc__bitem *items, uint64_t fixed, uint64_t budget,
-                              const npuc__bresult *res) {
+                              const npuc__bresult *res, uint64_t file_bytes) {
     json_t *doc = json_object(), *tens = json_array(), *curve = json_array(), *uni = json_array();
     if (!doc || !tens || !curve || !uni) goto nomem;
     json_object_set_new(doc, "format", json_string("npuc.plan/1"));
@@ -306,6 +306,9 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
                                                                   : "sum of relative squared weight errors"));
     json_object_set_new(doc, "payload_budget", json_integer((json_int_t)budget));
     json_object_set_new(doc, "pinned_bytes", json_integer((json_int_t)fixed));
+    /* The output file's size, exact (computed from the header the writer will
+     * write) under --target-size with a file output; else absent. */
+    if (file_bytes) json_object_set_new(doc, "file_bytes", json_integer((json_int_t)file_bytes));
     json_object_set_new(doc, "predicted_distortion", json_real(res->dist));
     json_object_set_new(doc, "optimal", json_boolean(res->exact));
     for (size_t f = 0; f < nfree; f++) {
@@ -380,6 +383,102 @@ nomem:
     return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
 }
 
+static npuc_status bpw_infeasible(npuc_ctx *ctx, const char *path, double bpw, uint64_t least, uint64_t numel) {
+    return npuc_fail(ctx, NPUC_ERR_ARG,
+                     "%s: --target-bpw %g is not reachable with these candidates: the least is %.4f bits per weight",
+                     path, bpw, numel ? 8.0 * (double)least / (double)numel : 0.0);
+}
+
+/* The choice pick (per free tensor f, the index into ms[f]) into p. */
+static void apply_pick(npuc_quant_params *p, const size_t *freei, size_t nfree, const measured *ms,
+                       const npuc_quant_params *cand, const size_t *pick) {
+    for (size_t f = 0; f < nfree; f++) p[freei[f]] = cand[ms[f].cand[pick[f]]];
+}
+
+/* --target-size met to the byte: the file's size beyond the free tensors'
+ * payloads (pinned and other tensors, the header with its description of
+ * every scheme, padding) depends a little on the choice, so it is computed
+ * exactly (rq->file_size) for each choice tried.  First the least-payload
+ * choice: its exact size is the smallest reachable one (above it, the target
+ * is infeasible); then payload budgets B = target - (exact size - payload)
+ * of the last choice, moved by what the last choice missed or overshot, and
+ * bisected between the largest budget whose choice fit and the smallest
+ * whose choice did not, until the file is the target to the byte, the
+ * budgets meet or 64 tries are spent.  The best choice that fits (least
+ * predicted distortion; then the larger file) is the answer: pick, *res and
+ * *file_bytes. */
+static npuc_status exact_size(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const npuc__bitem *items,
+                              const size_t *freei, size_t nfree, const measured *ms, const npuc_quant_params *cand,
+                              npuc_quant_params *p, uint64_t bpw_budget, uint64_t numel, uint64_t fixed, size_t *pick,
+                              npuc__bresult *res, uint64_t *file_bytes) {
+    const char *path = npuc_model_path(m);
+    const uint64_t target = rq->target_size;
+    size_t *tp = malloc((nfree ? nfree : 1) * sizeof *tp);
+    if (!tp) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_status st = NPUC_OK;
+    npuc__bresult r;
+    uint64_t pmin = 0;
+    for (size_t f = 0; f < nfree; f++) {
+        uint64_t mn = UINT64_MAX;
+        for (size_t j = 0; j < items[f].n; j++)
+            if (items[f].c[j].bytes < mn) mn = items[f].c[j].bytes;
+        pmin += mn;
+    }
+    if (pmin > bpw_budget) {
+        st = bpw_infeasible(ctx, path, rq->target_bpw, pmin + fixed, numel);
+        goto done;
+    }
+    /* The least payload, with the least distortion among such choices. */
+    if (npuc__budget_solve(items, nfree, pmin, 0, tp, &r) != 0) {
+        st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the budget solver failed", path);
+        goto done;
+    }
+    uint64_t size;
+    apply_pick(p, freei, nfree, ms, cand, tp);
+    if ((st = rq->file_size(rq->file_size_user, p, &size)) != NPUC_OK) goto done;
+    if (size > target) {
+        st = npuc_fail(ctx, NPUC_ERR_ARG,
+                       "%s: --target-size %llu is not reachable with these candidates: the smallest output is "
+                       "%llu bytes", path, (unsigned long long)target, (unsigned long long)size);
+        goto done;
+    }
+    memcpy(pick, tp, nfree * sizeof *pick);
+    *res = r;
+    *file_bytes = size;
+    uint64_t lo = pmin, hi = bpw_budget == UINT64_MAX ? UINT64_MAX : bpw_budget + 1; /* fits at lo; not known at hi */
+    uint64_t b = target - (size - r.bytes);
+    for (int it = 0; it < 64 && size != target; it++) {
+        if (b >= hi || b <= lo) {
+            if (hi == UINT64_MAX || hi - lo <= 1) break;
+            b = lo + (hi - lo) / 2;
+        }
+        if (b > bpw_budget) b = bpw_budget;
+        if (b <= lo) break;
+        if (npuc__budget_solve(items, nfree, b, 0, tp, &r) != 0) {
+            st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the budget solver failed", path);
+            goto done;
+        }
+        apply_pick(p, freei, nfree, ms, cand, tp);
+        if ((st = rq->file_size(rq->file_size_user, p, &size)) != NPUC_OK) goto done;
+        if (size <= target) {
+            if (r.dist < res->dist || (r.dist == res->dist && size > *file_bytes)) {
+                memcpy(pick, tp, nfree * sizeof *pick);
+                *res = r;
+                *file_bytes = size;
+            }
+            lo = b;
+            b += target - size;
+        } else {
+            hi = b;
+            b = b > size - target ? b - (size - target) : 0;
+        }
+    }
+    apply_pick(p, freei, nfree, ms, cand, pick);
+done:
+    free(tp);
+    return st;
+}
+
 npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__budget_req *rq,
                                 const int *quantize, const int *pinned, npuc_quant_params *p, char (*note)[128]) {
     const char *path = npuc_model_path(m);
@@ -438,30 +537,39 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
         budget = bits >= (double)fixed ? (uint64_t)bits - fixed : 0;
         if (bits < (double)fixed) budget = 0;
     }
-    if (rq->target_size) {
+    const uint64_t bpw_budget = budget;
+    if (rq->target_size && !rq->file_size) {
         const uint64_t other = fixed + rq->overhead;
         const uint64_t b = rq->target_size > other ? rq->target_size - other : 0;
         if (b < budget) budget = b;
     }
     npuc__bresult res;
-    int rc = npuc__budget_solve(items, nfree, budget, 0, pick, &res);
-    if (rc < 0) {
-        st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the budget solver failed", path);
-        goto done;
-    }
-    if (rc == 1 || (rq->target_bpw > 0 && 8.0 * (double)(res.bytes + fixed) > rq->target_bpw * (double)numel) ||
-        (rq->target_size && res.bytes + fixed + rq->overhead > rq->target_size)) {
-        const uint64_t least = res.bytes + fixed;
-        if (rq->target_size)
-            st = npuc_fail(ctx, NPUC_ERR_ARG,
-                           "%s: --target-size %llu is not reachable with these candidates: the smallest output "
-                           "is about %llu bytes", path, (unsigned long long)rq->target_size,
-                           (unsigned long long)(least + rq->overhead));
-        else
-            st = npuc_fail(ctx, NPUC_ERR_ARG,
-                           "%s: --target-bpw %g is not reachable with these candidates: the least is %.4f bits "
-                           "per weight", path, rq->target_bpw, numel ? 8.0 * (double)least / (double)numel : 0.0);
-        goto done;
+    uint64_t file_bytes = 0;
+    if (rq->file_bytes) *rq->file_bytes = 0;
+    if (rq->target_size && rq->file_size) {
+        st = exact_size(ctx, m, rq, items, freei, nfree, ms, cand, p, bpw_budget, numel, fixed, pick, &res, &file_bytes);
+        if (st != NPUC_OK) goto done;
+        if (rq->file_bytes) *rq->file_bytes = file_bytes;
+        const uint64_t bs = rq->target_size - (file_bytes - res.bytes); /* the payload budget that was met */
+        if (bs < budget) budget = bs;
+    } else {
+        int rc = npuc__budget_solve(items, nfree, budget, 0, pick, &res);
+        if (rc < 0) {
+            st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the budget solver failed", path);
+            goto done;
+        }
+        if (rc == 1 || (rq->target_bpw > 0 && 8.0 * (double)(res.bytes + fixed) > rq->target_bpw * (double)numel) ||
+            (rq->target_size && res.bytes + fixed + rq->overhead > rq->target_size)) {
+            const uint64_t least = res.bytes + fixed;
+            if (rq->target_size)
+                st = npuc_fail(ctx, NPUC_ERR_ARG,
+                               "%s: --target-size %llu is not reachable with these candidates: the smallest output "
+                               "is about %llu bytes", path, (unsigned long long)rq->target_size,
+                               (unsigned long long)(least + rq->overhead));
+            else
+                st = bpw_infeasible(ctx, path, rq->target_bpw, least, numel);
+            goto done;
+        }
     }
     for (size_t f = 0; f < nfree; f++) {
         const size_t i = freei[f], j = pick[f];
@@ -481,7 +589,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
             snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; the best candidate", what, ms[f].c[j].dist);
     }
     if (rq->plan_out)
-        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res);
+        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes);
 done:
     for (size_t f = 0; ms && f < n; f++) {
         free(ms[f].c);

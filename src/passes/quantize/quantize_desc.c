@@ -107,8 +107,9 @@ static const npuc_pass_option OPTIONS[] = {
      .check = check_rule_group, .override_key = "group_size"},
     {.name = "target_size", .flag = "target-size", .type = NPUC_OPT_STR, .metavar = "SIZE", .section = "Budget",
      .help = "choose every tensor's scheme so that the output file is at most SIZE\n"
-             "(bytes, or with a K/M/G suffix) with the least summed relative error\n"
-             "(docs/budget.md)", .check = check_size},
+             "(bytes, or with a K/M/G suffix) with the least summed relative error;\n"
+             "the file's size is computed exactly (.safetensors outputs), an\n"
+             "unreachable SIZE fails naming the smallest reachable (docs/budget.md)", .check = check_size},
     {.name = "target_bpw", .flag = "target-bpw", .type = NPUC_OPT_NUM, .lo = 1, .hi = 32, .metavar = "B",
      .section = "Budget",
      .help = "choose every tensor's scheme so that the quantized tensors average at\n"
