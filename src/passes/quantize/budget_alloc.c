@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -30,6 +31,7 @@
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
 #include "calib_out_error.h"
+#include "gguf/gguf_format.h"
 
 #define MAX_CANDIDATES 128
 
@@ -129,12 +131,62 @@ static npuc_status candidates(npuc_ctx *ctx, const char *list, const npuc_quant_
     return NPUC_OK;
 }
 
+/* GGUF outputs: the ggml types the GGUF writer writes, by name ("q4_k",
+ * any case); default: the K types, the legacy block types and F16 (those
+ * this build can write). */
+static const int GGUF_DEFAULT[] = {NPUC__GGML_Q2_K, NPUC__GGML_Q3_K, NPUC__GGML_Q4_K, NPUC__GGML_Q5_K,
+                                   NPUC__GGML_Q6_K, NPUC__GGML_Q8_0, NPUC__GGML_Q4_0, NPUC__GGML_Q4_1,
+                                   NPUC__GGML_Q5_0, NPUC__GGML_Q5_1, NPUC__GGML_F16};
+#define GGUF_NDEFAULT (sizeof GGUF_DEFAULT / sizeof GGUF_DEFAULT[0])
+
+static int gguf_type_named(const char *s, size_t len) {
+    static const int ALL[] = {NPUC__GGML_Q2_K, NPUC__GGML_Q3_K, NPUC__GGML_Q4_K, NPUC__GGML_Q5_K, NPUC__GGML_Q6_K,
+                              NPUC__GGML_Q8_0, NPUC__GGML_Q4_0, NPUC__GGML_Q4_1, NPUC__GGML_Q5_0, NPUC__GGML_Q5_1,
+                              NPUC__GGML_F16,  NPUC__GGML_BF16, NPUC__GGML_F32};
+    for (size_t k = 0; k < sizeof ALL / sizeof ALL[0]; k++) {
+        const char *name = npuc__ggml_type_by_id((uint32_t)ALL[k])->name;
+        if (strlen(name) == len && strncasecmp(name, s, len) == 0) return ALL[k];
+    }
+    return -1;
+}
+
+static npuc_status gguf_candidates(npuc_ctx *ctx, const char *list, int *c, size_t *nc) {
+    *nc = 0;
+    if (!list) {
+        for (size_t k = 0; k < GGUF_NDEFAULT; k++)
+            if (npuc__ggml_type_by_id((uint32_t)GGUF_DEFAULT[k])->known) c[(*nc)++] = GGUF_DEFAULT[k];
+        return NPUC_OK;
+    }
+    for (const char *s = list;;) {
+        const char *e = strchr(s, ',');
+        const size_t len = e ? (size_t)(e - s) : strlen(s);
+        const int id = gguf_type_named(s, len);
+        if (*nc == MAX_CANDIDATES)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "--candidates: more than %d types", MAX_CANDIDATES);
+        if (id < 0)
+            return npuc_fail(ctx, NPUC_ERR_ARG, "--candidates '%.*s': a .gguf output takes ggml types: q2_k, q3_k, "
+                             "q4_k, q5_k, q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, f16, bf16, f32", (int)len, s);
+        for (size_t k = 0; k < *nc; k++)
+            if (c[k] == id) return npuc_fail(ctx, NPUC_ERR_ARG, "--candidates: '%.*s' is listed twice", (int)len, s);
+        c[(*nc)++] = id;
+        if (!e) break;
+        s = e + 1;
+    }
+    return NPUC_OK;
+}
+
 int npuc__budget_check_candidates(const char *list, char *why, size_t n) {
     npuc_quant_params c[MAX_CANDIDATES], base = npuc_quant_params_defaults();
     size_t nc;
     npuc_ctx *ctx;
     if (npuc_ctx_new(&ctx) != NPUC_OK) return -1;
-    const int rc = candidates(ctx, list, &base, c, &nc) == NPUC_OK ? 0 : -1;
+    int g[MAX_CANDIDATES];
+    /* npuc schemes, or ggml types (for a .gguf output: the run checks which) */
+    int rc = candidates(ctx, list, &base, c, &nc) == NPUC_OK ? 0 : -1;
+    if (rc && list && gguf_type_named(list, strcspn(list, ",")) >= 0) {
+        npuc_ctx_clear(ctx);
+        rc = gguf_candidates(ctx, list, g, &nc) == NPUC_OK ? 0 : -1;
+    }
     if (rc) snprintf(why, n, "%s", npuc_ctx_errmsg(ctx));
     npuc_ctx_free(ctx);
     return rc;
@@ -291,14 +343,92 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
     return NPUC_OK;
 }
 
+/* A GGUF output: every ggml type candidate on tensor i, quantized and
+ * dequantized by the GGUF writer's own codecs (npuc__gguf_quantize_rows,
+ * the bytes the writer writes; npuc__gguf_dequantize, ggml's dequantizers),
+ * F16/BF16 by rounding; bytes per npuc__gguf_nbytes.  A type the tensor's
+ * rows do not take (GGUF ne[0] not a multiple of its block) is left out, so
+ * no fallback ever applies to a chosen type, and so is a type whose block
+ * scale would overflow fp16 for this tensor. */
+static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const int *cand, size_t nc,
+                                npuc_scratch *s_in, npuc_scratch *s_blk, npuc_scratch *s_deq, measured *out,
+                                int *used_out) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    const float *x;
+    npuc_status st = npuc__load_f32(ctx, m, i, s_in, &x);
+    if (st != NPUC_OK) return st;
+    out->c = malloc(nc * sizeof *out->c);
+    out->cand = malloc(nc * sizeof *out->cand);
+    out->n = 0;
+    float *deq = npuc__scratch(s_deq, t->numel * sizeof(float));
+    void *blk = npuc__scratch(s_blk, t->numel * sizeof(float));
+    if (!out->c || !out->cand || !deq || !blk)
+        return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    const int oe = cal && npuc_calib_has(cal, t->name) == 1 && t->layout != NPUC_LAYOUT_NONE;
+    *used_out = 0;
+    const uint64_t row = t->rank ? (uint64_t)t->shape[t->rank - 1] : 1;
+    for (size_t k = 0; t->rank >= 2 && k < nc; k++) {
+        const npuc__ggml_type *g = npuc__ggml_type_by_id((uint32_t)cand[k]);
+        uint64_t nb, bad;
+        if (!g->known || row % g->blck != 0 || npuc__gguf_nbytes(g, row, t->numel, &nb) != 0) continue;
+        if (g->blck == 1) {
+            npuc_convert(blk, g->dtype, x, NPUC_DTYPE_F32, (size_t)t->numel);
+            npuc_convert(deq, NPUC_DTYPE_F32, blk, g->dtype, (size_t)t->numel);
+        } else {
+            const int r = npuc__gguf_quantize_rows(cand[k], x, NPUC_DTYPE_F32, blk, t->numel, row, NULL,
+                                                   npuc_ctx_threads(ctx), &bad);
+            if (r == -2) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+            if (r != 0) continue;
+            npuc__gguf_dequantize(cand[k], blk, deq, t->numel);
+        }
+        double e2 = 0, w2 = 0;
+        for (uint64_t j = 0; j < t->numel; j++) {
+            const double d = (double)x[j] - (double)deq[j];
+            e2 += d * d;
+            w2 += (double)x[j] * (double)x[j];
+        }
+        double d = w2 > 0 ? e2 / w2 : 0.0;
+        if (oe) {
+            npuc_tensor_record r;
+            const char *why = NULL;
+            memset(&r, 0, sizeof r);
+            if ((st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why)) != NPUC_OK)
+                return npuc__prefix_path(ctx, st, npuc_model_path(m));
+            if (!why && r.has_out_error) {
+                d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
+                *used_out = 1;
+            }
+        }
+        out->c[out->n] = (npuc__bchoice){nb, isfinite(d) ? d : 0.0};
+        out->cand[out->n++] = k;
+    }
+    npuc_model_release(m, i);
+    npuc_ctx_clear(ctx);
+    return NPUC_OK;
+}
+
+static uint64_t gguf_bytes(const npuc_tensor_info *t, int id) {
+    uint64_t nb = 0;
+    const uint64_t row = t->rank ? (uint64_t)t->shape[t->rank - 1] : 1;
+    if (npuc__gguf_nbytes(npuc__ggml_type_by_id((uint32_t)id), row, t->numel, &nb) != 0) return t->nbytes;
+    return nb;
+}
+
+/* The name of candidate k: an npuc scheme or a ggml type. */
+static void cand_name(const npuc_quant_params *cand, const int *gcand, size_t k, char *buf, size_t n) {
+    if (gcand) snprintf(buf, n, "%s", npuc__ggml_type_by_id((uint32_t)gcand[k])->name);
+    else npuc_quant_scheme_name(&cand[k], buf, n);
+}
+
 static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const size_t *freei,
                               size_t nfree, const measured *ms, const size_t *pick, const npuc_quant_params *cand,
                               size_t nc, const npuc__bitem *items, uint64_t fixed, uint64_t budget,
-                              const npuc__bresult *res, uint64_t file_bytes) {
+                              const npuc__bresult *res, uint64_t file_bytes, const int *gcand) {
     json_t *doc = json_object(), *tens = json_array(), *curve = json_array(), *uni = json_array();
     if (!doc || !tens || !curve || !uni) goto nomem;
     json_object_set_new(doc, "format", json_string("npuc.plan/1"));
     json_object_set_new(doc, "model", json_string(npuc_model_path(m)));
+    if (gcand) json_object_set_new(doc, "output", json_string("gguf"));
     if (rq->target_size) json_object_set_new(doc, "target_size", json_integer((json_int_t)rq->target_size));
     if (rq->target_bpw > 0) json_object_set_new(doc, "target_bpw", json_real(rq->target_bpw));
     json_object_set_new(doc, "objective", json_string(rq->calibrated ? "sum of relative squared output errors "
@@ -314,7 +444,7 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
     for (size_t f = 0; f < nfree; f++) {
         char name[32];
         const size_t k = ms[f].cand[pick[f]];
-        npuc_quant_scheme_name(&cand[k], name, sizeof name);
+        cand_name(cand, gcand, k, name, sizeof name);
         json_t *e = json_pack("{s:s, s:s, s:I, s:f}", "name", npuc_model_tensor(m, freei[f])->name, "scheme", name,
                               "bytes", (json_int_t)ms[f].c[pick[f]].bytes, "distortion", ms[f].c[pick[f]].dist);
         if (!e || json_array_append_new(tens, e)) goto nomem;
@@ -354,7 +484,7 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
         }
         if (f < nfree) continue;
         char name[32];
-        npuc_quant_scheme_name(&cand[k], name, sizeof name);
+        cand_name(cand, gcand, k, name, sizeof name);
         json_array_append_new(uni, json_pack("{s:s, s:I, s:f}", "scheme", name, "bytes", (json_int_t)(b + fixed),
                                              "distortion", d));
     }
@@ -390,9 +520,11 @@ static npuc_status bpw_infeasible(npuc_ctx *ctx, const char *path, double bpw, u
 }
 
 /* The choice pick (per free tensor f, the index into ms[f]) into p. */
-static void apply_pick(npuc_quant_params *p, const size_t *freei, size_t nfree, const measured *ms,
-                       const npuc_quant_params *cand, const size_t *pick) {
-    for (size_t f = 0; f < nfree; f++) p[freei[f]] = cand[ms[f].cand[pick[f]]];
+static void apply_pick(npuc_quant_params *p, int *gout, const size_t *freei, size_t nfree, const measured *ms,
+                       const npuc_quant_params *cand, const int *gcand, const size_t *pick) {
+    for (size_t f = 0; f < nfree; f++)
+        if (gout) gout[freei[f]] = gcand[ms[f].cand[pick[f]]];
+        else p[freei[f]] = cand[ms[f].cand[pick[f]]];
 }
 
 /* --target-size met to the byte: the file's size beyond the free tensors'
@@ -409,7 +541,7 @@ static void apply_pick(npuc_quant_params *p, const size_t *freei, size_t nfree, 
  * *file_bytes. */
 static npuc_status exact_size(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const npuc__bitem *items,
                               const size_t *freei, size_t nfree, const measured *ms, const npuc_quant_params *cand,
-                              npuc_quant_params *p, uint64_t bpw_budget, uint64_t numel, uint64_t fixed, size_t *pick,
+                              const int *gcand, npuc_quant_params *p, uint64_t bpw_budget, uint64_t numel, uint64_t fixed, size_t *pick,
                               npuc__bresult *res, uint64_t *file_bytes) {
     const char *path = npuc_model_path(m);
     const uint64_t target = rq->target_size;
@@ -434,8 +566,8 @@ static npuc_status exact_size(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
         goto done;
     }
     uint64_t size;
-    apply_pick(p, freei, nfree, ms, cand, tp);
-    if ((st = rq->file_size(rq->file_size_user, p, &size)) != NPUC_OK) goto done;
+    apply_pick(p, rq->gguf, freei, nfree, ms, cand, gcand, tp);
+    if ((st = rq->file_size(rq->file_size_user, p, rq->gguf, &size)) != NPUC_OK) goto done;
     if (size > target) {
         st = npuc_fail(ctx, NPUC_ERR_ARG,
                        "%s: --target-size %llu is not reachable with these candidates: the smallest output is "
@@ -458,8 +590,8 @@ static npuc_status exact_size(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
             st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the budget solver failed", path);
             goto done;
         }
-        apply_pick(p, freei, nfree, ms, cand, tp);
-        if ((st = rq->file_size(rq->file_size_user, p, &size)) != NPUC_OK) goto done;
+        apply_pick(p, rq->gguf, freei, nfree, ms, cand, gcand, tp);
+        if ((st = rq->file_size(rq->file_size_user, p, rq->gguf, &size)) != NPUC_OK) goto done;
         if (size <= target) {
             if (r.dist < res->dist || (r.dist == res->dist && size > *file_bytes)) {
                 memcpy(pick, tp, nfree * sizeof *pick);
@@ -473,7 +605,7 @@ static npuc_status exact_size(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
             b = b > size - target ? b - (size - target) : 0;
         }
     }
-    apply_pick(p, freei, nfree, ms, cand, pick);
+    apply_pick(p, rq->gguf, freei, nfree, ms, cand, gcand, pick);
 done:
     free(tp);
     return st;
@@ -484,6 +616,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_quant_params cand[MAX_CANDIDATES];
+    int gcand_[MAX_CANDIDATES], *gcand = rq->gguf ? gcand_ : NULL;
     size_t nc = 0, nfree = 0;
     npuc_status st;
     npuc_quant_params base = npuc_quant_params_defaults();
@@ -492,7 +625,9 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
             base = p[i]; /* range, axis, grid, scale dtype as asked */
             break;
         }
-    if ((st = candidates(ctx, rq->candidates, &base, cand, &nc)) != NPUC_OK) return st;
+    if ((st = gcand ? gguf_candidates(ctx, rq->candidates, gcand, &nc)
+                    : candidates(ctx, rq->candidates, &base, cand, &nc)) != NPUC_OK)
+        return st;
     size_t *freei = calloc(n ? n : 1, sizeof *freei);
     measured *ms = calloc(n ? n : 1, sizeof *ms);
     npuc__bitem *items = calloc(n ? n : 1, sizeof *items);
@@ -509,8 +644,9 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         numel += t->numel;
         if (!pinned[i]) {
-            if ((st = measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, &ms[nfree],
-                              &outerr[i])) != NPUC_OK)
+            if ((st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, &ms[nfree], &outerr[i])
+                            : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, &ms[nfree],
+                                      &outerr[i])) != NPUC_OK)
                 break;
             if (ms[nfree].n) {
                 items[nfree] = (npuc__bitem){ms[nfree].c, ms[nfree].n};
@@ -521,6 +657,10 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
             free(ms[nfree].cand);
             ms[nfree] = (measured){0};
             snprintf(note[i], 128, "budget: no candidate fits this tensor; kept as planned");
+        }
+        if (gcand) {
+            fixed += gguf_bytes(t, rq->gguf[i]);
+            continue;
         }
         npuc_quant_shape qs;
         if ((st = npuc_quant_shape_of(ctx, t, &p[i], &qs)) != NPUC_OK) {
@@ -547,7 +687,8 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     uint64_t file_bytes = 0;
     if (rq->file_bytes) *rq->file_bytes = 0;
     if (rq->target_size && rq->file_size) {
-        st = exact_size(ctx, m, rq, items, freei, nfree, ms, cand, p, bpw_budget, numel, fixed, pick, &res, &file_bytes);
+        st = exact_size(ctx, m, rq, items, freei, nfree, ms, cand, gcand, p, bpw_budget, numel, fixed, pick, &res,
+                        &file_bytes);
         if (st != NPUC_OK) goto done;
         if (rq->file_bytes) *rq->file_bytes = file_bytes;
         const uint64_t bs = rq->target_size - (file_bytes - res.bytes); /* the payload budget that was met */
@@ -573,7 +714,8 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     }
     for (size_t f = 0; f < nfree; f++) {
         const size_t i = freei[f], j = pick[f];
-        p[i] = cand[ms[f].cand[j]];
+        if (gcand) rq->gguf[i] = gcand[ms[f].cand[j]];
+        else p[i] = cand[ms[f].cand[j]];
         /* Why: what the next larger choice on the front would buy per byte. */
         double best = 0;
         for (size_t q = 0; q < ms[f].n; q++)
@@ -589,7 +731,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
             snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; the best candidate", what, ms[f].c[j].dist);
     }
     if (rq->plan_out)
-        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes);
+        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes, gcand);
 done:
     for (size_t f = 0; ms && f < n; f++) {
         free(ms[f].c);

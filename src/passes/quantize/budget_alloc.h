@@ -38,10 +38,15 @@ typedef struct npuc__budget_req {
     /* target_size: the exact size of the output file when every tensor i
      * takes scheme p[i] (free and pinned alike), or NULL when the output's
      * size cannot be told before it is written (overhead is then used). */
-    npuc_status (*file_size)(void *u, const npuc_quant_params *p, uint64_t *size);
+    npuc_status (*file_size)(void *u, const npuc_quant_params *p, const int *gguf, uint64_t *size);
     void *file_size_user;
     uint64_t *file_bytes;   /* out, may be NULL: the exact file size of the
                                choice (file_size given), else 0 */
+    /* A GGUF output: the candidates are ggml types (ids, formats/gguf),
+     * measured with the GGUF writer's quantizers, and gguf[i] holds tensor
+     * i's type (in: the pinned tensors' types; out: the free tensors'
+     * choice); p is then left as it is.  NULL: npuc schemes. */
+    int *gguf;
 } npuc__budget_req;
 
 /* Per tensor i of m: quantize[i] says whether the pass quantizes it,

@@ -108,7 +108,7 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "target_size", .flag = "target-size", .type = NPUC_OPT_STR, .metavar = "SIZE", .section = "Budget",
      .help = "choose every tensor's scheme so that the output file is at most SIZE\n"
              "(bytes, or with a K/M/G suffix) with the least summed relative error;\n"
-             "the file's size is computed exactly (.safetensors outputs), an\n"
+             "the file's size is computed exactly (.safetensors, .gguf), an\n"
              "unreachable SIZE fails naming the smallest reachable (docs/budget.md)", .check = check_size},
     {.name = "target_bpw", .flag = "target-bpw", .type = NPUC_OPT_NUM, .lo = 1, .hi = 32, .metavar = "B",
      .section = "Budget",
@@ -118,7 +118,9 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "candidates", .flag = "candidates", .type = NPUC_OPT_STR, .metavar = "LIST", .section = "Budget",
      .check = npuc__budget_check_candidates,
      .help = "the schemes the budget chooses from, e.g. int4/g32,int8/ch,uint4/g128\n"
-             "(default: int2..int8 and uint2..uint8 at ch, g32, g64, g128, f16 scales)"},
+             "(default: int2..int8 and uint2..uint8 at ch, g32, g64, g128, f16 scales);\n"
+             "for a .gguf output ggml types, e.g. q4_k,q8_0 (default: q2_k..q6_k,\n"
+             "q8_0, q4_0, q4_1, q5_0, q5_1, f16)"},
     {.name = "plan_out", .flag = "plan-out", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
      .section = "Budget",
      .help = "write the chosen scheme per tensor and the size/error curve as JSON"},

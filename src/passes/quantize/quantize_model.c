@@ -44,6 +44,7 @@
 #include "passes/quantize/quant_gptq.h"
 #include "passes/sparsify/sparsify_nm.h"
 #include "calib_out_error.h"
+#include "gguf/gguf_format.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     npuc_quantize_opts o;
@@ -325,6 +326,11 @@ typedef struct dry_state {
 
 static npuc_status dry_begin(npuc_writer *w) {
     dry_state *s = w->be_state;
+    if (w->row == &npuc__gguf_format) {
+        npuc_status st = npuc__gguf_writer_size(w, &s->size);
+        s->begun = st == NPUC_OK;
+        return st;
+    }
     char *h;
     size_t len;
     npuc_status st = npuc__st_header(w, &h, &len);
@@ -365,27 +371,60 @@ typedef struct dry_run {
     char **names;
 } dry_run;
 
+static npuc_format sink_format(const npuc__sink *to) {
+    return to->write && to->write->format != NPUC_FORMAT_AUTO ? to->write->format : npuc_format_from_path(to->path);
+}
+
+/* A GGUF output under a budget: the tensors are written dense and the GGUF
+ * writer quantizes each to the ggml type chosen for it, named in the
+ * NPUC__GGUF_TYPES_KEY entry ({"name": type id, ...}); NULL when out of
+ * memory. */
+static char *gguf_types_json(npuc_model *m, const int *quantize, const int *types) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < npuc_model_count(m); i++)
+        if (quantize[i] && json_object_set_new(o, npuc_model_tensor(m, i)->name, json_integer(types[i]))) {
+            json_decref(o);
+            return NULL;
+        }
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
 /* Whether the output's exact size can be told before it is written: a
  * safetensors file (not the in-memory pipe of `npuc run`). */
 static int dry_possible(const npuc__sink *to) {
     if (!to || !to->path || to->open) return 0;
-    const npuc_format f = to->write && to->write->format != NPUC_FORMAT_AUTO ? to->write->format
-                                                                             : npuc_format_from_path(to->path);
-    return f == NPUC_FORMAT_SAFETENSORS;
+    const npuc_format f = sink_format(to);
+    return f == NPUC_FORMAT_SAFETENSORS || f == npuc_format_find("gguf");
 }
 
-static npuc_status dry_size(void *u, const npuc_quant_params *p, uint64_t *size) {
+static npuc_status dry_size(void *u, const npuc_quant_params *p, const int *gguf, uint64_t *size) {
     dry_run *d = u;
     npuc_ctx *ctx = d->ctx;
     const size_t n = npuc_model_count(d->m);
     npuc_status st = NPUC_OK;
+    char *types = NULL;
+    int *qz = NULL;
+    if (gguf) {
+        if (!(qz = calloc(n ? n : 1, sizeof *qz))) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) qz[i] = d->plan[i].quantize;
+        types = gguf_types_json(d->m, qz, gguf);
+        free(qz);
+        if (!types) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
     for (size_t i = 0; i < n && st == NPUC_OK; i++) {
         d->tmp[i] = d->plan[i];
+        if (gguf) d->tmp[i].quantize = 0; /* dense: the GGUF writer quantizes */
         if (!d->tmp[i].quantize) continue;
         d->tmp[i].p = p[i];
         d->tmp[i].packed = p[i].bits < 8;
         if ((st = npuc_quant_shape_of(ctx, npuc_model_tensor(d->m, i), &p[i], &d->tmp[i].qs)) != NPUC_OK)
             return npuc__prefix_path(ctx, st, npuc_model_path(d->m));
+    }
+    if (st != NPUC_OK) {
+        free(types);
+        return st;
     }
     dry_state ds = {0, 0};
     const npuc__sink sink = {d->to->path, d->to->write, dry_open, &ds};
@@ -394,6 +433,8 @@ static npuc_status dry_size(void *u, const npuc_quant_params *p, uint64_t *size)
     memset(&sum, 0, sizeof sum);
     st = npuc__drive_begin(&dr, ctx, d->m, &sink, "quantize", NULL, NULL, &sum);
     if (st == NPUC_OK) st = npuc__drive_open(&dr, NULL, NULL);
+    if (st == NPUC_OK && types) st = npuc_writer_meta(dr.w, NPUC__GGUF_TYPES_KEY, types);
+    free(types);
     if (st == NPUC_OK) st = npuc__drive_artifact(&dr);
     if (st == NPUC_OK) st = carry_over(ctx, d->m, d->prev, d->tmp, dr.art);
     for (size_t i = 0; i < n && st == NPUC_OK; i++)
@@ -432,7 +473,7 @@ static npuc_status dry_size(void *u, const npuc_quant_params *p, uint64_t *size)
  * target (docs/budget.md). */
 static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__sink *to,
                                const json_t *prev, const npuc_quantize_opts *o, qplan *plan, npuc_tensor_record *rec,
-                               uint64_t *file_bytes) {
+                               uint64_t *file_bytes, char **gguf_types) {
     const size_t n = npuc_model_count(m);
     if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw/--plan choose stored schemes: "
                                                           "drop --fake-quant");
@@ -443,14 +484,20 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
                                             "drop --pattern and --method gptq");
     if (o->target_size && to && to->path && !to->open && !dry_possible(to))
         return npuc_fail(ctx, NPUC_ERR_ARG, "%s: --target-size: the size of this output format cannot be told before "
-                         "it is written (use a .safetensors output, or --target-bpw)", to->path);
+                         "it is written (use a .safetensors or .gguf output, or --target-bpw)", to->path);
+    /* A .gguf output: the candidates are ggml types, written by the GGUF writer. */
+    const int gguf_out = to && to->path && !to->open && sink_format(to) == npuc_format_find("gguf");
+    if (gguf_out && o->plan)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: --plan applies npuc schemes; a .gguf output takes --target-size or "
+                         "--target-bpw", to->path);
     int *q = calloc(n ? n : 1, sizeof *q), *pin = calloc(n ? n : 1, sizeof *pin);
     npuc_quant_params *p = calloc(n ? n : 1, sizeof *p);
     char (*note)[128] = calloc(n ? n : 1, sizeof *note);
     qplan *tmp = calloc(n ? n : 1, sizeof *tmp);
     char **names = calloc(2 * (n ? n : 1), sizeof *names);
-    if (!q || !pin || !p || !note || !tmp || !names) {
-        free(q), free(pin), free(p), free(note), free(tmp), free(names);
+    int *gt = calloc(n ? n : 1, sizeof *gt);
+    if (!q || !pin || !p || !note || !tmp || !names || !gt) {
+        free(q), free(pin), free(p), free(note), free(tmp), free(names), free(gt);
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     uint64_t overhead = 4096; /* the header's fixed part and metadata, generously */
@@ -468,13 +515,35 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
          * per quantized tensor three of them and its description entry. */
         overhead += q[i] ? 3 * (2 * strlen(t->name) + 160) + 2 * strlen(t->name) + 400 : 2 * strlen(t->name) + 160;
         if (!q[i]) overhead += t->nbytes;
+        /* GGUF: a pinned tensor at 8 bits is Q8_0 (F16 when its rows do not
+         * take 32-blocks); a free one starts at F16. */
+        const int64_t row = t->rank ? t->shape[t->rank - 1] : 1;
+        gt[i] = pin[i] && row % 32 == 0 ? NPUC__GGML_Q8_0 : NPUC__GGML_F16;
     }
     dry_run dry = {ctx, m, to, o, prev, plan, tmp, names};
     const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
-                                 cal != NULL, overhead, dry_possible(to) ? dry_size : NULL, &dry, file_bytes};
+                                 cal != NULL, overhead, dry_possible(to) ? dry_size : NULL, &dry, file_bytes,
+                                 gguf_out ? gt : NULL};
     npuc_status st = o->plan ? npuc__budget_apply_plan(ctx, m, o->plan, q, pin, p, note)
                              : npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
-    for (size_t i = 0; st == NPUC_OK && i < n; i++) {
+    for (size_t i = 0; st == NPUC_OK && gguf_out && i < n; i++) {
+        /* Written dense; the GGUF writer stores gt[i] (NPUC__GGUF_TYPES_KEY). */
+        if (!q[i]) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        const npuc__ggml_type *g = npuc__ggml_type_by_id((uint32_t)gt[i]);
+        uint64_t nb = t->nbytes;
+        (void)npuc__gguf_nbytes(g, (uint64_t)t->shape[t->rank - 1], t->numel, &nb);
+        plan[i].quantize = 0;
+        rec[i].action = NPUC_ACTION_QUANTIZED;
+        rec[i].bytes_after = nb;
+        snprintf(rec[i].scheme, sizeof rec[i].scheme, "%s", g->name);
+        if (note[i][0]) snprintf(rec[i].note, sizeof rec[i].note, "%s", note[i]);
+        else if (pin[i]) snprintf(rec[i].note + strlen(rec[i].note), sizeof rec[i].note - strlen(rec[i].note),
+                                  "%s%s", rec[i].note[0] ? "; " : "", g->name);
+    }
+    if (st == NPUC_OK && gguf_out && !(*gguf_types = gguf_types_json(m, q, gt)))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == NPUC_OK && !gguf_out && i < n; i++) {
         if (!q[i] || pin[i]) continue;
         plan[i].p = p[i];
         plan[i].packed = p[i].bits < 8;
@@ -482,7 +551,7 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
             st = npuc__prefix_path(ctx, st, npuc_model_path(m));
         if (note[i][0]) snprintf(rec[i].note, sizeof rec[i].note, "%s", note[i]);
     }
-    free(q), free(pin), free(p), free(note), free(tmp), free(names);
+    free(q), free(pin), free(p), free(note), free(tmp), free(names), free(gt);
     return st;
 }
 
@@ -760,6 +829,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     float *scales = NULL;
     int32_t *zps = NULL;
     uint64_t file_bytes = 0; /* --target-size: the exact size of the output, when known before */
+    char *gguf_types = NULL; /* a .gguf output under a budget: NPUC__GGUF_TYPES_KEY */
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
     size_t *layer = calloc(n ? n : 1, sizeof *layer);
     names = calloc(2 * (n ? n : 1), sizeof *names);
@@ -775,7 +845,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
     if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
     if ((o->target_size || o->target_bpw > 0 || o->plan) &&
-        (st = budget_plan(ctx, m, cal, to, prev, o, plan, sum->records, &file_bytes)) != NPUC_OK)
+        (st = budget_plan(ctx, m, cal, to, prev, o, plan, sum->records, &file_bytes, &gguf_types)) != NPUC_OK)
         goto fail;
     if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
@@ -824,6 +894,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     }
 
     if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK || (st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
+    if (gguf_types && dr.w && (st = npuc_writer_meta(dr.w, NPUC__GGUF_TYPES_KEY, gguf_types)) != NPUC_OK) goto fail;
     if ((st = carry_over(ctx, m, prev, plan, dr.art)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
         if ((st = plan[i].nm ? nm_declare(ctx, dr.w, dr.art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
@@ -931,6 +1002,7 @@ fail:
     free(scales);
     free(zps);
     json_decref(prev);
+    free(gguf_types);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_codes);
     npuc__scratch_free(&s_pack);
