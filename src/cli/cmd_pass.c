@@ -88,7 +88,8 @@ static void pass_help(const cli_command *c, FILE *f) {
                          "q8_0 .. q5_1, q3_k, q4_k, q5_k, or a llama.cpp mix: docs/gguf.md)");
             print_option(f, 0, "gguf-pure", NULL, "GGUF outputs: one type for every tensor, no mix rules");
             print_option(f, 0, "imatrix", "FILE", "GGUF outputs: llama.cpp importance matrix for the weighted\n"
-                         "quantizers (docs/gguf.md)");
+                         "quantizers (docs/gguf.md); quantize under a budget: weighs each\n"
+                         "tensor's measured error by importance (docs/budget.md)");
             print_option(f, 'f', "force", NULL, "overwrite OUT");
             print_option(f, 0, "json", NULL, p->json_help);
             print_option(f, 0, "report", "FILE", "also write the results to FILE (.txt, .json, .csv, .md or .html;\n"

@@ -81,6 +81,28 @@ assert abs(plan["predicted_distortion"] - o_b) <= 1e-6 * o_b, (plan["predicted_d
 assert o_b <= o_u and o_b <= o_w, "the calibrated choice is not the best on its own objective"
 PYEOF
 
+# With an importance matrix the objective is the importance-weighted error:
+# the plan's prediction is NumPy's sum_j imp_j (w_j - w'_j)^2 / sum_j imp_j w_j^2
+# of the artifact, and the choice beats, on that measure, the uniform scheme
+# and the choice made by weight error at the same size.
+"${B[@]}" imatrix "$T/m.dat" "$M"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --imatrix "$T/m.dat" \
+    --plan-out "$T/plani.json" -o "$T/bi.safetensors"
+must_match "$T/out" 'budget: rel\. imatrix-weighted error\^2'
+expect_rc 0 "$NPUC_BIN" decompress "$T/bi.safetensors" -o "$T/bi.dq.safetensors"
+i_b=$("${B[@]}" impdist "$M" "$T/bi.dq.safetensors" "$T/m.dat")
+i_u=$("${B[@]}" impdist "$M" "$T/u.dq.safetensors" "$T/m.dat")
+i_w=$("${B[@]}" impdist "$M" "$T/b.dq.safetensors" "$T/m.dat")
+"$PY" - "$i_b" "$i_u" "$i_w" "$T/plani.json" "$size_u" "$T/bi.safetensors" <<'PYEOF' || fail "imatrix budget"
+import json, os, sys
+i_b, i_u, i_w = map(float, sys.argv[1:4])
+plan = json.load(open(sys.argv[4]))
+print(f"imatrix-weighted error: uniform int4 g32 {i_u:.6g}, budget by weight error {i_w:.6g}, by imatrix {i_b:.6g}")
+assert abs(plan["predicted_distortion"] - i_b) <= 1e-6 * i_b, (plan["predicted_distortion"], i_b)
+assert i_b <= i_u and i_b <= i_w, "the imatrix choice is not the best on its own objective"
+assert os.path.getsize(sys.argv[6]) <= int(sys.argv[5])
+PYEOF
+
 # --plan applies a plan without measuring: the same artifact, byte for byte.
 expect_rc 0 "$NPUC_BIN" quantize "$M" --plan "$T/plan.json" --quantize-all -o "$T/p.safetensors"
 cmp "$T/p.safetensors" "$T/b.safetensors" || fail "--plan did not give the planned artifact"

@@ -42,6 +42,19 @@ expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 5 --quantize-all --candidates
 "$PY" -c "import json, sys; s = {t['scheme'] for t in json.load(open('$T/pc.json'))['tensors']}; sys.exit(0 if s <= {'Q4_K', 'Q8_0', 'Q5_0'} else 1)" ||
     fail "--candidates q4_k,q8_0,Q5_0 chose others"
 "${B[@]}" gguf "$M" "$T/c.gguf" "$T/pc.json" - 5 $LIB || fail "--candidates to GGUF"
+# With an importance matrix (--imatrix, the GGUF writer's option) the types
+# are measured with the writer's weighted quantizers and the errors weighted
+# by importance: with ggml, the bytes are its weighted quantizers' and the
+# plan's prediction its dequantization's importance-weighted error.
+"${B[@]}" imatrix "$T/m.dat" "$M"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size 250000 --quantize-all --imatrix "$T/m.dat" \
+    --plan-out "$T/pi.json" -o "$T/i.gguf"
+must_match "$T/out" 'budget: rel\. imatrix-weighted error\^2'
+if [ -n "$LIB" ]; then
+    "${B[@]}" gguf "$M" "$T/i.gguf" "$T/pi.json" 250000 - "$LIB" "$T/m.dat" || fail "--imatrix to GGUF"
+else
+    "${B[@]}" gguf "$M" "$T/i.gguf" "$T/pi.json" 250000 - || fail "--imatrix to GGUF"
+fi
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 4 --candidates q4_k,int4/g32 -o "$T/x.gguf"
 must_match "$T/err" "candidates"
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 1.5 --quantize-all -o "$T/x.gguf"

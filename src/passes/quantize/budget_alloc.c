@@ -32,6 +32,7 @@
 #include "passes/pass_util.h"
 #include "calib_out_error.h"
 #include "gguf/gguf_format.h"
+#include "gguf/gguf_imatrix.h"
 
 #define MAX_CANDIDATES 128
 
@@ -287,12 +288,29 @@ done:
     return st;
 }
 
+/* The importance-weighted relative squared error of y against x:
+ * sum_j imp_j (x_j - y_j)^2 / sum_j imp_j x_j^2, imp_j the importance of
+ * element j's input column (the last dim) in its matrix (nmat matrices of
+ * numel / nmat elements, one importance row each, as llama-quantize counts
+ * them). */
+static double imp_error(const npuc_tensor_info *t, const float *x, const float *y, const float *imp, uint64_t nmat) {
+    const uint64_t row = (uint64_t)t->shape[t->rank - 1], per = t->numel / nmat;
+    double e2 = 0, w2 = 0;
+    for (uint64_t j = 0; j < t->numel; j++) {
+        const double a = imp[j / per * row + j % row], d = (double)x[j] - (double)y[j];
+        e2 += a * d * d;
+        w2 += a * (double)x[j] * (double)x[j];
+    }
+    return w2 > 0 ? e2 / w2 : 0.0;
+}
+
 /* Measures every candidate on tensor i: the relative squared output error
  * over the calibration data when cal has W.input or W.hessian for it, else
  * the relative squared weight error.  *used_out says which. */
 static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const npuc_quant_params *cand,
                            size_t nc, npuc_scratch *s_in, npuc_scratch *s_codes, npuc_scratch *s_sc,
-                           npuc_scratch *s_zp, npuc_scratch *s_deq, measured *out, int *used_out) {
+                           npuc_scratch *s_zp, npuc_scratch *s_deq, const float *imp, uint64_t nmat, measured *out,
+                           int *used_out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
     npuc_status st = npuc__load_f32(ctx, m, i, s_in, &x);
@@ -304,7 +322,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
     const int oe = cal && npuc_calib_has(cal, t->name) == 1 && t->layout != NPUC_LAYOUT_NONE;
     *used_out = 0;
     const int nth = npuc_ctx_threads(ctx) > 0 ? npuc_ctx_threads(ctx) : omp_get_max_threads();
-    if (!oe && nth > 1 && nc > 1) {
+    if (!oe && !imp && nth > 1 && nc > 1) {
         st = measure_parallel(ctx, t, x, cand, nc, nth, out);
         if (st != NPUC_OK) return npuc__prefix_path(ctx, st, npuc_model_path(m));
         npuc_model_release(m, i);
@@ -312,8 +330,8 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
         return NPUC_OK;
     }
     uint8_t *codes = npuc__scratch(s_codes, t->numel);
-    float *deq = oe ? npuc__scratch(s_deq, t->numel * sizeof(float)) : NULL;
-    if (!codes || (oe && !deq)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
+    float *deq = oe || imp ? npuc__scratch(s_deq, t->numel * sizeof(float)) : NULL;
+    if (!codes || ((oe || imp) && !deq)) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: tensor '%s': out of memory", npuc_model_path(m), t->name);
     for (size_t k = 0; k < nc; k++) {
         npuc_quant_shape qs;
         if (npuc_quant_shape_of(ctx, t, &cand[k], &qs) != NPUC_OK) continue; /* not for this tensor */
@@ -324,6 +342,10 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
         if ((st = npuc_quantize_tensor(ctx, t, x, &cand[k], codes, sc, zp, deq, &e)) != NPUC_OK)
             return npuc__prefix_path(ctx, st, npuc_model_path(m));
         double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
+        if (imp && !oe) {
+            d = imp_error(t, x, deq, imp, nmat);
+            *used_out = 2;
+        }
         if (oe) {
             npuc_tensor_record r;
             const char *why = NULL;
@@ -351,8 +373,8 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
  * no fallback ever applies to a chosen type, and so is a type whose block
  * scale would overflow fp16 for this tensor. */
 static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const int *cand, size_t nc,
-                                npuc_scratch *s_in, npuc_scratch *s_blk, npuc_scratch *s_deq, measured *out,
-                                int *used_out) {
+                                npuc_scratch *s_in, npuc_scratch *s_blk, npuc_scratch *s_deq, const float *imp,
+                                uint64_t nmat, measured *out, int *used_out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
     npuc_status st = npuc__load_f32(ctx, m, i, s_in, &x);
@@ -375,8 +397,14 @@ static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, s
             npuc_convert(blk, g->dtype, x, NPUC_DTYPE_F32, (size_t)t->numel);
             npuc_convert(deq, NPUC_DTYPE_F32, blk, g->dtype, (size_t)t->numel);
         } else {
-            const int r = npuc__gguf_quantize_rows(cand[k], x, NPUC_DTYPE_F32, blk, t->numel, row, NULL,
-                                                   npuc_ctx_threads(ctx), &bad);
+            /* With an importance matrix, the writer's weighted quantizers:
+             * matrix by matrix, each with its importance row. */
+            const uint64_t per = t->numel / nmat;
+            int r = 0;
+            for (uint64_t mi = 0; mi < nmat && r == 0; mi++)
+                r = npuc__gguf_quantize_rows(cand[k], x + mi * per, NPUC_DTYPE_F32,
+                                             (unsigned char *)blk + mi * (per / g->blck * g->tsize), per, row,
+                                             imp ? imp + mi * row : NULL, npuc_ctx_threads(ctx), &bad);
             if (r == -2) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
             if (r != 0) continue;
             npuc__gguf_dequantize(cand[k], blk, deq, t->numel);
@@ -388,6 +416,10 @@ static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, s
             w2 += (double)x[j] * (double)x[j];
         }
         double d = w2 > 0 ? e2 / w2 : 0.0;
+        if (imp && !oe) {
+            d = imp_error(t, x, deq, imp, nmat);
+            *used_out = 2;
+        }
         if (oe) {
             npuc_tensor_record r;
             const char *why = NULL;
@@ -431,9 +463,15 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
     if (gcand) json_object_set_new(doc, "output", json_string("gguf"));
     if (rq->target_size) json_object_set_new(doc, "target_size", json_integer((json_int_t)rq->target_size));
     if (rq->target_bpw > 0) json_object_set_new(doc, "target_bpw", json_real(rq->target_bpw));
-    json_object_set_new(doc, "objective", json_string(rq->calibrated ? "sum of relative squared output errors "
-                                                                    "(weight errors where no calibration data)"
-                                                                  : "sum of relative squared weight errors"));
+    json_object_set_new(doc, "objective",
+                        json_string(rq->calibrated && rq->imatrix ? "sum of relative squared output errors (where no "
+                                                                    "calibration data, importance-weighted errors, "
+                                                                    "else weight errors)"
+                                    : rq->calibrated ? "sum of relative squared output errors (weight errors where no "
+                                                       "calibration data)"
+                                    : rq->imatrix ? "sum of importance-weighted relative squared errors (weight errors "
+                                                    "where the imatrix has no entry)"
+                                                  : "sum of relative squared weight errors"));
     json_object_set_new(doc, "payload_budget", json_integer((json_int_t)budget));
     json_object_set_new(doc, "pinned_bytes", json_integer((json_int_t)fixed));
     /* The output file's size, exact (computed from the header the writer will
@@ -635,18 +673,28 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     npuc_scratch s_in = {0}, s_codes = {0}, s_sc = {0}, s_zp = {0}, s_deq = {0};
     int *outerr = calloc(n ? n : 1, sizeof *outerr);
     uint64_t fixed = 0, numel = 0;
+    npuc__imatrix *im = NULL;
     if (!freei || !ms || !items || !pick || !outerr) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto done;
     }
+    if (rq->imatrix && (st = npuc__imatrix_load(ctx, rq->imatrix, &im)) != NPUC_OK) goto done;
     for (size_t i = 0; i < n && st == NPUC_OK; i++) {
         if (!quantize[i]) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         numel += t->numel;
+        /* The tensor's importance rows, when the imatrix has them. */
+        const float *imp = NULL;
+        const uint64_t nmat = t->rank >= 3 ? (uint64_t)t->shape[t->rank - 3] : 1;
+        if (im && !pinned[i] && t->rank >= 2 &&
+            (st = npuc__imatrix_lookup(ctx, im, t->name, NULL, (uint64_t)t->shape[t->rank - 1], nmat, &imp)) !=
+                NPUC_OK)
+            break;
         if (!pinned[i]) {
-            if ((st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, &ms[nfree], &outerr[i])
-                            : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, &ms[nfree],
-                                      &outerr[i])) != NPUC_OK)
+            if ((st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, imp, nmat, &ms[nfree],
+                                           &outerr[i])
+                            : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, imp, nmat,
+                                      &ms[nfree], &outerr[i])) != NPUC_OK)
                 break;
             if (ms[nfree].n) {
                 items[nfree] = (npuc__bitem){ms[nfree].c, ms[nfree].n};
@@ -670,6 +718,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
         fixed += scheme_bytes(t, &p[i], &qs);
     }
     if (st != NPUC_OK) goto done;
+    if (im) npuc__imatrix_warn_unmatched(ctx, im);
     /* The payload budget of the free tensors. */
     uint64_t budget = UINT64_MAX;
     if (rq->target_bpw > 0) {
@@ -723,7 +772,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
                 const double g = (ms[f].c[j].dist - ms[f].c[q].dist) / (double)(ms[f].c[q].bytes - ms[f].c[j].bytes);
                 if (g > best) best = g;
             }
-        const char *what = outerr[i] ? "output" : "weight";
+        const char *what = outerr[i] == 1 ? "output" : outerr[i] == 2 ? "imatrix-weighted" : "weight";
         if (best > 0)
             snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; more bytes would buy %.3g per KiB", what,
                      ms[f].c[j].dist, best * 1024);
@@ -742,6 +791,7 @@ done:
     free(items);
     free(pick);
     free(outerr);
+    npuc__imatrix_free(im);
     npuc__scratch_free(&s_deq);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_codes);

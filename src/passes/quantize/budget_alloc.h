@@ -47,6 +47,7 @@ typedef struct npuc__budget_req {
      * i's type (in: the pinned tensors' types; out: the free tensors'
      * choice); p is then left as it is.  NULL: npuc schemes. */
     int *gguf;
+    const char *imatrix; /* llama.cpp importance matrix, or NULL */
 } npuc__budget_req;
 
 /* Per tensor i of m: quantize[i] says whether the pass quantizes it,
