@@ -125,6 +125,28 @@ for b in $bpws; do
         fail "--target-bpw $b gave $got bits per weight"
 done
 
+# --budget-cache: the first budget measures and stores, a second budget
+# measures nothing and gives what a fresh run gives (the artifact byte for
+# byte, the plan's choice); other calibration data is measured anew.
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size 200000 --quantize-all --budget-cache "$T/cache.json" \
+    --plan-out "$T/pk1.json" -o "$T/k1.safetensors"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 3.5 --quantize-all --budget-cache "$T/cache.json" \
+    --plan-out "$T/pk2.json" -o "$T/k2.safetensors"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 3.5 --quantize-all --plan-out "$T/pk0.json" -o "$T/k0.safetensors"
+cmp "$T/k0.safetensors" "$T/k2.safetensors" || fail "--budget-cache: the second budget's artifact differs from a fresh run's"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 3.5 --quantize-all --calib "$T/cal.safetensors" \
+    --budget-cache "$T/cache.json" --plan-out "$T/pk3.json" -o "$T/k3.safetensors"
+"$PY" - "$T"/pk1.json "$T"/pk2.json "$T"/pk0.json "$T"/pk3.json <<'PYEOF' || fail "--budget-cache counters"
+import json, sys
+p1, p2, p0, p3 = (json.load(open(f)) for f in sys.argv[1:5])
+assert (p1["measured_tensors"], p1["cached_tensors"]) == (8, 0), (p1["measured_tensors"], p1["cached_tensors"])
+assert (p2["measured_tensors"], p2["cached_tensors"]) == (0, 8), (p2["measured_tensors"], p2["cached_tensors"])
+assert (p0["measured_tensors"], p0["cached_tensors"]) == (8, 0)
+assert (p3["measured_tensors"], p3["cached_tensors"]) == (8, 0), "other calibration data was taken from the cache"
+assert p2["tensors"] == p0["tensors"] and p2["predicted_distortion"] == p0["predicted_distortion"], "cached != fresh"
+print("--budget-cache: second budget measured 0 of 8 tensors, same choice as a fresh run")
+PYEOF
+
 expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 5 --quantize-all --candidates int8/ch,int4/g32 -o "$T/c.safetensors"
 "${B[@]}" schemes "$T/c.safetensors" | awk '{print $2}' | sort -u > "$T/used"
 grep -qvE '^(int8/ch|int4/g32)$' "$T/used" && fail "--candidates int8/ch,int4/g32 used $(tr '\n' ' ' < "$T/used")"

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -33,6 +34,7 @@
 #include "calib_out_error.h"
 #include "gguf/gguf_format.h"
 #include "gguf/gguf_imatrix.h"
+#include "pipeline/recipe_internal.h"
 
 #define MAX_CANDIDATES 128
 
@@ -452,10 +454,147 @@ static void cand_name(const npuc_quant_params *cand, const int *gcand, size_t k,
     else npuc_quant_scheme_name(&cand[k], buf, n);
 }
 
+/* ------------------------------------------------ --budget-cache FILE
+ * A JSON document ("npuc.budget-cache/1") of measurements: per tensor key
+ * (the SHA-256 of its stored bytes, its dtype, shape and layout, and the
+ * identity of the calibration and importance files: path, size and
+ * modification time), per candidate key (an npuc scheme with its scale
+ * dtype, range, axis and grid, or a ggml type), [bytes, distortion] or null
+ * (the candidate does not fit the tensor), and which error was measured.
+ * A tensor whose every candidate is there is not measured again. */
+static void file_ident(const char *path, char *buf, size_t n) {
+    struct stat sb;
+    if (!path) snprintf(buf, n, "-");
+    else if (stat(path, &sb) != 0) snprintf(buf, n, "%s:?", path);
+    else
+        snprintf(buf, n, "%s:%lld:%lld.%09ld", path, (long long)sb.st_size, (long long)sb.st_mtim.tv_sec,
+                 (long)sb.st_mtim.tv_nsec);
+}
+
+static npuc_status tensor_key(npuc_ctx *ctx, npuc_model *m, size_t i, const npuc__budget_req *rq, char **out) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    const void *data;
+    char hex[65], cal[1200], imx[1200];
+    npuc_status st = npuc_model_data(ctx, m, i, &data);
+    if (st != NPUC_OK) return st;
+    const int rc = npuc__sha256_hex(data, (size_t)t->nbytes, hex);
+    npuc_model_release(m, i);
+    if (rc != 0) return npuc_fail(ctx, NPUC_ERR_INTERNAL, "tensor '%s': SHA-256 failed", t->name);
+    file_ident(rq->calib_path, cal, sizeof cal);
+    file_ident(rq->imatrix, imx, sizeof imx);
+    char shape[256] = "";
+    for (int d = 0; d < t->rank; d++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? "x" : "", (long long)t->shape[d]);
+    const size_t n = strlen(t->name) + strlen(cal) + strlen(imx) + 512;
+    if (!(*out = malloc(n))) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    /* The name too: calibration rows and importance entries are found by it. */
+    snprintf(*out, n, "%s|%s|%s|%s|layout %d|calib %s|imatrix %s", hex, t->name, npuc_dtype_name(t->dtype), shape,
+             (int)t->layout, cal, imx);
+    return NPUC_OK;
+}
+
+static void cand_key(const npuc_quant_params *cand, const int *gcand, size_t k, char *buf, size_t n) {
+    if (gcand) {
+        snprintf(buf, n, "gguf %s", npuc__ggml_type_by_id((uint32_t)gcand[k])->name);
+        return;
+    }
+    char name[32], range[64];
+    npuc_quant_scheme_name(&cand[k], name, sizeof name);
+    npuc_range_format(&cand[k].range, range, sizeof range);
+    snprintf(buf, n, "%s|%s|%s|axis %d|grid %d", name, npuc_dtype_name(cand[k].scale_dtype), range, cand[k].axis,
+             (int)cand[k].grid);
+}
+
+/* The cached measurements of a tensor into out (1), or 0 when any
+ * candidate is missing. */
+static int cache_get(json_t *entry, const npuc_quant_params *cand, const int *gcand, size_t nc, measured *out,
+                     int *used) {
+    json_t *c = json_object_get(entry, "c");
+    if (!json_is_object(c) || !json_is_integer(json_object_get(entry, "used"))) return 0;
+    out->c = malloc((nc ? nc : 1) * sizeof *out->c);
+    out->cand = malloc((nc ? nc : 1) * sizeof *out->cand);
+    out->n = 0;
+    if (!out->c || !out->cand) return 0;
+    for (size_t k = 0; k < nc; k++) {
+        char key[256];
+        cand_key(cand, gcand, k, key, sizeof key);
+        json_t *v = json_object_get(c, key);
+        if (!v) return 0;
+        if (json_is_null(v)) continue;
+        json_t *b = json_array_get(v, 0), *d = json_array_get(v, 1);
+        if (!json_is_integer(b) || !json_is_number(d) || json_integer_value(b) < 0 || !(json_number_value(d) >= 0))
+            return 0;
+        out->c[out->n] = (npuc__bchoice){(uint64_t)json_integer_value(b), json_number_value(d)};
+        out->cand[out->n++] = k;
+    }
+    *used = (int)json_integer_value(json_object_get(entry, "used"));
+    return 1;
+}
+
+static int cache_put(json_t *tens, const char *key, const npuc_quant_params *cand, const int *gcand, size_t nc,
+                     const measured *ms, int used) {
+    json_t *e = json_object(), *c = json_object();
+    if (!e || !c) {
+        json_decref(e);
+        json_decref(c);
+        return -1;
+    }
+    for (size_t k = 0, j = 0; k < nc; k++) {
+        char ck[256];
+        cand_key(cand, gcand, k, ck, sizeof ck);
+        json_t *v = json_null();
+        if (j < ms->n && ms->cand[j] == k) {
+            v = json_pack("[I, f]", (json_int_t)ms->c[j].bytes, ms->c[j].dist);
+            j++;
+        }
+        if (!v || json_object_set_new(c, ck, v)) {
+            json_decref(e);
+            json_decref(c);
+            return -1;
+        }
+    }
+    json_object_set_new(e, "used", json_integer(used));
+    json_object_set_new(e, "c", c);
+    return json_object_set_new(tens, key, e);
+}
+
+static npuc_status cache_load(npuc_ctx *ctx, const char *path, json_t **doc) {
+    struct stat sb;
+    *doc = NULL;
+    if (stat(path, &sb) == 0) {
+        json_error_t je;
+        if (sb.st_size > (1LL << 30))
+            return npuc_fail(ctx, NPUC_ERR_FORMAT, "--budget-cache %s: not a budget cache (over 1 GiB)", path);
+        json_t *d = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        const char *fmt = json_string_value(json_object_get(d, "format"));
+        if (!d || !fmt || strcmp(fmt, "npuc.budget-cache/1") != 0 || !json_is_object(json_object_get(d, "tensors"))) {
+            json_decref(d);
+            return npuc_fail(ctx, NPUC_ERR_FORMAT, "--budget-cache %s: not an npuc.budget-cache/1 document%s%s", path,
+                             d ? "" : ": ", d ? "" : je.text);
+        }
+        *doc = d;
+        return NPUC_OK;
+    }
+    *doc = json_pack("{s:s, s:{}}", "format", "npuc.budget-cache/1", "tensors");
+    return *doc ? NPUC_OK : npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+}
+
+static npuc_status cache_save(npuc_ctx *ctx, const char *path, json_t *doc) {
+    npuc_atomic_file *af;
+    npuc_status st = npuc_atomic_file_open(ctx, path, 1, &af);
+    if (st != NPUC_OK) return st;
+    if (json_dump_file(doc, npuc_atomic_file_temp(af), JSON_COMPACT) != 0) {
+        npuc_atomic_file_abort(af);
+        return npuc_fail(ctx, NPUC_ERR_IO, "--budget-cache %s: cannot write it", path);
+    }
+    return npuc_atomic_file_commit(af);
+}
+
 static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const size_t *freei,
                               size_t nfree, const measured *ms, const size_t *pick, const npuc_quant_params *cand,
                               size_t nc, const npuc__bitem *items, uint64_t fixed, uint64_t budget,
-                              const npuc__bresult *res, uint64_t file_bytes, const int *gcand) {
+                              const npuc__bresult *res, uint64_t file_bytes, const int *gcand, size_t nmeasured,
+                              size_t ncached) {
     json_t *doc = json_object(), *tens = json_array(), *curve = json_array(), *uni = json_array();
     if (!doc || !tens || !curve || !uni) goto nomem;
     json_object_set_new(doc, "format", json_string("npuc.plan/1"));
@@ -479,6 +618,9 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
     if (file_bytes) json_object_set_new(doc, "file_bytes", json_integer((json_int_t)file_bytes));
     json_object_set_new(doc, "predicted_distortion", json_real(res->dist));
     json_object_set_new(doc, "optimal", json_boolean(res->exact));
+    /* Free tensors measured by this run, and taken from --budget-cache. */
+    json_object_set_new(doc, "measured_tensors", json_integer((json_int_t)nmeasured));
+    json_object_set_new(doc, "cached_tensors", json_integer((json_int_t)ncached));
     for (size_t f = 0; f < nfree; f++) {
         char name[32];
         const size_t k = ms[f].cand[pick[f]];
@@ -674,11 +816,14 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     int *outerr = calloc(n ? n : 1, sizeof *outerr);
     uint64_t fixed = 0, numel = 0;
     npuc__imatrix *im = NULL;
+    json_t *cache = NULL;
+    size_t nmeasured = 0, ncached = 0;
     if (!freei || !ms || !items || !pick || !outerr) {
         st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
         goto done;
     }
     if (rq->imatrix && (st = npuc__imatrix_load(ctx, rq->imatrix, &im)) != NPUC_OK) goto done;
+    if (rq->cache && (st = cache_load(ctx, rq->cache, &cache)) != NPUC_OK) goto done;
     for (size_t i = 0; i < n && st == NPUC_OK; i++) {
         if (!quantize[i]) continue;
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
@@ -691,11 +836,32 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
                 NPUC_OK)
             break;
         if (!pinned[i]) {
-            if ((st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, imp, nmat, &ms[nfree],
-                                           &outerr[i])
-                            : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, imp, nmat,
-                                      &ms[nfree], &outerr[i])) != NPUC_OK)
-                break;
+            char *key = NULL;
+            int hit = 0;
+            if (cache) {
+                if ((st = tensor_key(ctx, m, i, rq, &key)) != NPUC_OK) break;
+                hit = cache_get(json_object_get(json_object_get(cache, "tensors"), key), cand, gcand, nc, &ms[nfree],
+                                &outerr[i]);
+                if (!hit) {
+                    free(ms[nfree].c);
+                    free(ms[nfree].cand);
+                    ms[nfree] = (measured){0};
+                }
+            }
+            if (hit) {
+                ncached++;
+            } else {
+                st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, imp, nmat, &ms[nfree],
+                                          &outerr[i])
+                           : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, imp, nmat,
+                                     &ms[nfree], &outerr[i]);
+                nmeasured++;
+                if (st == NPUC_OK && cache &&
+                    cache_put(json_object_get(cache, "tensors"), key, cand, gcand, nc, &ms[nfree], outerr[i]) != 0)
+                    st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+            }
+            free(key);
+            if (st != NPUC_OK) break;
             if (ms[nfree].n) {
                 items[nfree] = (npuc__bitem){ms[nfree].c, ms[nfree].n};
                 freei[nfree++] = i;
@@ -719,6 +885,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     }
     if (st != NPUC_OK) goto done;
     if (im) npuc__imatrix_warn_unmatched(ctx, im);
+    if (cache && nmeasured && (st = cache_save(ctx, rq->cache, cache)) != NPUC_OK) goto done;
     /* The payload budget of the free tensors. */
     uint64_t budget = UINT64_MAX;
     if (rq->target_bpw > 0) {
@@ -780,7 +947,8 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
             snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; the best candidate", what, ms[f].c[j].dist);
     }
     if (rq->plan_out)
-        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes, gcand);
+        st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes, gcand,
+                        nmeasured, ncached);
 done:
     for (size_t f = 0; ms && f < n; f++) {
         free(ms[f].c);
@@ -792,6 +960,7 @@ done:
     free(pick);
     free(outerr);
     npuc__imatrix_free(im);
+    json_decref(cache);
     npuc__scratch_free(&s_deq);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_codes);

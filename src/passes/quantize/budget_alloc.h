@@ -48,6 +48,8 @@ typedef struct npuc__budget_req {
      * choice); p is then left as it is.  NULL: npuc schemes. */
     int *gguf;
     const char *imatrix; /* llama.cpp importance matrix, or NULL */
+    const char *cache;   /* --budget-cache FILE, or NULL */
+    const char *calib_path; /* the calibration file (the cache's key), or NULL */
 } npuc__budget_req;
 
 /* Per tensor i of m: quantize[i] says whether the pass quantizes it,

@@ -124,6 +124,10 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "plan_out", .flag = "plan-out", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
      .section = "Budget",
      .help = "write the chosen scheme per tensor and the size/error curve as JSON"},
+    {.name = "budget_cache", .flag = "budget-cache", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH,
+     .metavar = "FILE", .section = "Budget",
+     .help = "reuse the measurements stored in FILE and add this run's (created when\n"
+             "missing): another budget on the same model measures nothing again"},
     {.name = "plan", .flag = "plan", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
      .section = "Budget",
      .help = "apply the schemes of a --plan-out file without measuring (same model\n"
@@ -306,6 +310,9 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     o.calib = calib;
+    char *bcache = NULL;
+    if (npuc__pass_path(s, "budget_cache", &bcache) != 0) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    o.budget_cache = bcache;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
     /* AIMET encodings (src/export/aimet_hook.c): checked first, written from the published artifact. */
     char *enc = NULL, *act = NULL;
@@ -317,6 +324,7 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
         st = npuc__aimet_hook_write(ctx, act, sink.path, npuc__pass_str(s, "encodings_version"), enc,
                                     o.write.overwrite, sum);
     free(calib);
+    free(bcache);
     free(plan_out);
     free(plan_in);
     free(enc);

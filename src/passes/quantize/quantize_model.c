@@ -523,7 +523,8 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
     dry_run dry = {ctx, m, to, o, prev, plan, tmp, names};
     const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
                                  cal != NULL, overhead, dry_possible(to) ? dry_size : NULL, &dry, file_bytes,
-                                 gguf_out ? gt : NULL, to && to->write ? npuc__write_opts_get(to->write, "imatrix") : NULL};
+                                 gguf_out ? gt : NULL, to && to->write ? npuc__write_opts_get(to->write, "imatrix") : NULL,
+                                 o->budget_cache, o->calib};
     npuc_status st = o->plan ? npuc__budget_apply_plan(ctx, m, o->plan, q, pin, p, note)
                              : npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
     for (size_t i = 0; st == NPUC_OK && gguf_out && i < n; i++) {
