@@ -159,6 +159,8 @@ typedef struct npuc_quantize_opts {
      * plan_out: a JSON file with the choice per tensor and the size/error
      * curve (NULL: none). */
     uint64_t target_size;
+    double target_size_pct; /* > 0: target_size is this percentage of the input's size
+                               (its file's, else its tensors' bytes) */
     double target_bpw;
     const char *candidates;
     const char *plan_out;

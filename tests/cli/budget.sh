@@ -147,6 +147,41 @@ assert p2["tensors"] == p0["tensors"] and p2["predicted_distortion"] == p0["pred
 print("--budget-cache: second budget measured 0 of 8 tensors, same choice as a fresh run")
 PYEOF
 
+# --target-size N%: a zoo "to 25% of its size", model by model, with npuc
+# batch and a recipe (each output at most 25% of its own input's file size,
+# and exact: the output is the plan's prediction, so it is well above 24%).
+mkdir -p "$T/zoo"
+cp "$M" "$T/zoo/a.safetensors"
+"$PY" - "$M" "$T/zoo/b.safetensors" <<'PYEOF'
+import struct, sys, json
+# b: the first four tensors of the model (a smaller member of the zoo), read
+# and written from the safetensors description.
+data = open(sys.argv[1], "rb").read()
+(hl,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + hl])
+keep = [k for k in h if k != "__metadata__"][:4]
+out, off, body = {}, 0, b""
+for k in keep:
+    s, e = h[k]["data_offsets"]
+    raw = data[8 + hl + s:8 + hl + e]
+    out[k] = {"dtype": h[k]["dtype"], "shape": h[k]["shape"], "data_offsets": [off, off + len(raw)]}
+    off += len(raw)
+    body += raw
+hdr = json.dumps(out).encode()
+hdr += b" " * (-len(hdr) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hdr)) + hdr + body)
+PYEOF
+printf 'steps:\n  - quantize:\n      target_size: "25%%"\n      quantize_all: true\n' > "$T/quarter.yaml"
+expect_rc 0 "$NPUC_BIN" batch "$T/quarter.yaml" --input "$T/zoo" --output "$T/zoo25"
+for f in a b; do
+    in=$(stat -c %s "$T/zoo/$f.safetensors")
+    out=$(stat -c %s "$T/zoo25/$f.safetensors")
+    "$PY" -c "import sys; i, o = $in, $out; sys.exit(0 if 0.24 * i <= o <= i // 4 else 1)" ||
+        fail "batch --target-size 25%: $f.safetensors $in -> $out bytes"
+done
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 0% -o "$T/x.safetensors"
+must_match "$T/err" "expected a size in bytes, with a K, M or G suffix, or a percentage"
+
 expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 5 --quantize-all --candidates int8/ch,int4/g32 -o "$T/c.safetensors"
 "${B[@]}" schemes "$T/c.safetensors" | awk '{print $2}' | sort -u > "$T/used"
 grep -qvE '^(int8/ch|int4/g32)$' "$T/used" && fail "--candidates int8/ch,int4/g32 used $(tr '\n' ' ' < "$T/used")"

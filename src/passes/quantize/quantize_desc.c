@@ -37,10 +37,23 @@ static int check_rule_group(const char *s, char *why, size_t n) {
 
 enum { GRAN = 1 };
 
+/* "25%": a percentage of the input's size, in (0, 1000]; -1 if s is not one. */
+static int parse_pct(const char *s, double *pct) {
+    char *end;
+    const size_t l = strlen(s);
+    if (l < 2 || s[l - 1] != '%' || *s == '-') return -1;
+    const double v = strtod(s, &end);
+    if (end != s + l - 1 || !(v > 0) || !(v <= 1000)) return -1;
+    *pct = v;
+    return 0;
+}
+
 static int check_size(const char *s, char *why, size_t n) {
     uint64_t v;
-    if (npuc__budget_parse_size(s, &v) == 0 && v > 0) return 0;
-    snprintf(why, n, "'%s': expected a size in bytes, or with a K, M or G suffix", s);
+    double pct;
+    if ((npuc__budget_parse_size(s, &v) == 0 && v > 0) || parse_pct(s, &pct) == 0) return 0;
+    snprintf(why, n, "'%s': expected a size in bytes, with a K, M or G suffix, or a percentage of the "
+             "input's size (25%%)", s);
     return -1;
 }
 
@@ -107,7 +120,8 @@ static const npuc_pass_option OPTIONS[] = {
      .check = check_rule_group, .override_key = "group_size"},
     {.name = "target_size", .flag = "target-size", .type = NPUC_OPT_STR, .metavar = "SIZE", .section = "Budget",
      .help = "choose every tensor's scheme so that the output file is at most SIZE\n"
-             "(bytes, or with a K/M/G suffix) with the least summed relative error;\n"
+             "(bytes, with a K/M/G suffix, or N% of the input's size) with the least\n"
+             "summed relative error;\n"
              "the file's size is computed exactly (.safetensors, .gguf), an\n"
              "unreachable SIZE fails naming the smallest reachable (docs/budget.md)", .check = check_size},
     {.name = "target_bpw", .flag = "target-bpw", .type = NPUC_OPT_NUM, .lo = 1, .hi = 32, .metavar = "B",
@@ -290,7 +304,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.layer_group_size = lg->v;
     o.nlayer_group_size = lg->n;
     NPUC__PASS_IO(o, io);
-    if ((v = npuc__pass_get(s, "target_size")) && npuc__budget_parse_size(v->s, &o.target_size) != 0)
+    if ((v = npuc__pass_get(s, "target_size")) && parse_pct(v->s, &o.target_size_pct) != 0 &&
+        npuc__budget_parse_size(v->s, &o.target_size) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size '%s': not a size", v->s);
     if (npuc__pass_get(s, "target_bpw")) o.target_bpw = npuc__pass_num(s, "target_bpw");
     if ((v = npuc__pass_get(s, "candidates"))) o.candidates = v->s;

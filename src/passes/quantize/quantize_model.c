@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
@@ -815,8 +816,25 @@ static npuc_status out_error_of(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     return NPUC_OK;
 }
 
-npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
+/* --target-size N%: N percent of the input's size, its file's when it is a
+ * regular file, else (a checkpoint folder, a step of `npuc run` handed over
+ * in memory) its tensors' bytes. */
+static uint64_t input_size(npuc_model *m) {
+    struct stat sb;
+    if (stat(npuc_model_path(m), &sb) == 0 && S_ISREG(sb.st_mode)) return (uint64_t)sb.st_size;
+    uint64_t b = 0;
+    for (size_t i = 0; i < npuc_model_count(m); i++) b += npuc_model_tensor(m, i)->nbytes;
+    return b;
+}
+
+npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o0,
                                     npuc_summary *sum) {
+    npuc_quantize_opts oo = *o0;
+    if (oo.target_size_pct > 0) {
+        const double t = floor(oo.target_size_pct / 100.0 * (double)input_size(m));
+        oo.target_size = t >= 1 ? (uint64_t)t : 1;
+    }
+    const npuc_quantize_opts *o = &oo;
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
