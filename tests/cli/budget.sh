@@ -22,7 +22,7 @@ expect_rc 0 "$NPUC_BIN" decompress "$T/u.safetensors" -o "$T/u.dq.safetensors"
 d_u=$("${B[@]}" dist "$M" "$T/u.dq.safetensors")
 
 expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --plan-out "$T/plan.json" \
-    -o "$T/b.safetensors"
+    --report "$T/b.html" -o "$T/b.safetensors"
 size_b=$(stat -c %s "$T/b.safetensors")
 [ "$size_b" -le "$size_u" ] || fail "--target-size $size_u wrote $size_b bytes"
 # Met to the byte: the plan's predicted file size is the file's, and the
@@ -52,6 +52,33 @@ assert d_b <= d_u, "the budget lost to the uniform scheme it can choose"
 pred = plan["predicted_distortion"]
 assert abs(pred - d_b) <= 1e-6 * d_b, f"plan predicts {pred}, NumPy measures {d_b}"
 assert plan["format"] == "npuc.plan/1" and len(plan["tensors"]) == 8 and plan["curve"], plan.keys()
+PYEOF
+# The HTML report's size/loss chart: the chosen point is the artifact (its
+# quantized tensors' bytes read from its header, its error measured by NumPy),
+# every uniform scheme is drawn, and none of them at that size or less has a
+# lower predicted loss.
+"$PY" - "$T/b.html" "$T/b.safetensors" "$d_b" "$T/plan.json" <<'PYEOF' || fail "HTML budget chart"
+import json, re, struct, sys
+html = open(sys.argv[1]).read()
+svg = re.search(r'<svg id="chart-budget".*?</svg>', html, re.S).group(0)
+assert "<script" not in svg
+pt = lambda g: (float(g[0]), float(g[1]))
+chosen = pt(re.search(r'<g id="budget-chosen">.*?data-bytes="([0-9.]+)" data-distortion="([0-9.e+-]+)"', svg).groups())
+uni = [pt(m) for m in re.findall(r'<g class="uniform">.*?data-bytes="([0-9.]+)" data-distortion="([0-9.e+-]+)"', svg)]
+data = open(sys.argv[2], "rb").read()
+(hl,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + hl])
+art = json.loads(h["__metadata__"]["npuc"])["tensors"]
+q = [n for n, e in art.items() if e.get("encoding") == "quant"]
+nbytes = sum(h[k]["data_offsets"][1] - h[k]["data_offsets"][0] for n in q
+             for k in (n, n + ".scale", n + ".zero_point") if k in h)
+d_b = float(sys.argv[3])
+assert chosen[0] == nbytes, f"chart: chosen at {chosen[0]} bytes, the artifact's quantized tensors hold {nbytes}"
+assert abs(chosen[1] - d_b) <= 1e-6 * d_b, (chosen[1], d_b)
+assert len(uni) == len(json.load(open(sys.argv[4]))["uniform"]) > 0, len(uni)
+worse = [u for u in uni if u[0] <= chosen[0] and u[1] < chosen[1]]
+assert not worse, f"a uniform scheme at this size or less predicts less loss: {worse}"
+print(f"HTML chart: chosen point {chosen[0]:.0f} B, {chosen[1]:.6g} as measured; {len(uni)} uniform schemes drawn")
 PYEOF
 "${B[@]}" schemes "$T/b.safetensors" > "$T/schemes"
 "$PY" - "$T/schemes" "$T/plan.json" <<'PYEOF' || fail "plan against the artifact's schemes"

@@ -672,6 +672,18 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
     json_object_set_new(doc, "curve", curve);
     json_object_set_new(doc, "uniform", uni);
     tens = curve = uni = NULL;
+    if (rq->curve_json) {
+        json_t *c = json_pack("{s:O, s:O, s:{s:I, s:f}}", "curve", json_object_get(doc, "curve"), "uniform",
+                              json_object_get(doc, "uniform"), "chosen", "bytes", (json_int_t)(res->bytes + fixed),
+                              "distortion", res->dist);
+        free(*rq->curve_json);
+        *rq->curve_json = c ? json_dumps(c, JSON_COMPACT) : NULL;
+        json_decref(c);
+    }
+    if (!rq->plan_out) {
+        json_decref(doc);
+        return NPUC_OK;
+    }
     npuc_atomic_file *af;
     npuc_status st = npuc_atomic_file_open(ctx, rq->plan_out, rq->overwrite, &af);
     if (st != NPUC_OK) {
@@ -946,7 +958,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
         else
             snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; the best candidate", what, ms[f].c[j].dist);
     }
-    if (rq->plan_out)
+    if (rq->plan_out || rq->curve_json)
         st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes, gcand,
                         nmeasured, ncached);
 done:

@@ -50,6 +50,7 @@ typedef struct npuc__budget_req {
     const char *imatrix; /* llama.cpp importance matrix, or NULL */
     const char *cache;   /* --budget-cache FILE, or NULL */
     const char *calib_path; /* the calibration file (the cache's key), or NULL */
+    char **curve_json;   /* out, may be NULL: the summary's budget_json (npuc/record.h) */
 } npuc__budget_req;
 
 /* Per tensor i of m: quantize[i] says whether the pass quantizes it,

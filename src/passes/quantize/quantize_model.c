@@ -474,7 +474,7 @@ static npuc_status dry_size(void *u, const npuc_quant_params *p, const int *gguf
  * target (docs/budget.md). */
 static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__sink *to,
                                const json_t *prev, const npuc_quantize_opts *o, qplan *plan, npuc_tensor_record *rec,
-                               uint64_t *file_bytes, char **gguf_types) {
+                               uint64_t *file_bytes, char **gguf_types, char **curve_json) {
     const size_t n = npuc_model_count(m);
     if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw/--plan choose stored schemes: "
                                                           "drop --fake-quant");
@@ -525,7 +525,7 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
     const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
                                  cal != NULL, overhead, dry_possible(to) ? dry_size : NULL, &dry, file_bytes,
                                  gguf_out ? gt : NULL, to && to->write ? npuc__write_opts_get(to->write, "imatrix") : NULL,
-                                 o->budget_cache, o->calib};
+                                 o->budget_cache, o->calib, curve_json};
     npuc_status st = o->plan ? npuc__budget_apply_plan(ctx, m, o->plan, q, pin, p, note)
                              : npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
     for (size_t i = 0; st == NPUC_OK && gguf_out && i < n; i++) {
@@ -864,7 +864,8 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
     if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
     if ((o->target_size || o->target_bpw > 0 || o->plan) &&
-        (st = budget_plan(ctx, m, cal, to, prev, o, plan, sum->records, &file_bytes, &gguf_types)) != NPUC_OK)
+        (st = budget_plan(ctx, m, cal, to, prev, o, plan, sum->records, &file_bytes, &gguf_types, &sum->budget_json)) !=
+            NPUC_OK)
         goto fail;
     if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
