@@ -93,6 +93,15 @@ extern const npuc_writer_backend npuc__gguf_writer_backend;
  * order of GGUF_TYPE_IDS there). */
 extern const npuc__format_row npuc__gguf_format;
 int npuc__gguf_writer_type(const npuc_writer *w);
+/* The size of the file w would write for its declared tensors and metadata,
+ * computed as ggw_begin lays it out (header, padding, padded payloads)
+ * without writing anything; the budget of quantize --target-size
+ * (budget_alloc.h) is its caller. */
+npuc_status npuc__gguf_writer_size(npuc_writer *w, uint64_t *size);
+/* A metadata entry the writer reads instead of writing: a JSON object of
+ * tensor name -> ggml type id, the type of each named tensor (quantize's
+ * budget chooses them); the fallbacks of plan_type still apply. */
+#define NPUC__GGUF_TYPES_KEY "npuc.gguf.types"
 /* The llama.cpp mix "gguf-type" names (gguf_mix.h), or 0 for a plain type. */
 int npuc__gguf_writer_mix(const npuc_writer *w);
 /* A "gguf-type" value's type id (a mix: its default type) and mix; -1 for

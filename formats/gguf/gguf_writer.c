@@ -20,7 +20,9 @@
  *     bool ones have no GGUF type and are refused.
  * A llama.cpp mix ("gguf-type" q2_k .. q6_k) or "gguf-tensor-type" rules
  * replace the one type by a per-tensor plan (gguf_mix_plan.c, gguf_mix.c:
- * llama-quantize's choice by role and layer); a planned type this build
+ * llama-quantize's choice by role and layer), and the metadata entry
+ * NPUC__GGUF_TYPES_KEY (quantize's budget, docs/budget.md) names the type of
+ * each tensor it lists (read, not written); a planned type this build
  * cannot write (a K type without its kernels) is refused as unsupported.
  * Payloads then stream through in declaration order, converted and
  * quantized in chunks of whole blocks, each padded to the alignment.
@@ -193,7 +195,8 @@ static uint32_t file_type(int id) {
 /* Metadata the writer sets itself, so a GGUF source's copies are dropped. */
 static int regenerated(const char *k) {
     static const char *const KEYS[] = {"gguf.general.architecture", "gguf.general.alignment",
-                                       "gguf.general.file_type", "gguf.general.quantization_version"};
+                                       "gguf.general.file_type", "gguf.general.quantization_version",
+                                       NPUC__GGUF_TYPES_KEY};
     for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++)
         if (strcmp(k, KEYS[i]) == 0) return 1;
     return 0;
@@ -290,6 +293,29 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
             return pst;
         }
     }
+    /* Per-tensor types chosen by a budget (NPUC__GGUF_TYPES_KEY): they
+     * replace the plan's or the one type for the tensors they name. */
+    const char *chosen = NULL;
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->meta_k[i], NPUC__GGUF_TYPES_KEY) == 0) chosen = w->meta_v[i];
+    if (chosen) {
+        json_t *map = json_loads(chosen, 0, NULL);
+        if (!json_is_object(map)) {
+            json_decref(map);
+            free(planned);
+            return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "%s: malformed %s entry", w->path, NPUC__GGUF_TYPES_KEY);
+        }
+        if (!planned && !(planned = malloc((w->n ? w->n : 1) * sizeof *planned))) {
+            json_decref(map);
+            return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < w->n; i++) {
+            const json_t *v = json_object_get(map, w->t[i].name);
+            if (json_is_integer(v)) planned[i] = (int)json_integer_value(v);
+            else if (!mix && !rules) planned[i] = want;
+        }
+        json_decref(map);
+    }
     const char *arch = npuc__writer_opt(w, "gguf-arch");
     size_t nkept = 0, nlong = 0;
     const char *kept_first = NULL;
@@ -375,6 +401,24 @@ static npuc_status build_header(npuc_writer *w, ggw_state *s, ggw_buf *b) {
     }
     if (b->oom) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     return NPUC_OK;
+}
+
+npuc_status npuc__gguf_writer_size(npuc_writer *w, uint64_t *size) {
+    ggw_state s;
+    ggw_buf b = {0};
+    memset(&s, 0, sizeof s);
+    if (!(s.t = calloc(w->n ? w->n : 1, sizeof *s.t))) return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_status st = build_header(w, &s, &b);
+    uint64_t total = (b.n + NPUC__GGUF_ALIGN - 1) / NPUC__GGUF_ALIGN * NPUC__GGUF_ALIGN;
+    for (size_t i = 0; st == NPUC_OK && i < w->n; i++) {
+        const uint64_t padded = (s.t[i].nbytes + NPUC__GGUF_ALIGN - 1) / NPUC__GGUF_ALIGN * NPUC__GGUF_ALIGN;
+        if (npuc_add_overflow(total, padded, &total))
+            st = npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: total size overflows", w->path);
+    }
+    free(b.p);
+    free(s.t);
+    if (st == NPUC_OK) *size = total;
+    return st;
 }
 
 /* The matrices of tensor t as llama-quantize counts them for importance:

@@ -159,10 +159,16 @@ typedef struct npuc_quantize_opts {
      * plan_out: a JSON file with the choice per tensor and the size/error
      * curve (NULL: none). */
     uint64_t target_size;
+    double target_size_pct; /* > 0: target_size is this percentage of the input's size
+                               (its file's, else its tensors' bytes) */
     double target_bpw;
     const char *candidates;
     const char *plan_out;
     const char *plan; /* apply this plan_out document instead of measuring */
+    /* A file of measurements the budget reuses and adds to, keyed by the
+     * tensor's bytes, the candidate and the calibration/importance files,
+     * so several budgets share one measurement pass (NULL: none). */
+    const char *budget_cache;
     /* Called after each tensor is written (from the calling thread). */
     void (*on_tensor)(void *user, size_t index, size_t count, const npuc_tensor_record *r);
     void *user;

@@ -128,6 +128,11 @@ typedef struct npuc_summary {
     /* Warnings for the reviewer (one line each, owned). */
     char **warnings;
     size_t nwarnings;
+    /* quantize under a budget: {"curve": [{bytes, distortion}...], "uniform":
+     * [{scheme, bytes, distortion}...], "chosen": {bytes, distortion}} as JSON
+     * text (bytes: the quantized tensors' payloads), for the HTML report's
+     * chart (docs/budget.md); NULL otherwise.  Owned. */
+    char *budget_json;
 } npuc_summary;
 
 /* Allocates n zeroed records (action KEPT, scheme "-").  Returns NPUC_ERR_NOMEM. */

@@ -88,7 +88,8 @@ static void pass_help(const cli_command *c, FILE *f) {
                          "q8_0 .. q5_1, q3_k, q4_k, q5_k, or a llama.cpp mix: docs/gguf.md)");
             print_option(f, 0, "gguf-pure", NULL, "GGUF outputs: one type for every tensor, no mix rules");
             print_option(f, 0, "imatrix", "FILE", "GGUF outputs: llama.cpp importance matrix for the weighted\n"
-                         "quantizers (docs/gguf.md)");
+                         "quantizers (docs/gguf.md); quantize under a budget: weighs each\n"
+                         "tensor's measured error by importance (docs/budget.md)");
             print_option(f, 0, "onnx-int4", "FORM", "ONNX outputs of 4-bit groups: dq (DequantizeLinear with\n"
                          "block_size, default) or matmulnbits (com.microsoft::MatMulNBits; docs/onnx.md)");
             print_option(f, 'f', "force", NULL, "overwrite OUT");

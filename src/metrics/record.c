@@ -160,5 +160,6 @@ void npuc_summary_free(npuc_summary *s) {
     for (size_t i = 0; i < s->nwarnings; i++) free(s->warnings[i]);
     free(s->records);
     free(s->warnings);
+    free(s->budget_json);
     memset(s, 0, sizeof *s);
 }

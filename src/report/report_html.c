@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "report/report_internal.h"
 
 static void esc(FILE *f, const char *s) {
@@ -154,6 +156,73 @@ static double sqnr_axis_max(const npuc_summary *s) {
         if (v[i] <= fence && v[i] > mx) mx = v[i];
     free(v);
     return mx;
+}
+
+/* quantize under a budget (summary budget_json, docs/budget.md): the
+ * predicted distortion against the quantized tensors' bytes, the optimum's
+ * curve as a line, every uniform scheme as a grey dot with its name, the
+ * chosen point red; log y.  Each point carries its figures as data-bytes and
+ * data-distortion. */
+static void chart_budget(FILE *f, const char *js) {
+    json_t *d = json_loads(js, 0, NULL), *curve = json_object_get(d, "curve"), *uni = json_object_get(d, "uniform"),
+           *ch = json_object_get(d, "chosen");
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    json_t *all[2] = {curve, uni};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < json_array_size(all[k]); i++) {
+            json_t *e = json_array_get(all[k], i);
+            const double x = json_number_value(json_object_get(e, "bytes")),
+                         y = json_number_value(json_object_get(e, "distortion"));
+            if (x < x0) x0 = x;
+            if (x > x1) x1 = x;
+            if (y > 0 && y < y0) y0 = y;
+            if (y > y1) y1 = y;
+        }
+    if (!json_is_object(ch) || !(x1 > x0) || !(y1 > y0) || !(y0 > 0)) {
+        fputs("<p>No size/loss curve in this summary.</p>\n", f);
+        json_decref(d);
+        return;
+    }
+    const int W = 640, H = 300, L = 70, R = 110, T = 12, B = 36;
+    const double ly0 = log10(y0) - 0.05, ly1 = log10(y1) + 0.05;
+#define BX(x) (L + (double)(W - L - R) * ((x) - x0) / (x1 - x0))
+#define BY(y) (T + (double)(H - T - B) * (ly1 - log10((y) > y0 ? (y) : y0)) / (ly1 - ly0))
+    fputs("<div class=\"legend\"><i style=\"background:#4a78c2\"></i>least predicted loss at each size"
+          "<i style=\"background:#999\"></i>uniform schemes<i style=\"background:#d9534f\"></i>chosen</div>\n", f);
+    fprintf(f, "<svg id=\"chart-budget\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
+               "aria-label=\"predicted loss against bytes\">\n", W, H, W, H);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\"/>", L, H - B, W - R, H - B);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\"/>\n", L, T, L, H - B);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">%.0f</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.0f</text>"
+               "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">bytes of the quantized tensors</text>\n",
+            L, H - B + 14, x0, W - R, H - B + 14, x1, (L + W - R) / 2, H - 6);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3g</text><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">"
+               "%.3g</text><text x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">predicted "
+               "loss (log)</text>\n", L - 4, T + 10, y1, L - 4, BY(y0), y0, (T + H - B) / 2, (T + H - B) / 2);
+    fputs("<polyline id=\"budget-curve\" fill=\"none\" stroke=\"#4a78c2\" stroke-width=\"1.5\" points=\"", f);
+    for (size_t i = 0; i < json_array_size(curve); i++) {
+        json_t *e = json_array_get(curve, i);
+        fprintf(f, "%s%.1f,%.1f", i ? " " : "", BX(json_number_value(json_object_get(e, "bytes"))),
+                BY(json_number_value(json_object_get(e, "distortion"))));
+    }
+    fputs("\"/>\n", f);
+    for (size_t i = 0; i < json_array_size(uni); i++) {
+        json_t *e = json_array_get(uni, i);
+        const double x = json_number_value(json_object_get(e, "bytes")),
+                     y = json_number_value(json_object_get(e, "distortion"));
+        fprintf(f, "<g class=\"uniform\"><title>");
+        esc(f, json_string_value(json_object_get(e, "scheme")));
+        fprintf(f, ": %.0f bytes, %.4g</title><circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#999\" "
+                   "data-bytes=\"%.0f\" data-distortion=\"%.17g\"/></g>\n", x, y, BX(x), BY(y), x, y);
+    }
+    const double cx = json_number_value(json_object_get(ch, "bytes")),
+                 cy = json_number_value(json_object_get(ch, "distortion"));
+    fprintf(f, "<g id=\"budget-chosen\"><title>chosen: %.0f bytes, %.4g</title><circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" "
+               "fill=\"#d9534f\" data-bytes=\"%.0f\" data-distortion=\"%.17g\"/></g>\n</svg>\n",
+            cx, cy, BX(cx), BY(cy), cx, cy);
+#undef BX
+#undef BY
+    json_decref(d);
 }
 
 /* Opens a bar chart's <svg> (id, aria label) of W x H with a linear axis
@@ -609,6 +678,10 @@ npuc_status npuc__report_html(npuc_ctx *ctx, FILE *f, const npuc_summary *s, con
     }
     fputs("<h2 id=\"bytes\">Bytes per layer, before and after</h2>\n", f);
     chart_bytes(f, s);
+    if (s->budget_json) {
+        fputs("<h2 id=\"budget\">Size against predicted loss (budget)</h2>\n", f);
+        chart_budget(f, s->budget_json);
+    }
 
     fprintf(f, "<h2 id=\"histograms\">Weights and error, worst %zu layer%s</h2>\n", k, k == 1 ? "" : "s");
     size_t nh = 0;

@@ -22,9 +22,24 @@ expect_rc 0 "$NPUC_BIN" decompress "$T/u.safetensors" -o "$T/u.dq.safetensors"
 d_u=$("${B[@]}" dist "$M" "$T/u.dq.safetensors")
 
 expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --plan-out "$T/plan.json" \
-    -o "$T/b.safetensors"
+    --report "$T/b.html" -o "$T/b.safetensors"
 size_b=$(stat -c %s "$T/b.safetensors")
 [ "$size_b" -le "$size_u" ] || fail "--target-size $size_u wrote $size_b bytes"
+# Met to the byte: the plan's predicted file size is the file's, and the
+# file's header read by Python adds up to it (8 + header + payloads).
+"$PY" - "$T/plan.json" "$T/b.safetensors" "$size_u" <<'PYEOF' || fail "--target-size: predicted against actual size"
+import json, os, struct, sys
+plan, path, target = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+size = os.path.getsize(path)
+with open(path, "rb") as f:
+    (hl,) = struct.unpack("<Q", f.read(8))
+    hdr = json.loads(f.read(hl))
+end = max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+assert 8 + hl + end == size, (8 + hl + end, size)
+assert plan["file_bytes"] == size, f"plan predicts {plan['file_bytes']} bytes, the file has {size}"
+assert size <= target, (size, target)
+print(f"--target-size {target}: {size} bytes, {target - size} under, as predicted")
+PYEOF
 expect_rc 0 "$NPUC_BIN" decompress "$T/b.safetensors" -o "$T/b.dq.safetensors"
 d_b=$("${B[@]}" dist "$M" "$T/b.dq.safetensors")
 "$PY" - "$d_u" "$d_b" "$T/plan.json" "$size_u" "$size_b" <<'PYEOF' || fail "budgeted artifact against uniform int4 g32"
@@ -37,6 +52,33 @@ assert d_b <= d_u, "the budget lost to the uniform scheme it can choose"
 pred = plan["predicted_distortion"]
 assert abs(pred - d_b) <= 1e-6 * d_b, f"plan predicts {pred}, NumPy measures {d_b}"
 assert plan["format"] == "npuc.plan/1" and len(plan["tensors"]) == 8 and plan["curve"], plan.keys()
+PYEOF
+# The HTML report's size/loss chart: the chosen point is the artifact (its
+# quantized tensors' bytes read from its header, its error measured by NumPy),
+# every uniform scheme is drawn, and none of them at that size or less has a
+# lower predicted loss.
+"$PY" - "$T/b.html" "$T/b.safetensors" "$d_b" "$T/plan.json" <<'PYEOF' || fail "HTML budget chart"
+import json, re, struct, sys
+html = open(sys.argv[1]).read()
+svg = re.search(r'<svg id="chart-budget".*?</svg>', html, re.S).group(0)
+assert "<script" not in svg
+pt = lambda g: (float(g[0]), float(g[1]))
+chosen = pt(re.search(r'<g id="budget-chosen">.*?data-bytes="([0-9.]+)" data-distortion="([0-9.e+-]+)"', svg).groups())
+uni = [pt(m) for m in re.findall(r'<g class="uniform">.*?data-bytes="([0-9.]+)" data-distortion="([0-9.e+-]+)"', svg)]
+data = open(sys.argv[2], "rb").read()
+(hl,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + hl])
+art = json.loads(h["__metadata__"]["npuc"])["tensors"]
+q = [n for n, e in art.items() if e.get("encoding") == "quant"]
+nbytes = sum(h[k]["data_offsets"][1] - h[k]["data_offsets"][0] for n in q
+             for k in (n, n + ".scale", n + ".zero_point") if k in h)
+d_b = float(sys.argv[3])
+assert chosen[0] == nbytes, f"chart: chosen at {chosen[0]} bytes, the artifact's quantized tensors hold {nbytes}"
+assert abs(chosen[1] - d_b) <= 1e-6 * d_b, (chosen[1], d_b)
+assert len(uni) == len(json.load(open(sys.argv[4]))["uniform"]) > 0, len(uni)
+worse = [u for u in uni if u[0] <= chosen[0] and u[1] < chosen[1]]
+assert not worse, f"a uniform scheme at this size or less predicts less loss: {worse}"
+print(f"HTML chart: chosen point {chosen[0]:.0f} B, {chosen[1]:.6g} as measured; {len(uni)} uniform schemes drawn")
 PYEOF
 "${B[@]}" schemes "$T/b.safetensors" > "$T/schemes"
 "$PY" - "$T/schemes" "$T/plan.json" <<'PYEOF' || fail "plan against the artifact's schemes"
@@ -66,6 +108,28 @@ assert abs(plan["predicted_distortion"] - o_b) <= 1e-6 * o_b, (plan["predicted_d
 assert o_b <= o_u and o_b <= o_w, "the calibrated choice is not the best on its own objective"
 PYEOF
 
+# With an importance matrix the objective is the importance-weighted error:
+# the plan's prediction is NumPy's sum_j imp_j (w_j - w'_j)^2 / sum_j imp_j w_j^2
+# of the artifact, and the choice beats, on that measure, the uniform scheme
+# and the choice made by weight error at the same size.
+"${B[@]}" imatrix "$T/m.dat" "$M"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --imatrix "$T/m.dat" \
+    --plan-out "$T/plani.json" -o "$T/bi.safetensors"
+must_match "$T/out" 'budget: rel\. imatrix-weighted error\^2'
+expect_rc 0 "$NPUC_BIN" decompress "$T/bi.safetensors" -o "$T/bi.dq.safetensors"
+i_b=$("${B[@]}" impdist "$M" "$T/bi.dq.safetensors" "$T/m.dat")
+i_u=$("${B[@]}" impdist "$M" "$T/u.dq.safetensors" "$T/m.dat")
+i_w=$("${B[@]}" impdist "$M" "$T/b.dq.safetensors" "$T/m.dat")
+"$PY" - "$i_b" "$i_u" "$i_w" "$T/plani.json" "$size_u" "$T/bi.safetensors" <<'PYEOF' || fail "imatrix budget"
+import json, os, sys
+i_b, i_u, i_w = map(float, sys.argv[1:4])
+plan = json.load(open(sys.argv[4]))
+print(f"imatrix-weighted error: uniform int4 g32 {i_u:.6g}, budget by weight error {i_w:.6g}, by imatrix {i_b:.6g}")
+assert abs(plan["predicted_distortion"] - i_b) <= 1e-6 * i_b, (plan["predicted_distortion"], i_b)
+assert i_b <= i_u and i_b <= i_w, "the imatrix choice is not the best on its own objective"
+assert os.path.getsize(sys.argv[6]) <= int(sys.argv[5])
+PYEOF
+
 # --plan applies a plan without measuring: the same artifact, byte for byte.
 expect_rc 0 "$NPUC_BIN" quantize "$M" --plan "$T/plan.json" --quantize-all -o "$T/p.safetensors"
 cmp "$T/p.safetensors" "$T/b.safetensors" || fail "--plan did not give the planned artifact"
@@ -88,6 +152,63 @@ for b in $bpws; do
         fail "--target-bpw $b gave $got bits per weight"
 done
 
+# --budget-cache: the first budget measures and stores, a second budget
+# measures nothing and gives what a fresh run gives (the artifact byte for
+# byte, the plan's choice); other calibration data is measured anew.
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size 200000 --quantize-all --budget-cache "$T/cache.json" \
+    --plan-out "$T/pk1.json" -o "$T/k1.safetensors"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 3.5 --quantize-all --budget-cache "$T/cache.json" \
+    --plan-out "$T/pk2.json" -o "$T/k2.safetensors"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 3.5 --quantize-all --plan-out "$T/pk0.json" -o "$T/k0.safetensors"
+cmp "$T/k0.safetensors" "$T/k2.safetensors" || fail "--budget-cache: the second budget's artifact differs from a fresh run's"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 3.5 --quantize-all --calib "$T/cal.safetensors" \
+    --budget-cache "$T/cache.json" --plan-out "$T/pk3.json" -o "$T/k3.safetensors"
+"$PY" - "$T"/pk1.json "$T"/pk2.json "$T"/pk0.json "$T"/pk3.json <<'PYEOF' || fail "--budget-cache counters"
+import json, sys
+p1, p2, p0, p3 = (json.load(open(f)) for f in sys.argv[1:5])
+assert (p1["measured_tensors"], p1["cached_tensors"]) == (8, 0), (p1["measured_tensors"], p1["cached_tensors"])
+assert (p2["measured_tensors"], p2["cached_tensors"]) == (0, 8), (p2["measured_tensors"], p2["cached_tensors"])
+assert (p0["measured_tensors"], p0["cached_tensors"]) == (8, 0)
+assert (p3["measured_tensors"], p3["cached_tensors"]) == (8, 0), "other calibration data was taken from the cache"
+assert p2["tensors"] == p0["tensors"] and p2["predicted_distortion"] == p0["predicted_distortion"], "cached != fresh"
+print("--budget-cache: second budget measured 0 of 8 tensors, same choice as a fresh run")
+PYEOF
+
+# --target-size N%: a zoo "to 25% of its size", model by model, with npuc
+# batch and a recipe (each output at most 25% of its own input's file size,
+# and exact: the output is the plan's prediction, so it is well above 24%).
+mkdir -p "$T/zoo"
+cp "$M" "$T/zoo/a.safetensors"
+"$PY" - "$M" "$T/zoo/b.safetensors" <<'PYEOF'
+import struct, sys, json
+# b: the first four tensors of the model (a smaller member of the zoo), read
+# and written from the safetensors description.
+data = open(sys.argv[1], "rb").read()
+(hl,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + hl])
+keep = [k for k in h if k != "__metadata__"][:4]
+out, off, body = {}, 0, b""
+for k in keep:
+    s, e = h[k]["data_offsets"]
+    raw = data[8 + hl + s:8 + hl + e]
+    out[k] = {"dtype": h[k]["dtype"], "shape": h[k]["shape"], "data_offsets": [off, off + len(raw)]}
+    off += len(raw)
+    body += raw
+hdr = json.dumps(out).encode()
+hdr += b" " * (-len(hdr) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hdr)) + hdr + body)
+PYEOF
+printf 'steps:\n  - quantize:\n      target_size: "25%%"\n      quantize_all: true\n' > "$T/quarter.yaml"
+expect_rc 0 "$NPUC_BIN" batch "$T/quarter.yaml" --input "$T/zoo" --output "$T/zoo25"
+for f in a b; do
+    in=$(stat -c %s "$T/zoo/$f.safetensors")
+    out=$(stat -c %s "$T/zoo25/$f.safetensors")
+    "$PY" -c "import sys; i, o = $in, $out; sys.exit(0 if 0.24 * i <= o <= i // 4 else 1)" ||
+        fail "batch --target-size 25%: $f.safetensors $in -> $out bytes"
+done
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 0% -o "$T/x.safetensors"
+must_match "$T/err" "expected a size in bytes, with a K, M or G suffix, or a percentage"
+
 expect_rc 0 "$NPUC_BIN" quantize "$M" --target-bpw 5 --quantize-all --candidates int8/ch,int4/g32 -o "$T/c.safetensors"
 "${B[@]}" schemes "$T/c.safetensors" | awk '{print $2}' | sort -u > "$T/used"
 grep -qvE '^(int8/ch|int4/g32)$' "$T/used" && fail "--candidates int8/ch,int4/g32 used $(tr '\n' ' ' < "$T/used")"
@@ -104,8 +225,27 @@ must_match "$T/err" 'kept at 8 bits as an edge layer by storage order alone'
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 1.5 --quantize-all -o "$T/x.safetensors"
 must_match "$T/err" 'target-bpw 1.5 is not reachable .* the least is 2\.[0-9]+ bits per weight'
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 20K --quantize-all -o "$T/x.safetensors"
-must_match "$T/err" 'target-size 20480 is not reachable .* the smallest output is about [0-9]+ bytes'
+must_match "$T/err" 'target-size 20480 is not reachable .* the smallest output is [0-9]+ bytes$'
 [ ! -e "$T/x.safetensors" ] || fail "an unreachable budget left an output"
+# The smallest size named is reachable, to the byte, and one byte less is not.
+least=$(sed -n 's/.*the smallest output is \([0-9]*\) bytes$/\1/p' "$T/err")
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$least" --quantize-all --plan-out "$T/pl.json" -o "$T/l.safetensors"
+size_l=$(stat -c %s "$T/l.safetensors")
+[ "$size_l" -le "$least" ] || fail "--target-size $least (the smallest reachable) wrote $size_l bytes"
+"$PY" -c "import json, sys; sys.exit(0 if json.load(open('$T/pl.json'))['file_bytes'] == $size_l else 1)" ||
+    fail "--target-size $least: the plan's file_bytes is not the file's size $size_l"
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size "$((size_l - 1))" --quantize-all -o "$T/x.safetensors"
+must_match "$T/err" "the smallest output is $size_l bytes"
+# Only an output whose size can be computed before it is written takes a size.
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 200000 --quantize-all -o "$T/x.h5"
+must_match "$T/err" 'the size of this output format cannot be told before it is written'
+# Sizes between: at or under the target, predicted to the byte.
+for t in 150000 200001 300007; do
+    expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$t" --quantize-all --plan-out "$T/pt$t.json" -o "$T/t$t.safetensors"
+    sz=$(stat -c %s "$T/t$t.safetensors")
+    "$PY" -c "import json, sys; sys.exit(0 if json.load(open('$T/pt$t.json'))['file_bytes'] == $sz <= $t else 1)" ||
+        fail "--target-size $t wrote $sz bytes (plan: $(grep file_bytes "$T/pt$t.json"))"
+done
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-bpw 4 --candidates int4/g32,int9/ch -o "$T/x.safetensors"
 must_match "$T/err" "candidates 'int9/ch': expected a scheme like int4/g32"
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 12Q -o "$T/x.safetensors"

@@ -31,9 +31,26 @@ typedef struct npuc__budget_req {
     const char *plan_out;   /* where to write the plan JSON; NULL: nowhere */
     int overwrite;          /* plan_out may replace an existing file */
     int calibrated;         /* a calibration file is given (for the plan's text) */
-    uint64_t overhead;      /* target_size only: bytes of the output besides the
-                               payloads of the quantized tensors (header, other
-                               tensors), as the caller estimates them */
+    uint64_t overhead;      /* target_size only, without file_size: bytes of the
+                               output besides the payloads of the quantized
+                               tensors (header, other tensors), as the caller
+                               estimates them */
+    /* target_size: the exact size of the output file when every tensor i
+     * takes scheme p[i] (free and pinned alike), or NULL when the output's
+     * size cannot be told before it is written (overhead is then used). */
+    npuc_status (*file_size)(void *u, const npuc_quant_params *p, const int *gguf, uint64_t *size);
+    void *file_size_user;
+    uint64_t *file_bytes;   /* out, may be NULL: the exact file size of the
+                               choice (file_size given), else 0 */
+    /* A GGUF output: the candidates are ggml types (ids, formats/gguf),
+     * measured with the GGUF writer's quantizers, and gguf[i] holds tensor
+     * i's type (in: the pinned tensors' types; out: the free tensors'
+     * choice); p is then left as it is.  NULL: npuc schemes. */
+    int *gguf;
+    const char *imatrix; /* llama.cpp importance matrix, or NULL */
+    const char *cache;   /* --budget-cache FILE, or NULL */
+    const char *calib_path; /* the calibration file (the cache's key), or NULL */
+    char **curve_json;   /* out, may be NULL: the summary's budget_json (npuc/record.h) */
 } npuc__budget_req;
 
 /* Per tensor i of m: quantize[i] says whether the pass quantizes it,

@@ -37,10 +37,23 @@ static int check_rule_group(const char *s, char *why, size_t n) {
 
 enum { GRAN = 1 };
 
+/* "25%": a percentage of the input's size, in (0, 1000]; -1 if s is not one. */
+static int parse_pct(const char *s, double *pct) {
+    char *end;
+    const size_t l = strlen(s);
+    if (l < 2 || s[l - 1] != '%' || *s == '-') return -1;
+    const double v = strtod(s, &end);
+    if (end != s + l - 1 || !(v > 0) || !(v <= 1000)) return -1;
+    *pct = v;
+    return 0;
+}
+
 static int check_size(const char *s, char *why, size_t n) {
     uint64_t v;
-    if (npuc__budget_parse_size(s, &v) == 0 && v > 0) return 0;
-    snprintf(why, n, "'%s': expected a size in bytes, or with a K, M or G suffix", s);
+    double pct;
+    if ((npuc__budget_parse_size(s, &v) == 0 && v > 0) || parse_pct(s, &pct) == 0) return 0;
+    snprintf(why, n, "'%s': expected a size in bytes, with a K, M or G suffix, or a percentage of the "
+             "input's size (25%%)", s);
     return -1;
 }
 
@@ -107,8 +120,10 @@ static const npuc_pass_option OPTIONS[] = {
      .check = check_rule_group, .override_key = "group_size"},
     {.name = "target_size", .flag = "target-size", .type = NPUC_OPT_STR, .metavar = "SIZE", .section = "Budget",
      .help = "choose every tensor's scheme so that the output file is at most SIZE\n"
-             "(bytes, or with a K/M/G suffix) with the least summed relative error\n"
-             "(docs/budget.md)", .check = check_size},
+             "(bytes, with a K/M/G suffix, or N% of the input's size) with the least\n"
+             "summed relative error;\n"
+             "the file's size is computed exactly (.safetensors, .gguf), an\n"
+             "unreachable SIZE fails naming the smallest reachable (docs/budget.md)", .check = check_size},
     {.name = "target_bpw", .flag = "target-bpw", .type = NPUC_OPT_NUM, .lo = 1, .hi = 32, .metavar = "B",
      .section = "Budget",
      .help = "choose every tensor's scheme so that the quantized tensors average at\n"
@@ -117,10 +132,16 @@ static const npuc_pass_option OPTIONS[] = {
     {.name = "candidates", .flag = "candidates", .type = NPUC_OPT_STR, .metavar = "LIST", .section = "Budget",
      .check = npuc__budget_check_candidates,
      .help = "the schemes the budget chooses from, e.g. int4/g32,int8/ch,uint4/g128\n"
-             "(default: int2..int8 and uint2..uint8 at ch, g32, g64, g128, f16 scales)"},
+             "(default: int2..int8 and uint2..uint8 at ch, g32, g64, g128, f16 scales);\n"
+             "for a .gguf output ggml types, e.g. q4_k,q8_0 (default: q2_k..q6_k,\n"
+             "q8_0, q4_0, q4_1, q5_0, q5_1, f16)"},
     {.name = "plan_out", .flag = "plan-out", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
      .section = "Budget",
      .help = "write the chosen scheme per tensor and the size/error curve as JSON"},
+    {.name = "budget_cache", .flag = "budget-cache", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH,
+     .metavar = "FILE", .section = "Budget",
+     .help = "reuse the measurements stored in FILE and add this run's (created when\n"
+             "missing): another budget on the same model measures nothing again"},
     {.name = "plan", .flag = "plan", .type = NPUC_OPT_STR, .flags = NPUC_OPT_PATH, .metavar = "FILE",
      .section = "Budget",
      .help = "apply the schemes of a --plan-out file without measuring (same model\n"
@@ -283,7 +304,8 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     o.layer_group_size = lg->v;
     o.nlayer_group_size = lg->n;
     NPUC__PASS_IO(o, io);
-    if ((v = npuc__pass_get(s, "target_size")) && npuc__budget_parse_size(v->s, &o.target_size) != 0)
+    if ((v = npuc__pass_get(s, "target_size")) && parse_pct(v->s, &o.target_size_pct) != 0 &&
+        npuc__budget_parse_size(v->s, &o.target_size) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size '%s': not a size", v->s);
     if (npuc__pass_get(s, "target_bpw")) o.target_bpw = npuc__pass_num(s, "target_bpw");
     if ((v = npuc__pass_get(s, "candidates"))) o.candidates = v->s;
@@ -303,6 +325,9 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     o.calib = calib;
+    char *bcache = NULL;
+    if (npuc__pass_path(s, "budget_cache", &bcache) != 0) st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    o.budget_cache = bcache;
     const npuc__sink sink = npuc__sink_with(to, &o.write);
     /* AIMET encodings (src/export/aimet_hook.c): checked first, written from the published artifact. */
     char *enc = NULL, *act = NULL;
@@ -314,6 +339,7 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
         st = npuc__aimet_hook_write(ctx, act, sink.path, npuc__pass_str(s, "encodings_version"), enc,
                                     o.write.overwrite, sum);
     free(calib);
+    free(bcache);
     free(plan_out);
     free(plan_in);
     free(enc);

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "codecs/artifact_meta.h"
 #include "codecs/codec.h"
@@ -44,6 +45,7 @@
 #include "passes/quantize/quant_gptq.h"
 #include "passes/sparsify/sparsify_nm.h"
 #include "calib_out_error.h"
+#include "gguf/gguf_format.h"
 
 npuc_quantize_opts npuc_quantize_opts_defaults(void) {
     npuc_quantize_opts o;
@@ -313,14 +315,170 @@ static npuc_status declare(npuc_ctx *ctx, npuc_writer *w, json_t *art, const npu
     return NPUC_OK;
 }
 
+static npuc_status carry_over(npuc_ctx *ctx, npuc_model *m, const json_t *prev, const qplan *plan, json_t *art);
+
+/* The exact size of the output under a choice of schemes: the run's own
+ * declarations (tensors, metadata, the artifact description) made on a
+ * writer whose backend writes nothing and, when the writer begins (its
+ * "npuc.layout" entry added, as for the real file), computes the file's size
+ * the format's way.  Safetensors only: the 8-byte length, the padded JSON
+ * header (npuc__st_header, the bytes the real writer writes) and the
+ * payloads back to back. */
+typedef struct dry_state {
+    uint64_t size;
+    int begun;
+} dry_state;
+
+static npuc_status dry_begin(npuc_writer *w) {
+    dry_state *s = w->be_state;
+    if (w->row == &npuc__gguf_format) {
+        npuc_status st = npuc__gguf_writer_size(w, &s->size);
+        s->begun = st == NPUC_OK;
+        return st;
+    }
+    char *h;
+    size_t len;
+    npuc_status st = npuc__st_header(w, &h, &len);
+    if (st != NPUC_OK) return st;
+    free(h);
+    uint64_t size = len;
+    for (size_t i = 0; i < w->n; i++)
+        if (npuc_add_overflow(size, w->t[i].nbytes, &size))
+            return npuc_fail(w->ctx, NPUC_ERR_OVERFLOW, "%s: total size overflows", w->path);
+    s->size = size;
+    s->begun = 1;
+    return NPUC_OK;
+}
+static npuc_status dry_write(npuc_writer *w, size_t i, const void *data, uint64_t n) {
+    (void)w, (void)i, (void)data, (void)n;
+    return NPUC_OK;
+}
+static npuc_status dry_finish(npuc_writer *w) {
+    (void)w;
+    return NPUC_OK;
+}
+static void dry_abort(npuc_writer *w) { (void)w; }
+static const npuc_writer_backend dry_backend = {dry_begin, dry_write, dry_finish, dry_abort, 1};
+
+static npuc_status dry_open(void *state, npuc_ctx *ctx, const char *path, const npuc_write_opts *write,
+                            npuc_writer **out) {
+    return npuc__writer_open_be(ctx, path, write, &dry_backend, state, out);
+}
+
+typedef struct dry_run {
+    npuc_ctx *ctx;
+    npuc_model *m;
+    const npuc__sink *to;
+    const npuc_quantize_opts *o;
+    const json_t *prev;
+    const qplan *plan;
+    qplan *tmp;
+    char **names;
+} dry_run;
+
+static npuc_format sink_format(const npuc__sink *to) {
+    return to->write && to->write->format != NPUC_FORMAT_AUTO ? to->write->format : npuc_format_from_path(to->path);
+}
+
+/* A GGUF output under a budget: the tensors are written dense and the GGUF
+ * writer quantizes each to the ggml type chosen for it, named in the
+ * NPUC__GGUF_TYPES_KEY entry ({"name": type id, ...}); NULL when out of
+ * memory. */
+static char *gguf_types_json(npuc_model *m, const int *quantize, const int *types) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < npuc_model_count(m); i++)
+        if (quantize[i] && json_object_set_new(o, npuc_model_tensor(m, i)->name, json_integer(types[i]))) {
+            json_decref(o);
+            return NULL;
+        }
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* Whether the output's exact size can be told before it is written: a
+ * safetensors file (not the in-memory pipe of `npuc run`). */
+static int dry_possible(const npuc__sink *to) {
+    if (!to || !to->path || to->open) return 0;
+    const npuc_format f = sink_format(to);
+    return f == NPUC_FORMAT_SAFETENSORS || f == npuc_format_find("gguf");
+}
+
+static npuc_status dry_size(void *u, const npuc_quant_params *p, const int *gguf, uint64_t *size) {
+    dry_run *d = u;
+    npuc_ctx *ctx = d->ctx;
+    const size_t n = npuc_model_count(d->m);
+    npuc_status st = NPUC_OK;
+    char *types = NULL;
+    int *qz = NULL;
+    if (gguf) {
+        if (!(qz = calloc(n ? n : 1, sizeof *qz))) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) qz[i] = d->plan[i].quantize;
+        types = gguf_types_json(d->m, qz, gguf);
+        free(qz);
+        if (!types) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n && st == NPUC_OK; i++) {
+        d->tmp[i] = d->plan[i];
+        if (gguf) d->tmp[i].quantize = 0; /* dense: the GGUF writer quantizes */
+        if (!d->tmp[i].quantize) continue;
+        d->tmp[i].p = p[i];
+        d->tmp[i].packed = p[i].bits < 8;
+        if ((st = npuc_quant_shape_of(ctx, npuc_model_tensor(d->m, i), &p[i], &d->tmp[i].qs)) != NPUC_OK)
+            return npuc__prefix_path(ctx, st, npuc_model_path(d->m));
+    }
+    if (st != NPUC_OK) {
+        free(types);
+        return st;
+    }
+    dry_state ds = {0, 0};
+    const npuc__sink sink = {d->to->path, d->to->write, dry_open, &ds};
+    npuc__drive dr;
+    npuc_summary sum;
+    memset(&sum, 0, sizeof sum);
+    st = npuc__drive_begin(&dr, ctx, d->m, &sink, "quantize", NULL, NULL, &sum);
+    if (st == NPUC_OK) st = npuc__drive_open(&dr, NULL, NULL);
+    if (st == NPUC_OK && types) st = npuc_writer_meta(dr.w, NPUC__GGUF_TYPES_KEY, types);
+    free(types);
+    if (st == NPUC_OK) st = npuc__drive_artifact(&dr);
+    if (st == NPUC_OK) st = carry_over(ctx, d->m, d->prev, d->tmp, dr.art);
+    for (size_t i = 0; i < n && st == NPUC_OK; i++)
+        st = declare(ctx, dr.w, dr.art, npuc_model_tensor(d->m, i), &d->tmp[i], d->o, d->names + 2 * i);
+    if (st == NPUC_OK) st = npuc__drive_describe(&dr);
+    if (st == NPUC_OK) {
+        /* Finishing begins the writer (dry_begin: the size) and then fails,
+         * no payload having been written; only the size is wanted. */
+        st = npuc_writer_finish(dr.w);
+        dr.w = NULL;
+        if (ds.begun) {
+            npuc_ctx_clear(ctx);
+            st = NPUC_OK;
+        } else if (st == NPUC_OK) {
+            st = npuc_fail(ctx, NPUC_ERR_INTERNAL, "%s: the output's size was not computed", d->to->path);
+        }
+    }
+    for (size_t i = 0; i < 2 * n; i++) {
+        free(d->names[i]);
+        d->names[i] = NULL;
+    }
+    const npuc_status end = npuc__drive_end(&dr, st == NPUC_OK ? NPUC_ERR_INTERNAL : st); /* frees; publishes nothing */
+    if (st != NPUC_OK) return end;
+    *size = ds.size;
+    return NPUC_OK;
+}
+
 /* --target-size / --target-bpw (budget_alloc.h): every quantized tensor not
  * pinned gets the candidate scheme the allocator chooses.  For a target
- * size, the bytes besides the quantized payloads are estimated from the
- * other tensors and a safetensors-style header (names, shapes, offsets and
- * the artifact description); the estimate errs on the large side, so the
- * output lands at or under the target (docs/budget.md). */
-static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_quantize_opts *o,
-                               qplan *plan, npuc_tensor_record *rec) {
+ * size with a safetensors output, the file's size under each choice tried is
+ * computed exactly (dry_size), so the output is the target or under it by
+ * what the candidates' granularity leaves; for other outputs the bytes
+ * besides the quantized payloads are estimated from the other tensors and a
+ * safetensors-style header (names, shapes, offsets and the artifact
+ * description), on the large side, so the output lands at or under the
+ * target (docs/budget.md). */
+static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__sink *to,
+                               const json_t *prev, const npuc_quantize_opts *o, qplan *plan, npuc_tensor_record *rec,
+                               uint64_t *file_bytes, char **gguf_types, char **curve_json) {
     const size_t n = npuc_model_count(m);
     if (o->fake_quant) return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw/--plan choose stored schemes: "
                                                           "drop --fake-quant");
@@ -329,11 +487,22 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
     if (o->pattern_m || o->method == NPUC_QMETHOD_GPTQ)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size/--target-bpw work with round-to-nearest dense schemes: "
                                             "drop --pattern and --method gptq");
+    if (o->target_size && to && to->path && !to->open && !dry_possible(to))
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: --target-size: the size of this output format cannot be told before "
+                         "it is written (use a .safetensors or .gguf output, or --target-bpw)", to->path);
+    /* A .gguf output: the candidates are ggml types, written by the GGUF writer. */
+    const int gguf_out = to && to->path && !to->open && sink_format(to) == npuc_format_find("gguf");
+    if (gguf_out && o->plan)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: --plan applies npuc schemes; a .gguf output takes --target-size or "
+                         "--target-bpw", to->path);
     int *q = calloc(n ? n : 1, sizeof *q), *pin = calloc(n ? n : 1, sizeof *pin);
     npuc_quant_params *p = calloc(n ? n : 1, sizeof *p);
     char (*note)[128] = calloc(n ? n : 1, sizeof *note);
-    if (!q || !pin || !p || !note) {
-        free(q), free(pin), free(p), free(note);
+    qplan *tmp = calloc(n ? n : 1, sizeof *tmp);
+    char **names = calloc(2 * (n ? n : 1), sizeof *names);
+    int *gt = calloc(n ? n : 1, sizeof *gt);
+    if (!q || !pin || !p || !note || !tmp || !names || !gt) {
+        free(q), free(pin), free(p), free(note), free(tmp), free(names), free(gt);
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
     }
     uint64_t overhead = 4096; /* the header's fixed part and metadata, generously */
@@ -351,12 +520,36 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
          * per quantized tensor three of them and its description entry. */
         overhead += q[i] ? 3 * (2 * strlen(t->name) + 160) + 2 * strlen(t->name) + 400 : 2 * strlen(t->name) + 160;
         if (!q[i]) overhead += t->nbytes;
+        /* GGUF: a pinned tensor at 8 bits is Q8_0 (F16 when its rows do not
+         * take 32-blocks); a free one starts at F16. */
+        const int64_t row = t->rank ? t->shape[t->rank - 1] : 1;
+        gt[i] = pin[i] && row % 32 == 0 ? NPUC__GGML_Q8_0 : NPUC__GGML_F16;
     }
+    dry_run dry = {ctx, m, to, o, prev, plan, tmp, names};
     const npuc__budget_req rq = {o->target_size, o->target_bpw, o->candidates, o->plan_out, o->write.overwrite,
-                                 cal != NULL, overhead};
+                                 cal != NULL, overhead, dry_possible(to) ? dry_size : NULL, &dry, file_bytes,
+                                 gguf_out ? gt : NULL, to && to->write ? npuc__write_opts_get(to->write, "imatrix") : NULL,
+                                 o->budget_cache, o->calib, curve_json};
     npuc_status st = o->plan ? npuc__budget_apply_plan(ctx, m, o->plan, q, pin, p, note)
                              : npuc__budget_choose(ctx, m, cal, &rq, q, pin, p, note);
-    for (size_t i = 0; st == NPUC_OK && i < n; i++) {
+    for (size_t i = 0; st == NPUC_OK && gguf_out && i < n; i++) {
+        /* Written dense; the GGUF writer stores gt[i] (NPUC__GGUF_TYPES_KEY). */
+        if (!q[i]) continue;
+        const npuc_tensor_info *t = npuc_model_tensor(m, i);
+        const npuc__ggml_type *g = npuc__ggml_type_by_id((uint32_t)gt[i]);
+        uint64_t nb = t->nbytes;
+        (void)npuc__gguf_nbytes(g, (uint64_t)t->shape[t->rank - 1], t->numel, &nb);
+        plan[i].quantize = 0;
+        rec[i].action = NPUC_ACTION_QUANTIZED;
+        rec[i].bytes_after = nb;
+        snprintf(rec[i].scheme, sizeof rec[i].scheme, "%s", g->name);
+        if (note[i][0]) snprintf(rec[i].note, sizeof rec[i].note, "%s", note[i]);
+        else if (pin[i]) snprintf(rec[i].note + strlen(rec[i].note), sizeof rec[i].note - strlen(rec[i].note),
+                                  "%s%s", rec[i].note[0] ? "; " : "", g->name);
+    }
+    if (st == NPUC_OK && gguf_out && !(*gguf_types = gguf_types_json(m, q, gt)))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == NPUC_OK && !gguf_out && i < n; i++) {
         if (!q[i] || pin[i]) continue;
         plan[i].p = p[i];
         plan[i].packed = p[i].bits < 8;
@@ -364,7 +557,7 @@ static npuc_status budget_plan(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, co
             st = npuc__prefix_path(ctx, st, npuc_model_path(m));
         if (note[i][0]) snprintf(rec[i].note, sizeof rec[i].note, "%s", note[i]);
     }
-    free(q), free(pin), free(p), free(note);
+    free(q), free(pin), free(p), free(note), free(tmp), free(names), free(gt);
     return st;
 }
 
@@ -627,8 +820,25 @@ static npuc_status out_error_of(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     return NPUC_OK;
 }
 
-npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o,
+/* --target-size N%: N percent of the input's size, its file's when it is a
+ * regular file, else (a checkpoint folder, a step of `npuc run` handed over
+ * in memory) its tensors' bytes. */
+static uint64_t input_size(npuc_model *m) {
+    struct stat sb;
+    if (stat(npuc_model_path(m), &sb) == 0 && S_ISREG(sb.st_mode)) return (uint64_t)sb.st_size;
+    uint64_t b = 0;
+    for (size_t i = 0; i < npuc_model_count(m); i++) b += npuc_model_tensor(m, i)->nbytes;
+    return b;
+}
+
+npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sink *to, const npuc_quantize_opts *o0,
                                     npuc_summary *sum) {
+    npuc_quantize_opts oo = *o0;
+    if (oo.target_size_pct > 0) {
+        const double t = floor(oo.target_size_pct / 100.0 * (double)input_size(m));
+        oo.target_size = t >= 1 ? (uint64_t)t : 1;
+    }
+    const npuc_quantize_opts *o = &oo;
     const char *path = npuc_model_path(m);
     const size_t n = npuc_model_count(m);
     npuc_status st = NPUC_OK;
@@ -641,6 +851,8 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     npuc_calib *cal = NULL;
     float *scales = NULL;
     int32_t *zps = NULL;
+    uint64_t file_bytes = 0; /* --target-size: the exact size of the output, when known before */
+    char *gguf_types = NULL; /* a .gguf output under a budget: NPUC__GGUF_TYPES_KEY */
     qplan *plan = calloc(n ? n : 1, sizeof *plan);
     size_t *layer = calloc(n ? n : 1, sizeof *layer);
     names = calloc(2 * (n ? n : 1), sizeof *names);
@@ -655,7 +867,9 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     if ((st = make_plan(ctx, m, o, layer, plan, sum->records, &edges)) != NPUC_OK) goto fail;
     if ((st = edges_report(ctx, m, &edges, sum)) != NPUC_OK) goto fail;
     if (o->calib && (st = npuc_calib_open(ctx, o->calib, &cal)) != NPUC_OK) goto fail;
-    if ((o->target_size || o->target_bpw > 0 || o->plan) && (st = budget_plan(ctx, m, cal, o, plan, sum->records)) != NPUC_OK)
+    if ((o->target_size || o->target_bpw > 0 || o->plan) &&
+        (st = budget_plan(ctx, m, cal, to, prev, o, plan, sum->records, &file_bytes, &gguf_types, &sum->budget_json)) !=
+            NPUC_OK)
         goto fail;
     if (o->pattern_m && scale_dtype(&o->params) != NPUC_DTYPE_F32) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "--scale-dtype %s: N:M artifacts (--pattern) store f32 scales",
@@ -704,6 +918,7 @@ npuc_status npuc__quantize_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__si
     }
 
     if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK || (st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
+    if (gguf_types && dr.w && (st = npuc_writer_meta(dr.w, NPUC__GGUF_TYPES_KEY, gguf_types)) != NPUC_OK) goto fail;
     if ((st = carry_over(ctx, m, prev, plan, dr.art)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
         if ((st = plan[i].nm ? nm_declare(ctx, dr.w, dr.art, npuc_model_tensor(m, i), &plan[i], o, names + 2 * i)
@@ -811,6 +1026,7 @@ fail:
     free(scales);
     free(zps);
     json_decref(prev);
+    free(gguf_types);
     npuc__scratch_free(&s_in);
     npuc__scratch_free(&s_codes);
     npuc__scratch_free(&s_pack);

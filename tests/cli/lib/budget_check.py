@@ -8,6 +8,25 @@
   schemes ART              name scheme per quantized tensor, from the header
   calib OUT MODEL          calibration rows W.input for every weight
   outdist MODEL DQ CALIB   sum of ||(W - W')X^T||^2 / ||W X^T||^2 over them
+  imatrix OUT.dat MODEL    a legacy llama.cpp imatrix for every 2-D tensor
+                           (gguf_kquant_check.write_dat: from the format's
+                           description, random importances, some columns 1000x)
+  impdist MODEL DQ DAT     sum over the imatrix's tensors of
+                           sum_j imp_j (w_j - w'_j)^2 / sum_j imp_j w_j^2, imp_j
+                           the importance of element j's input column
+  gguf MODEL OUT.gguf PLAN TARGET_SIZE|- TARGET_BPW|- [LIB [DAT]]
+                           a budgeted GGUF read with a reader written from the
+                           GGUF specification (gguf_kquant_check.gguf_read):
+                           every tensor the plan chose has the plan's type, the
+                           file's size (header, padding, payloads as the header
+                           lays them out) is the plan's file_bytes and at most
+                           the target, the bpw at most the target; with LIB
+                           (ggml's libggml-base.so) each chosen tensor's bytes
+                           are ggml_quantize_chunk's and the plan's predicted
+                           distortion is ggml's dequantization's summed
+                           relative squared error; with DAT (an imatrix) the
+                           bytes are ggml's weighted quantizers' and the error
+                           is importance-weighted
 safetensors files are read and written by the tests' own helpers (npuc_test.py,
 io_models.py: the format's description, not npuc's code).
 """
@@ -120,6 +139,91 @@ def schemes(art):
         print(n, f"{'int' if e['symmetric'] else 'uint'}{e['bits']}/{gran}")
 
 
+def imatrix(out, model):
+    import gguf_kquant_check as kq
+    kq.write_dat(out, model)
+
+
+def impdist(model, dq, dat):
+    import gguf_kquant_check as kq
+    imp = kq.read_dat(dat)
+    m, _ = read_st(model)
+    d, _ = read_st(dq)
+    total = 0.0
+    for n, v in imp.items():
+        w, y = floats(m[n]), floats(d[n])
+        a = v.astype(np.float64)[None, :]
+        total += float((a * (w - y) ** 2).sum() / (a * w ** 2).sum())
+    print(repr(total))
+
+
+def gguf(model, out, plan, target, tbpw, lib=None, dat=None):
+    import gguf_kquant_check as kq
+    imp = kq.read_dat(dat) if dat else {}
+    m, _ = read_st(model)
+    plan = json.load(open(plan))
+    kv, ts = kq.gguf_read(out)
+    by = {t["name"]: t for t in ts}
+    size = os.path.getsize(out)
+    data = open(out, "rb").read()
+    # The file ends where the last tensor's padded payload ends.
+    r = kq.g.Reader(data)
+    r.take(4), r.u32()
+    nt, nkv = r.u64(), r.u64()
+    for _ in range(nkv):
+        r.string()
+        r.value(r.u32())
+    for _ in range(nt):
+        r.string()
+        [r.u64() for _ in range(r.u32())]
+        r.u32(), r.u64()
+    start = (r.p + 31) // 32 * 32
+    last = max(ts, key=lambda t: t["offset"])
+    end = start + last["offset"] + (len(last["raw"]) + 31) // 32 * 32
+    assert end == size, f"the header lays out {end} bytes, the file has {size}"
+    if "file_bytes" in plan or target != "-":
+        assert plan["file_bytes"] == size, f"plan predicts {plan['file_bytes']} bytes, the file has {size}"
+    if target != "-":
+        assert size <= int(target), (size, target)
+    chosen = {t["name"]: t["scheme"] for t in plan["tensors"]}
+    assert chosen, "the plan chose nothing"
+    nbytes = numel = 0
+    for name, scheme in chosen.items():
+        t = by[name]
+        got = kq.TYPES[t["type"]][0]
+        assert got == scheme, f"{name}: the file stores {got}, the plan chose {scheme}"
+        nbytes += len(t["raw"])
+        numel += t["n"]
+    # --target-bpw counts the pinned tensors too: every rank >= 2 float tensor the plan's run quantized.
+    if tbpw != "-":
+        q = [t for t in ts if len(t["ne"]) >= 2 and kq.TYPES[t["type"]][0] not in ("F32",)]
+        b = 8.0 * sum(len(t["raw"]) for t in q) / sum(t["n"] for t in q)
+        assert float(tbpw) - 0.05 <= b <= float(tbpw), f"bpw {b} for --target-bpw {tbpw}"
+    msg = f"{len(chosen)} tensors as planned ({sorted(set(chosen.values()))}), {size} bytes"
+    if lib:
+        lg = kq.ggml(lib)
+        d = 0.0
+        for name, scheme in chosen.items():
+            t = by[name]
+            x = floats(m[name]).astype(np.float32)
+            row = x.shape[-1]
+            if scheme == "F16":
+                assert t["raw"] == x.astype(np.float16).tobytes(), name
+                y = x.astype(np.float16).astype(np.float64)
+            else:
+                ref = kq.quantize(lg, t["type"], x.reshape(-1, row), imp.get(name))
+                assert t["raw"] == ref, f"{name}: bytes differ from ggml_quantize_chunk ({scheme})"
+                y = np.asarray(kq.dequantize(lg, t["type"], t["raw"], t["n"]), dtype=np.float64).reshape(x.shape)
+            x64 = x.astype(np.float64)
+            a = imp[name].astype(np.float64)[None, :] if name in imp else 1.0
+            d += float((a * (x64 - y) ** 2).sum() / (a * x64 ** 2).sum())
+        p = plan["predicted_distortion"]
+        assert abs(p - d) <= 1e-6 * d, f"plan predicts {p}, ggml's dequantization gives {d}"
+        msg += f"; bytes are ggml_quantize_chunk's, distortion {d:.6g} as predicted"
+    print(msg)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"make": make, "dist": dist, "bpw": bpw, "schemes": schemes, "calib": calib, "outdist": outdist}[cmd](*args)
+    {"make": make, "dist": dist, "bpw": bpw, "schemes": schemes, "calib": calib, "outdist": outdist, "gguf": gguf, "imatrix": imatrix,
+     "impdist": impdist}[cmd](*args)

@@ -8,8 +8,9 @@
  *     (`batch --input DIR`), is recorded: inode, size, mtime and ctime (ns)
  *     and a 64-bit hash of its bytes (of the first and last 64 MiB only
  *     above 1 GiB, where the ctime covers the rest: see hash_file).
- *     Outputs are not recorded: the values of -o/--output, --report, --summary and --merge-summaries (the only
- *     options of npuc that name files it writes, see src/cli/cli_common.c and
+ *     Outputs are not recorded: the values of -o/--output, --report, --summary, --merge-summaries and
+ *     --budget-cache (a measurement file quantize reads and updates, docs/budget.md) (the
+ *     options of npuc that name existing files it writes, see src/cli/cli_common.c and
  *     cmd_batch.c), anything below an output directory, and, with -f/--force
  *     only, an argument that is the same path as an output (the command
  *     replaces it legitimately).  Temp files of npuc (".NAME.npuc-*.tmp")
@@ -219,7 +220,7 @@ static void scan_dir(const char *dir, int depth) {
  * "--output=V"), advancing *i past a separate value; NULL if argv[*i] is not
  * an output option. */
 static const char *output_value(int argc, char **argv, int *i) {
-    static const char *const longs[] = {"--output", "--report", "--summary", "--merge-summaries"};
+    static const char *const longs[] = {"--output", "--report", "--summary", "--merge-summaries", "--budget-cache"};
     const char *a = argv[*i];
     if (!strcmp(a, "-o")) return *i + 1 < argc ? argv[++*i] : NULL;
     if (!strncmp(a, "-o", 2) && a[1] == 'o') return a + 2;

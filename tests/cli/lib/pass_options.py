@@ -36,6 +36,7 @@ SAMPLES = {
     "candidates": "int4/g32,int8/ch",
     "plan_out": "plan.json",
     "plan": "plan.json",
+    "budget_cache": "cache.json",
 }
 FILES = {"graph.txt": "features.0.weight=features.3.weight\n", "pairs.txt": "features.0.weight=features.1\n",
          "calib.json": '{"schema": "npuc.calibration/1", "bits": 8, "symmetric": true, "activations": '
