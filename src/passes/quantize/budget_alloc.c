@@ -306,6 +306,32 @@ static double imp_error(const npuc_tensor_info *t, const float *x, const float *
     return w2 > 0 ? e2 / w2 : 0.0;
 }
 
+/* Replaces *d, the relative weight error of deq against x, by what the
+ * data says when there is some: the relative output error over the
+ * calibration data (oe; *used_out 1), else the importance-weighted error
+ * (imp; *used_out 2). */
+static npuc_status data_distortion(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_tensor_info *t,
+                                   const float *x, const float *deq, const float *imp, uint64_t nmat, int oe,
+                                   double *d, int *used_out) {
+    if (imp && !oe) {
+        *d = imp_error(t, x, deq, imp, nmat);
+        *used_out = 2;
+    }
+    if (oe) {
+        npuc_tensor_record r;
+        const char *why = NULL;
+        memset(&r, 0, sizeof r);
+        npuc_status st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why);
+        if (st != NPUC_OK) return npuc__prefix_path(ctx, st, npuc_model_path(m));
+        if (!why && r.has_out_error) {
+            *d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
+            *used_out = 1;
+        }
+    }
+    return NPUC_OK;
+}
+
+
 /* Measures every candidate on tensor i: the relative squared output error
  * over the calibration data when cal has W.input or W.hessian for it, else
  * the relative squared weight error.  *used_out says which. */
@@ -344,21 +370,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
         if ((st = npuc_quantize_tensor(ctx, t, x, &cand[k], codes, sc, zp, deq, &e)) != NPUC_OK)
             return npuc__prefix_path(ctx, st, npuc_model_path(m));
         double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
-        if (imp && !oe) {
-            d = imp_error(t, x, deq, imp, nmat);
-            *used_out = 2;
-        }
-        if (oe) {
-            npuc_tensor_record r;
-            const char *why = NULL;
-            memset(&r, 0, sizeof r);
-            if ((st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why)) != NPUC_OK)
-                return npuc__prefix_path(ctx, st, npuc_model_path(m));
-            if (!why && r.has_out_error) {
-                d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
-                *used_out = 1;
-            }
-        }
+        if ((st = data_distortion(ctx, m, cal, t, x, deq, imp, nmat, oe, &d, used_out)) != NPUC_OK) return st;
         out->c[out->n] = (npuc__bchoice){scheme_bytes(t, &cand[k], &qs), isfinite(d) ? d : 0.0};
         out->cand[out->n++] = k;
     }
@@ -418,21 +430,7 @@ static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, s
             w2 += (double)x[j] * (double)x[j];
         }
         double d = w2 > 0 ? e2 / w2 : 0.0;
-        if (imp && !oe) {
-            d = imp_error(t, x, deq, imp, nmat);
-            *used_out = 2;
-        }
-        if (oe) {
-            npuc_tensor_record r;
-            const char *why = NULL;
-            memset(&r, 0, sizeof r);
-            if ((st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why)) != NPUC_OK)
-                return npuc__prefix_path(ctx, st, npuc_model_path(m));
-            if (!why && r.has_out_error) {
-                d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
-                *used_out = 1;
-            }
-        }
+        if ((st = data_distortion(ctx, m, cal, t, x, deq, imp, nmat, oe, &d, used_out)) != NPUC_OK) return st;
         out->c[out->n] = (npuc__bchoice){nb, isfinite(d) ? d : 0.0};
         out->cand[out->n++] = k;
     }
