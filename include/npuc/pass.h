@@ -139,6 +139,9 @@ typedef struct npuc_pass_io {
     void **plan;            /* a pass with a plan: when not NULL, receives the plan on
                                success (fold-bn: a malloc'd npuc_bnfold_plan the caller
                                frees with npuc_bnfold_plan_free and free) */
+    uint64_t pct_base;      /* what a budget's "N%" (quantize --target-size) is a percentage
+                               of, in bytes: a recipe run's input file size; 0: the size of
+                               the model the pass reads (docs/budget.md) */
 } npuc_pass_io;
 
 NPUC_API npuc_pass_io npuc_pass_io_defaults(void);

@@ -101,6 +101,17 @@ NPUC_API npuc_step_kind npuc_recipe_step_kind(const npuc_recipe *r, size_t i, in
 NPUC_API const char *npuc_recipe_json(const npuc_recipe *r);
 NPUC_API const char *npuc_recipe_sha256(const npuc_recipe *r);
 
+/* Sets option `key` of step `step` (0-based) to text, typed and checked as
+ * the command line types the pass's flag ("25%" for target_size, "4" for
+ * target_bpw), replacing the step's own value; text NULL removes the option.
+ * The step's cross-key checks run again, and the canonical JSON and hash
+ * then cover the new value (npuc batch --target-size sets its recipe's
+ * quantize step this way).  List options cannot be set.  Errors:
+ * NPUC_ERR_ARG (no such step or option, a bad value, a check the step now
+ * fails), with the recipe unchanged. */
+NPUC_API npuc_status npuc_recipe_set_option(npuc_ctx *ctx, npuc_recipe *r, size_t step, const char *key,
+                                            const char *text);
+
 /* SHA-256 of a file's bytes as 64 lower-case hex digits and a NUL into
  * hex.  NPUC_ERR_NOT_FOUND / NPUC_ERR_IO naming the path on failure. */
 NPUC_API npuc_status npuc_sha256_file(npuc_ctx *ctx, const char *path, char hex[65]);

@@ -80,6 +80,7 @@ typedef struct recipe_hooks {
      * the next step reads (npuc__pipe_sink_open and the pipe); NULL: a file. */
     npuc__sink_open_fn sink_open;
     void *sink_state;
+    uint64_t pct_base; /* the run's input file size, for "N%" budgets (npuc_pass_io) */
 } recipe_hooks;
 
 /* A step kind's adapter: its pass descriptor (whose option table is the

@@ -726,3 +726,94 @@ npuc_step_kind npuc_recipe_step_kind(const npuc_recipe *r, size_t i, int *line, 
     if (col) *col = r->steps[i].mark.col;
     return r->steps[i].kind;
 }
+
+/* ------------------------------------------------------------ changing a step */
+
+/* Puts back what npuc_recipe_set_option replaced, when the step refuses the change. */
+static void opt_swap(recipe_opt *a, recipe_opt *b) {
+    recipe_opt t = *a;
+    *a = *b;
+    *b = t;
+}
+
+npuc_status npuc_recipe_set_option(npuc_ctx *ctx, npuc_recipe *r, size_t step, const char *key, const char *text) {
+    if (step >= r->nsteps) return npuc_fail(ctx, NPUC_ERR_ARG, "%s: it has no step %zu", r->name, step + 1);
+    recipe_step *s = &r->steps[step];
+    const recipe_step_def *d = npuc__recipe_step_def(s->kind);
+    const npuc_pass_option *o = d && d->pass ? npuc_pass_option_find(d->pass, key) : NULL;
+    if (!o || o->type == NPUC_OPT_LIST)
+        return npuc_fail(ctx, NPUC_ERR_ARG, "%s: step '%s' has no %soption '%s'", r->name, d ? d->name : "?",
+                         o ? "single-valued " : "", key);
+    size_t at = s->opts.n;
+    int seq = 0;
+    for (size_t i = 0; i < s->opts.n; i++) {
+        if (s->opts.v[i].key == o) at = i;
+        if (s->opts.v[i].seq > seq) seq = s->opts.v[i].seq;
+    }
+    recipe_opt nv, old;
+    memset(&nv, 0, sizeof nv);
+    memset(&old, 0, sizeof old);
+    npuc_status st = NPUC_OK;
+    if (text) {
+        /* Typed and checked as the command line types it. */
+        npuc_pass_optset *tmp = NULL;
+        if ((st = npuc_pass_optset_new(ctx, d->pass, &tmp)) != NPUC_OK) return st;
+        st = npuc_pass_optset_set(ctx, tmp, o, text);
+        if (st == NPUC_OK) {
+            nv = tmp->own.v[0];
+            memset(&tmp->own.v[0], 0, sizeof tmp->own.v[0]); /* moved into nv */
+            nv.seq = seq + 1;
+            nv.mark = (recipe_mark){0, 0};
+        }
+        npuc_pass_optset_free(tmp);
+        if (st != NPUC_OK) return st;
+    } else if (at == s->opts.n) {
+        return NPUC_OK; /* nothing to remove */
+    }
+    const size_t n0 = s->opts.n;
+    if (at == n0 && text) {
+        recipe_opt *v = realloc(s->opts.v, (n0 + 1) * sizeof *v);
+        if (!v) {
+            free(nv.s);
+            return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+        }
+        s->opts.v = v;
+        s->opts.v[s->opts.n++] = nv;
+    } else if (text) {
+        old = s->opts.v[at];
+        s->opts.v[at] = nv;
+    } else {
+        old = s->opts.v[at];
+        memmove(&s->opts.v[at], &s->opts.v[at + 1], (n0 - at - 1) * sizeof *s->opts.v);
+        s->opts.n--;
+    }
+    npuc_pass_optset view;
+    npuc__pass_optset_view(&view, d->pass, &s->opts, s->ov, s->nov, r->name);
+    st = npuc_pass_validate(ctx, &view);
+    char *json = NULL;
+    char sha[65];
+    if (st == NPUC_OK && (!(json = canonical_json(r)) || npuc__sha256_hex(json, strlen(json), sha) != 0))
+        st = npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", r->name);
+    if (st != NPUC_OK) { /* the recipe as it was */
+        free(json);
+        if (at == n0) {
+            s->opts.n--;
+            free(nv.s);
+        } else if (text) {
+            opt_swap(&s->opts.v[at], &old);
+            free(old.s); /* now the new value */
+            old.s = NULL;
+        } else {
+            memmove(&s->opts.v[at + 1], &s->opts.v[at], (n0 - at - 1) * sizeof *s->opts.v);
+            s->opts.v[at] = old;
+            s->opts.n++;
+        }
+        return st;
+    }
+    free(old.s); /* a single value: no list */
+    free(old.lmark);
+    free(r->json);
+    r->json = json;
+    memcpy(r->sha, sha, sizeof sha);
+    return NPUC_OK;
+}

@@ -3,7 +3,8 @@
  * provenance metadata, the merged summary, and the final move into place.
  *
  * Each step is a whole pass, run unchanged through its model-level driver.
- * A quantize step streams its input: it runs at the same time as the step
+ * A quantize step streams its input (unless it has a budget, whose
+ * measurement reads every tensor before the writing does): it runs at the same time as the step
  * before it, which writes into an in-memory pipe (src/pipeline/pipe.h) instead
  * of a file (run_group below; safetensors artifacts only).  Every other
  * step reads the step file the step before wrote beside the output, a name
@@ -387,7 +388,13 @@ static void on_tensor_hook(void *user, size_t index, size_t count, const npuc_te
 
 #define NPUC_PIPE_CAP ((uint64_t)64 << 20) /* bytes queued before the producer waits */
 
-static int streams_input(npuc_step_kind k) { return k == NPUC_STEP_QUANTIZE; }
+/* A quantize step under a budget (target_size, target_bpw, plan) reads its
+ * tensors once to measure the candidates and again to write: it reads a
+ * step file. */
+static int streams_input(const recipe_step *s) {
+    return s->kind == NPUC_STEP_QUANTIZE && !npuc__ropt(&s->opts, "target_size") &&
+           !npuc__ropt(&s->opts, "target_bpw") && !npuc__ropt(&s->opts, "plan");
+}
 
 typedef struct step_job {
     const npuc_recipe *r;
@@ -468,6 +475,10 @@ static npuc_status run_group(npuc_ctx *ctx, const npuc_recipe *r, const npuc_run
         J->hu.mu = &hook_mu;
         J->h.write = *wo;
         J->h.recipe = r->name;
+        /* "target_size: 25%" is of the model the run was given, not of what
+         * an earlier step handed over (a step file, tensors in memory). */
+        struct stat isb;
+        J->h.pct_base = stat(in, &isb) == 0 && S_ISREG(isb.st_mode) ? (uint64_t)isb.st_size : 0;
         J->h.write.overwrite = 1; /* our own temporary names: a leftover is stale */
         /* A step's file is read once by the next step and deleted: not worth compressing. */
         if (k + j + 1 < r->nsteps && npuc_format_accepts(wo->format, "deflate") &&
@@ -583,7 +594,7 @@ npuc_status npuc_recipe_run(npuc_ctx *ctx, const npuc_recipe *r, const char *in,
     const int stream = wo.format == NPUC_FORMAT_SAFETENSORS && !o->no_stream;
     for (size_t k = 0; k < r->nsteps;) {
         size_t last = k;
-        while (stream && last + 1 < r->nsteps && streams_input(r->steps[last + 1].kind)) last++;
+        while (stream && last + 1 < r->nsteps && streams_input(&r->steps[last + 1])) last++;
         st = run_group(ctx, r, o, last + 1 < r->nsteps ? &wo_mid : &wo, k, last, m, paths, sum, in);
         if (st != NPUC_OK) goto fail;
         npuc_model_close(m);

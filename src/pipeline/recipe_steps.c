@@ -56,6 +56,7 @@ static npuc_status run_step(npuc_ctx *ctx, const recipe_step *s, npuc_model *m, 
     io.write = h->write;
     io.on_tensor = h->on_tensor;
     io.user = h->user;
+    io.pct_base = h->pct_base;
     const npuc__sink to = {out, NULL, h->sink_open, h->sink_state};
     npuc_status st = npuc__pass_run_to(ctx, &view, m, &to, &io, sum);
     for (size_t j = 0; j < nmissed && (st == NPUC_OK || st == NPUC_ERR_GATE); j++) {

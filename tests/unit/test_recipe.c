@@ -3,7 +3,9 @@
  * parses; invalid recipes fail with the expected message, line and column;
  * the canonical form ignores comments, quoting and key order; patterns that
  * match nothing fail at run time with the recipe's line and column; the
- * sweep removes exactly our temporary files; batch work lists are sorted,
+ * sweep removes exactly our temporary files; options set from the command
+ * line (npuc_recipe_set_option) change the canonical form as a file would;
+ * batch work lists are sorted,
  * sharded and checked.
  */
 #include <dirent.h>
@@ -90,6 +92,52 @@ static void test_canonical(void **state) {
     npuc_recipe_free(a);
     npuc_recipe_free(b);
     npuc_recipe_free(c);
+}
+
+/* npuc_recipe_set_option: a value typed as the command line types it
+ * replaces the step's own, NULL removes it, the canonical JSON and hash
+ * follow; a bad value, an unknown key or a check the step then fails leave
+ * the recipe as it was (the JSON compared with the expected text by hand). */
+static void test_set_option(void **state) {
+    (void)state;
+    npuc_recipe *r = NULL, *plain = NULL, *want = NULL;
+    must_parse("steps:\n  - quantize: {bits: 4, target_bpw: 3}\n", &r);
+    must_parse("steps:\n  - quantize: {bits: 4, target_size: \"25%\"}\n", &want);
+    must_parse("steps:\n  - quantize: {bits: 4}\n", &plain);
+    const char *json0 = "{\"version\":1,\"steps\":[{\"quantize\":{\"bits\":4,\"target_bpw\":3.0}}]}";
+    assert_string_equal(npuc_recipe_json(r), json0);
+    char sha0[65];
+    memcpy(sha0, npuc_recipe_sha256(r), sizeof sha0);
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_size", "25%"), NPUC_OK);
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_bpw", NULL), NPUC_OK);
+    assert_string_equal(npuc_recipe_json(r),
+                        "{\"version\":1,\"steps\":[{\"quantize\":{\"bits\":4,\"target_size\":\"25%\"}}]}");
+    assert_string_equal(npuc_recipe_sha256(r), npuc_recipe_sha256(want));
+    assert_string_not_equal(npuc_recipe_sha256(r), sha0);
+    /* Removing what is not there changes nothing. */
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_bpw", NULL), NPUC_OK);
+    assert_string_equal(npuc_recipe_sha256(r), npuc_recipe_sha256(want));
+    /* Refusals leave the recipe as it was. */
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_size", "0%"), NPUC_ERR_ARG);
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_bpw", "40"), NPUC_ERR_ARG);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "--target-bpw '40'"));
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "no_such_key", "1"), NPUC_ERR_ARG);
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "exclude", "x"), NPUC_ERR_ARG); /* a list */
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 1, "bits", "8"), NPUC_ERR_ARG);     /* no step 2 */
+    /* plan beside a budget: the step's own check refuses, at plan's line. */
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "plan", "p.json"), NPUC_ERR_ARG);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "'plan' applies a plan"));
+    assert_string_equal(npuc_recipe_sha256(r), npuc_recipe_sha256(want));
+    assert_string_equal(npuc_recipe_json(r),
+                        "{\"version\":1,\"steps\":[{\"quantize\":{\"bits\":4,\"target_size\":\"25%\"}}]}");
+    /* A replaced value, then removed: back to the plain recipe. */
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_size", "1M"), NPUC_OK);
+    assert_non_null(strstr(npuc_recipe_json(r), "\"target_size\":\"1M\""));
+    assert_int_equal(npuc_recipe_set_option(ctx, r, 0, "target_size", NULL), NPUC_OK);
+    assert_string_equal(npuc_recipe_sha256(r), npuc_recipe_sha256(plain));
+    npuc_recipe_free(r);
+    npuc_recipe_free(want);
+    npuc_recipe_free(plain);
 }
 
 /* rank (lowrank) and sparsity (prune) overrides parse, and the canonical
@@ -483,6 +531,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_samples_parse),
         cmocka_unit_test(test_canonical),
+        cmocka_unit_test(test_set_option),
         cmocka_unit_test(test_layer_overrides_parse),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_load_errors),

@@ -7,6 +7,7 @@
  * added later go where they read best, since recipes written before them
  * cannot hold them.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,11 @@ static npuc_status validate(npuc_ctx *ctx, const npuc_pass_optset *s) {
     }
     if (sy && as && sy->b == as->b)
         return npuc__pass_fail(ctx, s, as, "'symmetric' and 'asymmetric' contradict each other");
+    /* A plan is applied as it is: a budget beside it has nothing to choose
+     * (npuc batch --target-size on such a recipe is refused here too). */
+    const recipe_opt *pl = npuc__pass_get(s, "plan");
+    if (pl && (npuc__pass_get(s, "target_size") || npuc__pass_get(s, "target_bpw") || npuc__pass_get(s, "plan_out")))
+        return npuc__pass_fail(ctx, s, pl, "'plan' applies a plan: without target_size, target_bpw or plan_out");
     return NPUC_OK;
 }
 
@@ -307,6 +313,11 @@ static npuc_status run(npuc_ctx *ctx, const npuc_pass_optset *s, npuc_model *m, 
     if ((v = npuc__pass_get(s, "target_size")) && parse_pct(v->s, &o.target_size_pct) != 0 &&
         npuc__budget_parse_size(v->s, &o.target_size) != 0)
         return npuc_fail(ctx, NPUC_ERR_ARG, "--target-size '%s': not a size", v->s);
+    if (o.target_size_pct > 0 && io->pct_base > 0) { /* a recipe run: of its input file */
+        const double t = floor(o.target_size_pct / 100.0 * (double)io->pct_base);
+        o.target_size = t >= 1 ? (uint64_t)t : 1;
+        o.target_size_pct = 0;
+    }
     if (npuc__pass_get(s, "target_bpw")) o.target_bpw = npuc__pass_num(s, "target_bpw");
     if ((v = npuc__pass_get(s, "candidates"))) o.candidates = v->s;
     char *plan_out = NULL;
