@@ -40,7 +40,7 @@
 #include "cli_outputs.h"
 #include "cli_progress.h"
 
-enum { OPT_INPUT = CLI_OPT_USER, OPT_RESUME, OPT_SHARD, OPT_SUMMARY, OPT_MERGE };
+enum { OPT_INPUT = CLI_OPT_USER, OPT_RESUME, OPT_SHARD, OPT_SUMMARY, OPT_MERGE, OPT_TSIZE, OPT_TBPW, OPT_CAND };
 
 static const cli_option OPTIONS[] = {
     {"input", 'i', 1, OPT_INPUT},
@@ -48,11 +48,17 @@ static const cli_option OPTIONS[] = {
     {"shard", 0, 1, OPT_SHARD},
     {"summary", 0, 1, OPT_SUMMARY},
     {"merge-summaries", 0, 1, OPT_MERGE},
+    {"target-size", 0, 1, OPT_TSIZE},
+    {"target-bpw", 0, 1, OPT_TBPW},
+    {"candidates", 0, 1, OPT_CAND},
     {NULL, 0, 0, 0},
 };
 
 typedef struct bargs {
     const char *input, *summary, *merge;
+    /* A budget for the recipe's quantize step (docs/budget.md), set on the
+     * recipe itself (npuc_recipe_set_option): its hash covers it. */
+    const char *target_size, *target_bpw, *candidates;
     int resume;
     long shard_k, shard_n; /* shard_n 0: no --shard */
 } bargs;
@@ -65,6 +71,9 @@ static int on_opt(cli_args *a, void *ud, int id, const char *arg) {
     case OPT_RESUME: b->resume = 1; break;
     case OPT_SUMMARY: b->summary = arg; break;
     case OPT_MERGE: b->merge = arg; break;
+    case OPT_TSIZE: b->target_size = arg; break;
+    case OPT_TBPW: b->target_bpw = arg; break;
+    case OPT_CAND: b->candidates = arg; break;
     case OPT_SHARD: {
         char *end;
         errno = 0;
@@ -108,6 +117,17 @@ static void print_line(json_t *e, const char *rel) {
     if (json_is_integer(is) && json_is_integer(os))
         printf("  %s -> %s", cli_fmt_size((uint64_t)json_integer_value(is), b1),
                cli_fmt_size((uint64_t)json_integer_value(os), b2));
+    json_t *bud = json_object_get(e, "budget"), *met = json_object_get(bud, "met");
+    if (json_is_boolean(met)) {
+        json_t *bpw = json_object_get(bud, "bpw");
+        if (json_is_number(bpw))
+            printf("  %.3f bpw (target %g): %s", json_number_value(bpw),
+                   json_number_value(json_object_get(bud, "target_bpw")), json_is_true(met) ? "met" : "NOT met");
+        else
+            printf("  (target %s = %s: %s)", json_string_value(json_object_get(bud, "target_size")),
+                   cli_fmt_size((uint64_t)json_integer_value(json_object_get(bud, "target_bytes")), b1),
+                   json_is_true(met) ? "met" : "NOT met");
+    }
     if (stt && !strcmp(stt, "failed")) printf("  %s", json_string_value(json_object_get(e, "error")));
     putchar('\n');
 }
@@ -143,13 +163,17 @@ typedef struct job {
     const char *in, *out, *report;
     int resume, force;
     const npuc_policy *policy; /* --strict, gates: a file failing a gate has exit_code 3 */
+    const bargs *budget;       /* --target-size / --target-bpw (NULL members: none) */
+    const char *command;       /* with a budget: the batch's command line, for the reports */
 } job;
 
 static npuc_status write_report(void *user, npuc_ctx *ctx, const npuc_summary *s) {
     const job *j = user;
     /* The equivalent single-file command, so each report can be reproduced. */
     char *argv[5] = {"run", (char *)j->recipe_path, (char *)j->in, "-o", (char *)j->out};
-    char *cmd = cli_join_command(5, argv);
+    /* With --target-size/--target-bpw no single-file command has the budget:
+     * the batch's own command line (the recipe in the report has it). */
+    char *cmd = j->command ? strdup(j->command) : cli_join_command(5, argv);
     npuc_report_info info = npuc_report_info_defaults();
     const char *inputs[1] = {j->in};
     char *pj = npuc_recipe_params_json(j->rc, s, NULL);
@@ -192,6 +216,49 @@ static void totals_from_report(const char *report, json_t *res) {
     json_t *sq = json_object_get(tot, "weighted_sqnr_db");
     if (json_is_number(sq)) json_object_set(res, "weighted_sqnr_db", sq);
     json_decref(doc);
+}
+
+/* The "budget" member of a file's result: the target, what was reached and
+ * whether it holds.  --target-size: N% is of this input's file size (as the
+ * quantize step takes it when it is the recipe's first step), and the output
+ * file's size is compared with it; --target-bpw: the quantized tensors' bits
+ * per weight (their bytes after, scales and zero points included, over their
+ * parameters before), as the per-tensor lines count them. */
+static void budget_verdict(const job *j, const npuc_summary *sum, long long in_bytes, long long out_bytes,
+                           json_t *res) {
+    const bargs *b = j->budget;
+    json_t *v = NULL;
+    if (b->target_size) {
+        const char *t = b->target_size;
+        size_t n = strlen(t);
+        uint64_t target = 0;
+        int known = 0;
+        if (n > 1 && t[n - 1] == '%' && in_bytes >= 0) {
+            const double x = floor(strtod(t, NULL) / 100.0 * (double)in_bytes);
+            target = x >= 1 ? (uint64_t)x : 1;
+            known = 1;
+        } else if (cli_parse_size(t, &target) == 0) {
+            known = 1;
+        }
+        v = json_pack("{s:s}", "target_size", t);
+        if (v && known) json_object_set_new(v, "target_bytes", json_integer((json_int_t)target));
+        if (v && known && out_bytes >= 0) json_object_set_new(v, "met", json_boolean((uint64_t)out_bytes <= target));
+    } else if (b->target_bpw) {
+        const double target = strtod(b->target_bpw, NULL);
+        uint64_t bytes = 0, params = 0;
+        for (size_t i = 0; sum && i < sum->nrecords; i++)
+            if (sum->records[i].action == NPUC_ACTION_QUANTIZED) {
+                bytes += sum->records[i].bytes_after;
+                params += sum->records[i].params_before;
+            }
+        v = json_pack("{s:f}", "target_bpw", target);
+        if (v && params) {
+            const double bpw = 8.0 * (double)bytes / (double)params;
+            json_object_set_new(v, "bpw", json_real(bpw));
+            json_object_set_new(v, "met", json_boolean(bpw <= target));
+        }
+    }
+    if (v) json_object_set_new(res, "budget", v);
 }
 
 /* Does one file; returns its result object (never NULL unless out of memory). */
@@ -243,6 +310,8 @@ static json_t *do_job(const job *j) {
     json_object_set_new(res, "bytes_after", json_integer((json_int_t)sum.bytes_after));
     if (!isnan(sum.weighted_sqnr_db) && !isinf(sum.weighted_sqnr_db))
         json_object_set_new(res, "weighted_sqnr_db", json_real(sum.weighted_sqnr_db));
+    if (j->budget->target_size || j->budget->target_bpw)
+        budget_verdict(j, &sum, path_bytes(j->in), path_bytes(j->out), res);
     goto done;
 fail:
     json_object_set_new(res, "exit_code", json_integer(cli_exit_code(st)));
@@ -488,6 +557,31 @@ static void progress(cli_bar *bar, size_t done, uint64_t bytes, size_t failed, s
     else cli_bar_update(bar, done, bytes, label);
 }
 
+/* --target-size / --target-bpw / --candidates: set on the recipe's quantize
+ * step (the last step, when it has one), replacing the step's own budget, so
+ * the recipe hash, the artifacts' "npuc.recipe" and --resume all see the
+ * budget.  A recipe without a quantize step has nothing to budget: exit 2. */
+static int apply_budget(npuc_ctx *ctx, npuc_recipe *rc, const char *recipe, const bargs *b) {
+    if (!b->target_size && !b->target_bpw) return CLI_EXIT_OK;
+    const size_t n = npuc_recipe_step_count(rc);
+    const char *flag = b->target_size ? "--target-size" : "--target-bpw";
+    if (n == 0 || npuc_recipe_step_kind(rc, n - 1, NULL, NULL) != NPUC_STEP_QUANTIZE) {
+        cli_error("%s: %s budgets a quantize step, and the recipe has none", recipe, flag);
+        return CLI_EXIT_USAGE;
+    }
+    npuc_status st = npuc_recipe_set_option(ctx, rc, n - 1, b->target_size ? "target_size" : "target_bpw",
+                                            b->target_size ? b->target_size : b->target_bpw);
+    if (st == NPUC_OK)
+        st = npuc_recipe_set_option(ctx, rc, n - 1, b->target_size ? "target_bpw" : "target_size", NULL);
+    if (st == NPUC_OK && b->candidates) st = npuc_recipe_set_option(ctx, rc, n - 1, "candidates", b->candidates);
+    if (st != NPUC_OK) { /* a value's message without its flag: "'0%': expected a size ..." */
+        const char *m = npuc_ctx_errmsg(ctx);
+        cli_error("%s%s", m[0] == '\'' ? (b->target_size ? "--target-size " : "--target-bpw ") : "", m);
+        return st == NPUC_ERR_NOMEM ? CLI_EXIT_FAIL : CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
 static int run(int argc, char **argv) {
     cli_args a;
     bargs b;
@@ -501,11 +595,13 @@ static int run(int argc, char **argv) {
     slot *slots = NULL;
     char **outs = NULL, **reports = NULL;
     size_t nslots = 0;
+    char *cmdline = NULL; /* with a budget: this command, for the reports */
     int code = cli_parse(&cli_cmd_batch, argc, argv, CLI_OPT_OUTPUT | CLI_OPT_FORCE | CLI_OPT_JOBS | CLI_OPT_POLICY | CLI_OPT_PROGRESS, OPTIONS, on_opt,
                          &b, 1, -1, &a);
     if (code != CLI_CONTINUE) goto done;
     if (b.merge) {
-        if (b.input || a.output || b.resume || b.shard_n || b.summary) {
+        if (b.input || a.output || b.resume || b.shard_n || b.summary || b.target_size || b.target_bpw ||
+            b.candidates) {
             code = cli_usage_error(&cli_cmd_batch, "--merge-summaries takes only summary files");
             goto done;
         }
@@ -521,9 +617,21 @@ static int run(int argc, char **argv) {
         code = cli_usage_error(&cli_cmd_batch, "missing %s", !b.input ? "--input DIR|LIST" : "--output DIR");
         goto done;
     }
+    if (b.target_size && b.target_bpw) {
+        code = cli_usage_error(&cli_cmd_batch, "choose one of --target-size, --target-bpw");
+        goto done;
+    }
+    if (b.candidates && !b.target_size && !b.target_bpw) {
+        code = cli_usage_error(&cli_cmd_batch, "--candidates needs --target-size or --target-bpw");
+        goto done;
+    }
     if ((code = cli_ctx_new(&a, &ctx)) != CLI_EXIT_OK) goto done;
     npuc_status st = npuc_recipe_load(ctx, a.pos[0], &rc);
     if (st != NPUC_OK) { code = cli_fail(ctx, st); goto done; }
+    if ((code = apply_budget(ctx, rc, a.pos[0], &b)) != CLI_EXIT_OK) goto done;
+    if (b.target_size || b.target_bpw) {
+        if (!(cmdline = cli_join_command(argc, argv))) { cli_error("out of memory"); code = CLI_EXIT_FAIL; goto done; }
+    }
     for (size_t k = 0; k < npuc_recipe_step_count(rc); k++) {
         int line, col;
         npuc_step_kind kind = npuc_recipe_step_kind(rc, k, &line, &col);
@@ -618,7 +726,7 @@ static int run(int argc, char **argv) {
             if (pipe(fds) != 0) { cli_error("pipe: %s", strerror(errno)); code = CLI_EXIT_FAIL; goto done; }
             fflush(stdout);
             fflush(stderr);
-            job j = {rc, a.pos[0], l.path[next], outs[next], reports[next], b.resume, a.force, &a.policy};
+            job j = {rc, a.pos[0], l.path[next], outs[next], reports[next], b.resume, a.force, &a.policy, &b, cmdline};
             sigprocmask(SIG_BLOCK, &stops, &old); /* until the worker is in slots[] */
             pid_t pid = fork();
             if (pid == 0) {
@@ -770,6 +878,7 @@ done:
     npuc_batch_list_free(&l);
     npuc_recipe_free(rc);
     npuc_ctx_free(ctx);
+    free(cmdline);
     cli_args_free(&a);
     return cli_finish_stdout(code);
 }
@@ -781,6 +890,7 @@ const cli_command cli_cmd_batch = {
     "                  [--shard K/N] [--summary FILE.json] [-f] [-q] [-v]\n"
     "                  [--strict] [--accept-guesses] [--min-sqnr DB] [--min-layer-sqnr DB]\n"
     "                  [--max-output-error F]\n"
+    "                  [--target-size SIZE|N% | --target-bpw B] [--candidates LIST]\n"
     "       npuc batch --merge-summaries OUT.json IN.json...\n"
     "\n"
     "Compresses every weight file (.safetensors, .st, .h5, .hdf5, .keras) under DIR\n"
@@ -809,12 +919,18 @@ const cli_command cli_cmd_batch = {
     "      --max-output-error F\n"
     "                         as for `npuc run`, for every file: a file failing a quality\n"
     "                         gate gets its report but no output, and exit_code 3\n"
+    "      --target-size SIZE|N%  a budget for RECIPE's quantize step (docs/budget.md),\n"
+    "                         for every file: each output at most SIZE (K/M/G) or N%\n"
+    "                         of its own input's size; replaces the recipe's budget\n"
+    "      --target-bpw B     the same in bits per weight of the quantized tensors\n"
+    "      --candidates LIST  the schemes the budget chooses from (int4/g32,int8/ch,...)\n"
     "  -q, --quiet            no progress or summary line on stderr (errors still print)\n"
     "      --progress         the progress bar (files, bytes/s, time left) on stderr even\n"
     "                         when it is not a terminal\n"
     "  -h, --help             this help\n"
     "\n"
-    "stdout: one line per file (ok / skipped / failed, sizes or the error), then totals.\n"
+    "stdout: one line per file (ok / skipped / failed, sizes or the error, with a budget\n"
+    "the target and whether it was met), then totals.\n"
     "Exit: 0 every file ok or skipped; 1 one or more files failed (each file's own exit\n"
     "code is in the summary); 2 the batch could not start (usage, recipe, input).\n"
     "--merge-summaries exits 1 when the merged summary has failed or missing files.\n",

@@ -206,6 +206,104 @@ for f in a b; do
     "$PY" -c "import sys; i, o = $in, $out; sys.exit(0 if 0.24 * i <= o <= i // 4 else 1)" ||
         fail "batch --target-size 25%: $f.safetensors $in -> $out bytes"
 done
+
+# The same with the budget on npuc batch's own command line (issue 32 item 4):
+# a zoo of three models written by io_models.py, a recipe without a budget,
+# `--target-size 25%`: every output at most 25% of its own input's file size
+# (os.path.getsize) and above 24% of it, the summary's verdict agreeing;
+# `--target-bpw 4`: bits per weight counted from each artifact's own header
+# (budget_check.py bpw) within [3.95, 4], as the summary says.
+mkdir -p "$T/zoo3"
+"$PY" "$TESTLIB/io_models.py" dense "$T/zoo3/a.safetensors" 4 256 256
+"$PY" "$TESTLIB/io_models.py" dense "$T/zoo3/b.safetensors" 6 128 384
+mkdir -p "$T/zoo3/sub"
+"$PY" "$TESTLIB/io_models.py" dense "$T/zoo3/sub/c.safetensors" 3 512 128
+printf 'steps:\n  - quantize:\n      quantize_all: true\n' > "$T/plain.yaml"
+expect_rc 0 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/z25" --target-size 25% -j 2 \
+    --summary "$T/z25.json"
+must_match "$T/out" '^ok .*a\.safetensors .*\(target 25% = .*: met\)$'
+"$PY" - "$T/zoo3" "$T/z25" "$T/z25.json" <<'PYEOF' || fail "batch --target-size 25%"
+import json, os, sys
+zoo, out, summ = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+files = {f["file"]: f for f in summ["files"]}
+assert sorted(files) == ["a.safetensors", "b.safetensors", "sub/c.safetensors"], sorted(files)
+for rel, f in files.items():
+    i, o = os.path.getsize(os.path.join(zoo, rel)), os.path.getsize(os.path.join(out, rel))
+    assert 0.24 * i <= o <= i // 4, f"{rel}: {i} -> {o} bytes ({o / i:.4f})"
+    b = f["budget"]
+    assert b == {"target_size": "25%", "target_bytes": i // 4, "met": True}, (rel, b)
+    assert f["output_size"] == o and f["status"] == "ok", f
+    # The artifact records the budget in its recipe (what --resume compares).
+    with open(os.path.join(out, rel), "rb") as fh:
+        import struct
+        (hl,) = struct.unpack("<Q", fh.read(8))
+        meta = json.loads(fh.read(hl))["__metadata__"]
+    assert json.loads(meta["npuc.recipe"])["steps"][0]["quantize"]["target_size"] == "25%", meta["npuc.recipe"]
+    print(f"batch --target-size 25%: {rel} {i} -> {o} bytes ({100 * o / i:.2f}%)")
+PYEOF
+# A recipe whose quantize step follows fold-bn (the BatchNorm tensors go, the
+# quantize step reads what fold-bn hands over): 25% is still of the model file.
+# fold-bn's output is 0.45% smaller than this model, so an output within 0.1%
+# under 25% of the model file tells the two bases apart.
+mkdir -p "$T/zoobn"
+"$PY" "$TESTLIB/io_models.py" convbn "$T/zoobn/n.safetensors" 3 64
+printf 'steps:\n  - fold-bn:\n  - quantize:\n      quantize_all: true\n' > "$T/foldq.yaml"
+expect_rc 0 "$NPUC_BIN" batch "$T/foldq.yaml" --input "$T/zoobn" --output "$T/zbn" --target-size 25%
+in=$(stat -c %s "$T/zoobn/n.safetensors")
+out=$(stat -c %s "$T/zbn/n.safetensors")
+"$PY" -c "import sys; i, o = $in, $out; print(f'batch fold-bn + quantize --target-size 25%: {i} -> {o} bytes ({100 * o / i:.2f}%)'); sys.exit(0 if i // 4 - 0.001 * i <= o <= i // 4 else 1)" ||
+    fail "batch fold-bn + quantize --target-size 25%: $in -> $out bytes"
+# --resume: the budget is part of the recipe hash: all skipped with it, none without.
+expect_rc 0 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/z25" --target-size 25% --resume
+must_match "$T/out" 'total: 3 files of 3: 0 ok, 3 skipped, 0 failed'
+expect_rc 0 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/z4" --target-bpw 4 -j 2 \
+    --summary "$T/z4.json"
+for f in a b sub/c; do
+    got=$("${B[@]}" bpw "$T/zoo3/$f.safetensors" "$T/z4/$f.safetensors")
+    "$PY" - "$got" "$T/z4.json" "$f.safetensors" <<'PYEOF' || fail "batch --target-bpw 4: $f gave $got bits per weight"
+import json, sys
+got, rel = float(sys.argv[1]), sys.argv[3]
+b = {f["file"]: f for f in json.load(open(sys.argv[2]))["files"]}[rel]["budget"]
+assert 3.95 <= got <= 4.0, got
+assert b["target_bpw"] == 4 and b["met"] is True and abs(b["bpw"] - got) < 1e-6, (b, got)
+print(f"batch --target-bpw 4: {rel} {got:.4f} bpw from its header, summary {b['bpw']:.4f}")
+PYEOF
+done
+expect_rc 0 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/zc" --target-bpw 5 \
+    --candidates int8/ch,int4/g32
+for f in a b sub/c; do
+    "${B[@]}" schemes "$T/zc/$f.safetensors" | awk '{print $2}' | sort -u > "$T/used"
+    grep -qvE '^(int8/ch|int4/g32)$' "$T/used" && fail "batch --candidates int8/ch,int4/g32: $f used $(tr '\n' ' ' < "$T/used")"
+done
+# What makes no sense exits 2 with one error line (and the usage hint) and
+# writes nothing.
+one_error() {
+    [ "$(grep -vc "^Try 'npuc batch --help'\.$" "$T/err")" -eq 1 ] || fail "not one error line: $(cat "$T/err")"
+}
+expect_rc 2 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/zx" --target-size 25% --target-bpw 4
+must_match "$T/err" 'choose one of --target-size, --target-bpw'
+one_error
+printf 'steps:\n  - prune:\n      sparsity: 0.5\n' > "$T/prune.yaml"
+expect_rc 2 "$NPUC_BIN" batch "$T/prune.yaml" --input "$T/zoo3" --output "$T/zx" --target-size 25%
+must_match "$T/err" 'prune\.yaml: --target-size budgets a quantize step, and the recipe has none'
+one_error
+expect_rc 2 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/zx" --target-size 25% --plan "$T/plan.json"
+must_match "$T/err" "unknown option '--plan'"
+one_error
+printf 'steps:\n  - quantize:\n      plan: plan.json\n' > "$T/planr.yaml"
+expect_rc 2 "$NPUC_BIN" batch "$T/planr.yaml" --input "$T/zoo3" --output "$T/zx" --target-bpw 4
+must_match "$T/err" "planr\.yaml:3:13: step 'quantize': 'plan' applies a plan: without target_size, target_bpw or plan_out"
+one_error
+expect_rc 2 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/zx" --candidates int4/g32
+must_match "$T/err" '--candidates needs --target-size or --target-bpw'
+one_error
+expect_rc 2 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/zx" --target-size 0%
+must_match "$T/err" "--target-size '0%': expected a size in bytes, with a K, M or G suffix, or a percentage"
+one_error
+expect_rc 2 "$NPUC_BIN" batch "$T/plain.yaml" --input "$T/zoo3" --output "$T/zx" --target-bpw 0.5
+one_error
+[ ! -e "$T/zx" ] || fail "a refused batch budget created the output folder"
+
 expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size 0% -o "$T/x.safetensors"
 must_match "$T/err" "expected a size in bytes, with a K, M or G suffix, or a percentage"
 
