@@ -87,6 +87,7 @@ for b in bn_nobias bn_opset11 bn_opset9; do
 done
 fold bn_const --accept-guesses         # weights and statistics in Constant nodes
 fold bn_convt --pair ct.weight=ctb --eps 1e-3
+fold bn_gemm --pair fc.weight=fb       # Gemm transB=1 without C: C created
 fold bn_if --pair it.weight=ib --eps 1e-3 # inside an If branch
 must_match "$T/out" "folded 1 of 1 BatchNorms"
 

@@ -9,6 +9,7 @@ that drops a term shows in the output.  fold-bn does not read ONNX's epsilon att
   bn_opset9.onnx    the same at opset 9 (IR 4; BN's spatial attribute)
   bn_const.onnx     BN statistics in Constant nodes (as PaddleOCR stores weights)
   bn_convt.onnx     ConvTranspose (IOHW, group 1) -> BN (eps 1e-3)
+  bn_gemm.onnx      Gemm (transB=1, no C: a bias is created) -> BN on [N, C]
   bn_if.onnx        a Conv -> BN pair inside an If branch (eps 1e-3; the other branch a plain Conv)
   bn_shared.onnx    Conv -> BN where the Conv's output is also added to the BN's output:
                     not foldable, the BN stays
@@ -91,6 +92,12 @@ g = helper.make_graph([helper.make_node("ConvTranspose", ["x", "ct.weight", "ct.
                       "g", [vi("x", [1, 4, 5, 5])], [vi("y", [1, 6, 11, 11])],
                       [t(f32(4, 6, 3, 3), "ct.weight"), t(f32(6), "ct.bias")] + bn_inits("ctb", 6))
 save(g, "bn_convt.onnx")
+
+# Gemm [N, K] x W^T, no C, then BatchNorm over [N, C].
+g = helper.make_graph([helper.make_node("Gemm", ["x", "fc.weight"], ["fc"], name="fc", transB=1),
+                       bn_node("fb", "fc", "y", 1e-5, 13)],
+                      "g", [vi("x", [4, 16])], [vi("y", [4, 8])], [t(f32(8, 16), "fc.weight")] + bn_inits("fb", 8))
+save(g, "bn_gemm.onnx")
 
 # A pair inside an If branch; the condition is an input.
 then_g = helper.make_graph([helper.make_node("Conv", ["x", "it.weight"], ["ic"], name="ic", pads=[1, 1, 1, 1]),
