@@ -90,4 +90,6 @@ const npuc__format_row npuc__onnx_format = {
     .describe = onnx_describe,
     .read_graph = npuc__onnx_read_graph,
     .graph_meta_key = NPUC__ONNX_MODEL_KEY,
+    .graph_meta = NPUC__ONNX_MODEL_KEY,
+    .graph_write = npuc__onnx_graph_write,
 };

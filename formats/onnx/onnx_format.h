@@ -158,5 +158,11 @@ extern const npuc__format_row npuc__onnx_format;
  * layouts its ops give the weights (onnx_netgraph.c): the row's read_graph
  * hook (format_row.h).  NPUC_ERR_NOT_FOUND when m has no such entry. */
 npuc_status npuc__onnx_read_graph(npuc_ctx *ctx, npuc_model *m);
+/* The row's graph_write hook (onnx_fold.c): the "onnx.model" entry stored
+ * rewritten for the edited network graph g (folded BatchNormalization
+ * nodes removed, producers renamed and given their bias); *out NULL when g
+ * removes no node of the file. */
+npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+                                   char **out);
 
 #endif

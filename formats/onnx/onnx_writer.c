@@ -10,9 +10,10 @@
  * location/offset/length pointing into "<output>.data".  The writer only
  * changes values: a declared tensor whose dtype or shape differs from the
  * graph's, a weight with no declared tensor, or a declared tensor the graph
- * does not have is refused, as are encoded artifacts (quantized weights
- * need DequantizeLinear nodes, fold-bn removes nodes): those are graph
- * edits, which belong to the graph module.  Without an "onnx.model" entry
+ * does not have is refused, as are encoded artifacts ONNX cannot express
+ * (quantized weights become DequantizeLinear nodes: onnx_qdq.c; fold-bn's
+ * removed nodes arrive as an "onnx.model" entry the row's graph_write hook
+ * rewrote: onnx_fold.c).  Without an "onnx.model" entry
  * (a safetensors source) the output is a model whose graph holds the
  * tensors as initializers and no nodes.
  *
@@ -223,10 +224,6 @@ static npuc_status ow_begin(npuc_writer *w) {
     for (size_t i = 0; i < w->nmeta; i++) {
         if (strcmp(w->meta_k[i], NPUC__ONNX_MODEL_KEY) == 0) graph = w->meta_v[i];
         if (strcmp(w->meta_k[i], "npuc") == 0) art = w->meta_v[i];
-        if (strcmp(w->meta_k[i], "npuc.bnfold") == 0)
-            return npuc_fail(w->ctx, NPUC_ERR_UNSUPPORTED,
-                             "%s: fold-bn removes BatchNormalization nodes, a graph edit npuc does not write to ONNX "
-                             "yet; write safetensors", w->path);
     }
     if (graph && npuc__ox_b64_decode(graph, &skel, &nskel) != 0)
         return npuc_fail(w->ctx, NPUC_ERR_FORMAT, "%s: the \"%s\" metadata entry is not base64", w->path,

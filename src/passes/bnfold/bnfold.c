@@ -429,6 +429,12 @@ static npuc_status copy_meta(void *u, const char *key, const char **value) {
         mc->cfg_done = 1;
         if (rewritten_graph_meta(mc->d, w, &k, &mc->cfg, why, sizeof why) != NPUC_OK)
             return npuc_fail(mc->d->ctx, NPUC_ERR_NOMEM, "out of memory");
+        /* A format whose graph entry is the file's graph itself (ONNX:
+         * graph_meta_key) cannot be written without the edit. */
+        if (mc->d->plan->npairs && !mc->cfg && w->row->graph_meta_key &&
+            strcmp(w->row->graph_meta_key, key) == 0)
+            return npuc_fail(mc->d->ctx, NPUC_ERR_UNSUPPORTED, "%s: fold-bn: %s", w->path,
+                             why[0] ? why : "the graph names no folded BatchNorm");
         if (mc->d->plan->npairs && !mc->cfg &&
             npuc_summary_warn(mc->sum, "%s was not rewritten (%s): it still lists the folded BatchNorm layers", key,
                               why[0] ? why : "no folded layer in it") != NPUC_OK)
@@ -445,11 +451,6 @@ static npuc_status open_output(driver *d, npuc__drive *dr, npuc_summary *sum) {
     int err = 0;
     char *fold = NULL;
     npuc_status st = npuc__drive_open(dr, copy_meta, &mc);
-    /* ONNX keeps a graph whose BatchNormalization nodes would have to go:
-     * a graph edit (issue 28) the ONNX writer does not make yet. */
-    if (st == NPUC_OK && dr->w && strcmp(npuc_format_name(dr->w->format), "onnx") == 0)
-        st = npuc_fail(d->ctx, NPUC_ERR_UNSUPPORTED, "%s: fold-bn cannot write ONNX yet (removing BatchNormalization "
-                       "nodes is a graph edit); write safetensors", dr->w->path);
     if (st == NPUC_OK && dr->w && d->plan->npairs) {
         if (!(fold = bnfold_meta(d, &err))) st = npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
         else st = npuc_writer_meta(dr->w, "npuc.bnfold", fold);
