@@ -117,7 +117,7 @@ typedef struct npuc_bnfold_pair {
     int guess;                /* 1 when only order or numbering supports the pair */
     int groups;               /* > 1 only for grouped transposed convs (IOHW) */
     double eps;
-    char eps_source[24];      /* "--eps", "model_config", "keras default", "default" */
+    char eps_source[24];      /* "--eps", "model_config", "the file's graph", "keras default", "default" */
     char why[200];            /* the evidence, for --dry-run */
     npuc_bnfold_stats stats;
 } npuc_bnfold_pair;

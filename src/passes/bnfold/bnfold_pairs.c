@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "npuc/netgraph.h"
 #include "passes/bnfold/bnfold_internal.h"
 
 const char *npuc_bnfold_how_name(npuc_bnfold_how h) {
@@ -154,6 +155,27 @@ static int vector_of(const npuc_tensor_info *t, int64_t n) {
     return big <= 1;
 }
 
+/* The epsilon a BatchNormalization node of the file's own graph states
+ * (ONNX: the attribute `epsilon`, 1e-5 when absent, as the operator
+ * defines it): the node that holds the BatchNorm's mean.  NaN when the
+ * file states no such node. */
+static double graph_eps(const npuc_model *m, const char *mean) {
+    const npuc_graph *ng = npuc_model_graph(m);
+    size_t k, n = ng ? npuc_graph_weight_node(ng, mean, &k) : NPUC_GRAPH_NONE;
+    npuc_graph_node nd;
+    if (n == NPUC_GRAPH_NONE || npuc_graph_get_node(ng, n, &nd) != NPUC_OK || nd.evidence != NPUC_GRAPH_EV_FILE ||
+        !nd.op || strcmp(nd.op, "BatchNormalization") != 0)
+        return NAN;
+    for (size_t a = 0; a < nd.nattrs; a++) {
+        const char *key, *val;
+        if (npuc_graph_node_attr(ng, n, a, &key, &val) != 0 || strcmp(key, "epsilon") != 0) continue;
+        char *end;
+        double e = strtod(val, &end);
+        return *end == '\0' && isfinite(e) && e > 0 ? e : NAN;
+    }
+    return 1e-5;
+}
+
 /* The bias to fold into (or create) and the eps of every pair, then the
  * pairs in their producers' storage order. */
 static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_bnfold_params *p,
@@ -174,13 +196,16 @@ static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_
             x->bias = (int64_t)idx;
         }
         int64_t b = npuc__graph_find_bn(g, x->bn.name);
-        double cfg = b >= 0 ? g->bns[b].config_eps : NAN;
+        double cfg = b >= 0 ? g->bns[b].config_eps : NAN, gcfg;
         if (p->eps > 0) {
             x->eps = p->eps;
             snprintf(x->eps_source, sizeof x->eps_source, "--eps");
         } else if (isfinite(cfg) && cfg > 0) {
             x->eps = cfg;
             snprintf(x->eps_source, sizeof x->eps_source, "model_config");
+        } else if (b >= 0 && isfinite(gcfg = graph_eps(g->m, npuc__gt(g, g->bns[b].mean)->name))) {
+            x->eps = gcfg;
+            snprintf(x->eps_source, sizeof x->eps_source, "the file's graph");
         } else if (x->bn.keras || (b >= 0 && npuc__graph_is_keras3_var(npuc__gt(g, g->bns[b].mean)->name))) {
             x->eps = NPUC_BNFOLD_EPS_KERAS;
             snprintf(x->eps_source, sizeof x->eps_source, "keras default");

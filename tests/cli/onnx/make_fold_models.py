@@ -1,7 +1,7 @@
 """make_fold_models.py OUTDIR - ONNX models for fold-bn (tests/cli/onnx_fold.sh), built
 with onnx's helpers.  BatchNorm statistics are random and far from identity, so a fold
-that drops a term shows in the output.  fold-bn does not read ONNX's epsilon attribute yet
-(docs/onnx.md): models with epsilon 1e-3 are folded with --eps 1e-3.
+that drops a term shows in the output.  fold-bn reads ONNX's epsilon attribute
+from the BatchNormalization node: models with epsilon 1e-3 show a fold that used the default 1e-5.
 
   bn_nobias.onnx    Conv without bias -> BN -> Relu -> Conv + bias -> BN (output
                     of the graph: its name must stay), opset 13
