@@ -192,6 +192,28 @@ uint64_t npuc__in_channels(const npuc_tensor_info *t);
  * (channels 0: any depthwise convolution). */
 int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels);
 
+/* A weight's output channels as the graph decides them, once, for every pass
+ * (fold-bn's pairing and folding, structured prune's chains and plan).  From
+ * the layout's output axis; for a transposed conv (IOHW [in, out/groups, ..])
+ * the groups come only from the file: a `group`/`groups` attribute of the
+ * node holding the weight (ONNX ConvTranspose, a Keras config), else 1 by
+ * convention.  A BatchNorm's channel count never changes this reading: a pass
+ * that would need another (groups inferred from a BatchNorm) says so as a
+ * guess.  An ONNX ConvTranspose with group == C and W [C,1,k..] is already a
+ * depthwise kernel (role dwconv, channels on axis 0). */
+typedef struct npuc__chan {
+    int axis;                /* output-channel axis, -1 when none */
+    uint64_t channels;       /* output channels; 0 when undefined */
+    int groups;              /* groups of a transposed conv stated by the file, else 1 */
+    int depthwise;           /* a depthwise conv (channels pass one to one) */
+    int stated;              /* groups come from the file's graph */
+    npuc_confidence confidence; /* of the reading: the layout's, CERTAIN when the group is stated */
+    const char *evidence;    /* one short phrase (static) */
+} npuc__chan;
+
+/* Fills *c for tensor i of m; returns c->channels. */
+uint64_t npuc__graph_channels(const npuc_model *m, size_t i, npuc__chan *c);
+
 /* ------------------------------------------------------------ modules and consumers */
 
 /* Groups the tensors into modules, reads a Keras model_config into layers
@@ -290,7 +312,8 @@ typedef struct npuc__bn_link {
     size_t producer;      /* the producer's weight tensor */
     int groups;           /* > 1 only for grouped transposed convs (IOHW) */
     npuc__evidence evidence;
-    int guess;            /* only order or numbering supports it */
+    int guess;            /* only order or numbering supports it, or groups_guessed */
+    int groups_guessed;   /* groups inferred from the BatchNorm, not stated by the file (a guess) */
     int dropped;          /* a later rule gave the producer a second BatchNorm: neither holds */
     char why[200];        /* the evidence, for a reader */
 } npuc__bn_link;

@@ -90,6 +90,12 @@ static npuc_status refuse_guess(npuc_ctx *ctx, const npuc__graph *g, const npuc_
     const char *bn = g->bns[l->bn].name, *conv = npuc__gt(g, (int64_t)l->producer)->name;
     char rest[64] = "";
     if (more) snprintf(rest, sizeof rest, " (and %zu more guessed pairing%s)", more, more == 1 ? "" : "s");
+    if (l->groups_guessed)
+        return npuc_fail(ctx, NPUC_ERR_GUESS,
+                         "%s: BatchNorm '%s': pairing it with '%s' is a guess (%s); refused by --strict: a depthwise "
+                         "transposed conv is stated with --layout '%s=oihw' (channels on axis 0), or apply guesses "
+                         "with --accept-guesses%s",
+                         g->path, bn, conv, guess_why(l), conv, rest);
     return npuc_fail(ctx, NPUC_ERR_GUESS,
                      "%s: BatchNorm '%s': pairing it with '%s' is a guess (%s); refused by --strict: state it with "
                      "--pair %s=%s or --pairs FILE, or apply guesses with --accept-guesses%s",
