@@ -168,6 +168,13 @@ typedef struct npuc__graph {
 /* Opens the graph of m: names and storage order only.  The views are read
  * on demand by the functions below.  NPUC_ERR_NOMEM only. */
 npuc_status npuc__graph_open(npuc_ctx *ctx, npuc_model *m, npuc__graph **out);
+/* Reads the model's network graph (npuc_model_read_graph), so that what the
+ * file states there (a transposed conv's groups: npuc__graph_channels) is
+ * known to the pass from the start; a graph the reader refuses states
+ * nothing.  Passes call it after npuc__graph_open (the graph's own
+ * inference opens a npuc__graph too, so npuc__graph_open cannot).
+ * NPUC_ERR_NOMEM only. */
+npuc_status npuc__graph_read_stated(npuc_ctx *ctx, npuc__graph *g);
 /* Frees g and everything it read; NULL is a no-op. */
 void npuc__graph_free(npuc__graph *g);
 

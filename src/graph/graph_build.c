@@ -44,6 +44,13 @@ npuc_status npuc__graph_open(npuc_ctx *ctx, npuc_model *m, npuc__graph **out) {
     return NPUC_OK;
 }
 
+npuc_status npuc__graph_read_stated(npuc_ctx *ctx, npuc__graph *g) {
+    npuc_status st = npuc_model_read_graph(ctx, g->m);
+    if (st == NPUC_ERR_NOMEM) return st;
+    if (st != NPUC_OK) npuc_ctx_clear(ctx); /* a graph the reader refuses states nothing */
+    return NPUC_OK;
+}
+
 void npuc__graph_free(npuc__graph *g) {
     if (!g) return;
     for (size_t i = 0; i < g->nmods; i++) free(g->mods[i].key);

@@ -228,6 +228,7 @@ npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_par
     npuc__bn_attachments at;
     memset(&at, 0, sizeof at);
     npuc_status st = npuc__graph_open(ctx, m, &g);
+    if (st == NPUC_OK) st = npuc__graph_read_stated(ctx, g);
     if (st == NPUC_OK) st = npuc__graph_read_bns(ctx, g);
     if (st == NPUC_OK) {
         plan->nbn = g->nbn;

@@ -207,6 +207,7 @@ npuc_status npuc__chain_graph(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opt
     *out = NULL;
     if (st != NPUC_OK) return st;
     g->no_guess = o->no_guess;
+    if ((st = npuc__graph_read_stated(ctx, g)) != NPUC_OK) goto fail;
     if ((st = npuc__graph_read_modules(ctx, g)) != NPUC_OK) goto fail;
     if ((st = npuc__graph_read_next(ctx, g, o->next, o->nnext, o->graph_file)) != NPUC_OK) goto fail;
     /* Walk every explicit producer now, so a bad edge fails before anything
