@@ -44,4 +44,16 @@ expect_rc 0 "$NPUC_BIN" fold-bn "$T/det.safetensors" --dry-run --json --pair con
 expect_rc 0 "$NPUC_BIN" prune "$T/det.safetensors" --structured filter -s 0.5 --accept-guesses --json \
     -o "$T/pruned2.safetensors" -f "${L[@]}"
 "${CH[@]}" prune "$T/out" 1 || fail "prune with --layout oihw"
+# ONNX states the groups (ConvTranspose group = 2, W [4,3,2,2]): both passes
+# read 6 channels; prune leaves the grouped tensor whole instead of cutting
+# along axis 1 as if it had 3.
+if "$PY" -c "import onnx" 2>/dev/null; then
+    "${CH[@]}" make-onnx "$T/g.onnx"
+    expect_rc 0 "$NPUC_BIN" fold-bn "$T/g.onnx" --dry-run --json --accept-guesses
+    cp "$T/out" "$T/plan.json"
+    expect_rc 0 "$NPUC_BIN" prune "$T/g.onnx" --structured filter -s 0.5 --json -o "$T/gp.onnx"
+    "${CH[@]}" onnx "$T/plan.json" "$T/out" || fail "ONNX stated groups: fold-bn and prune disagree"
+else
+    echo "fold_bn_channels: python3-onnx not installed, the stated-groups case is not checked"
+fi
 echo "fold_bn_channels: fold-bn and prune read every weight with the same channel count"

@@ -17,6 +17,12 @@
     bnfold_channels.py prune REPORT.json [LAYOUT_OIHW]
         Checks prune --json: every tensor's "channels" extra (or the "keeps
         all N channels" note) is the same count.
+    bnfold_channels.py make-onnx OUT.onnx
+        ConvTranspose 'up' with group = 2, W [4,3,2,2] (6 output channels:
+        [in, out/group, kh, kw]), then a 6-channel BatchNormalization.
+    bnfold_channels.py onnx PLAN.json PRUNE.json
+        fold-bn's plan pairs up.weight with 6 channels and 2 groups, and prune's
+        report states the same 6 channels for it (not pruned along axis 1).
     bnfold_channels.py same IN.safetensors OUT.safetensors TENSOR
         TENSOR is byte-identical in both files (no fold touched it).
 Independent of npuc: the expected counts come from the shapes written here.
@@ -92,6 +98,42 @@ def prune(path, oihw):
         sys.exit(f"prune report covers {seen} of {len(SHAPES)} weights")
 
 
+def make_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 2, 2)).astype(np.float32), "up.weight")]
+    for n, v in [("bn.scale", rng.uniform(.5, 1.5, 6)), ("bn.bias", rng.standard_normal(6)),
+                 ("bn.mean", rng.standard_normal(6)), ("bn.var", rng.uniform(.5, 2, 6))]:
+        inits.append(numpy_helper.from_array(v.astype(np.float32), n))
+    nodes = [helper.make_node("ConvTranspose", ["x", "up.weight"], ["y"], group=2, strides=[2, 2], name="up"),
+             helper.make_node("BatchNormalization", ["y", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["z"],
+                              name="bn")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 6, 10, 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def check_onnx(plan_path, prune_path):
+    out_ch = 3 * 2  # W [in, out/group, ..] with group 2
+    pairs = json.load(open(plan_path))["pairs"]
+    if len(pairs) != 1 or pairs[0]["conv"] != "up.weight" or pairs[0]["channels"] != out_ch or pairs[0]["groups"] != 2:
+        sys.exit(f"fold-bn plan: {pairs}, expected up.weight with {out_ch} channels, 2 groups")
+    for t in json.load(open(prune_path))["tensors"]:
+        if t["name"] == "up.weight":
+            got = t.get("extra", {}).get("channels")
+            if got is None:
+                m = re.search(r"its (\d+) channels", t.get("note") or "")
+                got = int(m.group(1)) if m else None
+            if got != out_ch or t["action"] != "kept":
+                sys.exit(f"prune reads up.weight as {got} channels ({t['action']}: {t.get('note')!r}), "
+                         f"expected {out_ch}, kept")
+            return
+    sys.exit("prune report has no up.weight")
+
+
 def read_raw(path, name):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -109,6 +151,10 @@ def main():
         plan(sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "1")
     elif k == "prune":
         prune(sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "1")
+    elif k == "make-onnx":
+        make_onnx(sys.argv[2])
+    elif k == "onnx":
+        check_onnx(sys.argv[2], sys.argv[3])
     elif k == "same":
         if read_raw(sys.argv[2], sys.argv[4]) != read_raw(sys.argv[3], sys.argv[4]):
             sys.exit(f"{sys.argv[4]} changed")
