@@ -27,7 +27,9 @@
  * way: modules (npuc__graph_read_modules) key on the Keras group, else the
  * name up to its last '/' (Keras) or '.'; BatchNorms (npuc__graph_read_bns)
  * on the name up to its last '.' or '/' without a Keras ":0" suffix.  Both
- * are kept so each pass decides exactly as it did.
+ * groupings are kept so each pass decides exactly as it did; a BatchNorm is
+ * one type (npuc__bn) in both.  A weight's channels are one decision for
+ * both questions (npuc__graph_channels).
  *
  *     npuc__graph *g;
  *     npuc_status st = npuc__graph_open(ctx, m, &g);
@@ -64,10 +66,21 @@ const char *npuc__evidence_name(npuc__evidence e);
 
 #define NPUC_GRAPH_MAX_NEXT 32 /* consumers of one module, BatchNorms on one space */
 
-/* A BatchNorm's tensors as indices into the model, -1 when absent. */
+/* One BatchNorm: its tensors as indices into the model (-1 when absent) and
+ * what the graph read about it.  One type for both views: a module's
+ * BatchNorm (npuc__mod.bn, read by npuc__graph_read_modules: tensors and
+ * mod) and the BatchNorm view (g->bns, npuc__graph_read_bns: every field but
+ * mod). */
 typedef struct npuc__bn {
-    int64_t gamma, beta, mean, var, count;
-    size_t mod; /* its module */
+    char *name;       /* BatchNorm view: module prefix or Keras layer, "features.1", "bn_Conv1"
+                         (owned by g->bns); NULL in a module's copy (its key names it) */
+    int64_t gamma, beta, mean, var, count; /* count: PyTorch num_batches_tracked */
+    size_t mod;       /* module view: its module */
+    int64_t channels; /* BatchNorm view: its channel count */
+    int keras;        /* Keras names (gamma, moving_mean...) */
+    size_t first;     /* its first tensor in storage order */
+    double config_eps; /* its epsilon in model_config, NaN when none */
+    npuc__evidence evidence; /* of its role: name, or config when model_config lists the layer */
 } npuc__bn;
 
 /* A module (PyTorch) or layer (Keras): the tensors sharing a name prefix.
@@ -110,17 +123,6 @@ typedef struct npuc__xbn {
     size_t bn;        /* BatchNorm module */
 } npuc__xbn;
 
-/* One BatchNorm of the BatchNorm view (graph_bn.c): tensors sharing a
- * prefix with a running mean and variance. */
-typedef struct npuc__graph_bn {
-    char *name;       /* module prefix or Keras layer: "features.1", "bn_Conv1"; owned */
-    int64_t gamma, beta, mean, var, count; /* count: PyTorch num_batches_tracked */
-    int64_t channels;
-    int keras;        /* Keras names (gamma, moving_mean...) */
-    size_t first;     /* its first tensor in storage order */
-    double config_eps; /* its epsilon in model_config, NaN when none */
-    npuc__evidence evidence; /* of its role: name, or config when model_config lists the layer */
-} npuc__graph_bn;
 
 /* A BatchNormalization layer of a Keras model_config and what feeds it
  * (graph_keras_bn.c). */
@@ -156,7 +158,7 @@ typedef struct npuc__graph {
     size_t nxb;
 
     /* BatchNorms (npuc__graph_read_bns). */
-    npuc__graph_bn *bns;
+    npuc__bn *bns;
     size_t nbn, capbn;
     int64_t *bn_of;       /* tensor -> BatchNorm, or -1 */
     const char **sorted;  /* tensor names in strcmp order, for prefix searches */

@@ -127,12 +127,12 @@ static npuc_status collect_bns(npuc_ctx *ctx, npuc__graph *g) {
         if (b < 0) {
             if (g->nbn == g->capbn) {
                 size_t cap = g->capbn ? 2 * g->capbn : 16;
-                npuc__graph_bn *nb = realloc(g->bns, cap * sizeof *nb);
+                npuc__bn *nb = realloc(g->bns, cap * sizeof *nb);
                 if (!nb) { free(key); free(prev); return nomem(ctx, g); }
                 g->bns = nb;
                 g->capbn = cap;
             }
-            npuc__graph_bn *nb = &g->bns[g->nbn];
+            npuc__bn *nb = &g->bns[g->nbn];
             memset(nb, 0, sizeof *nb);
             nb->name = npuc__strdup(key);
             if (!nb->name) { free(key); free(prev); return nomem(ctx, g); }
@@ -145,7 +145,7 @@ static npuc_status collect_bns(npuc_ctx *ctx, npuc__graph *g) {
         free(prev);
         prev = key;
         prev_bn = b;
-        npuc__graph_bn *x = &g->bns[b];
+        npuc__bn *x = &g->bns[b];
         int64_t *slot = t->role == NPUC_ROLE_BN_GAMMA ? &x->gamma : t->role == NPUC_ROLE_BN_BETA ? &x->beta :
                         t->role == NPUC_ROLE_BN_MEAN ? &x->mean : t->role == NPUC_ROLE_BN_VAR ? &x->var : &x->count;
         if (*slot >= 0) {
@@ -160,7 +160,7 @@ static npuc_status collect_bns(npuc_ctx *ctx, npuc__graph *g) {
     /* Keep complete BatchNorms; gamma/beta alone are a Keras LayerNormalization. */
     size_t w = 0;
     for (size_t k = 0; k < g->nbn; k++) {
-        npuc__graph_bn *x = &g->bns[k];
+        npuc__bn *x = &g->bns[k];
         int64_t idx[5] = {x->gamma, x->beta, x->mean, x->var, x->count};
         if (x->mean < 0 || x->var < 0) {
             for (int j = 0; j < 5; j++)

@@ -123,7 +123,7 @@ static npuc_status plan_from_links(npuc_ctx *ctx, const npuc__graph *g, const np
     }
     for (size_t k = 0; k < at->nlinks && st == NPUC_OK; k++) {
         const npuc__bn_link *l = &at->links[k];
-        const npuc__graph_bn *b = &g->bns[l->bn];
+        const npuc__bn *b = &g->bns[l->bn];
         if (l->dropped) continue;
         if (l->guess && !accept) {
             st = add_skip(ctx, g->path, plan, b->name, npuc__gt(g, (int64_t)l->producer)->name,
