@@ -27,7 +27,9 @@
  * way: modules (npuc__graph_read_modules) key on the Keras group, else the
  * name up to its last '/' (Keras) or '.'; BatchNorms (npuc__graph_read_bns)
  * on the name up to its last '.' or '/' without a Keras ":0" suffix.  Both
- * are kept so each pass decides exactly as it did.
+ * groupings are kept so each pass decides exactly as it did; a BatchNorm is
+ * one type (npuc__bn) in both.  A weight's channels are one decision for
+ * both questions (npuc__graph_channels).
  *
  *     npuc__graph *g;
  *     npuc_status st = npuc__graph_open(ctx, m, &g);
@@ -64,10 +66,21 @@ const char *npuc__evidence_name(npuc__evidence e);
 
 #define NPUC_GRAPH_MAX_NEXT 32 /* consumers of one module, BatchNorms on one space */
 
-/* A BatchNorm's tensors as indices into the model, -1 when absent. */
+/* One BatchNorm: its tensors as indices into the model (-1 when absent) and
+ * what the graph read about it.  One type for both views: a module's
+ * BatchNorm (npuc__mod.bn, read by npuc__graph_read_modules: tensors and
+ * mod) and the BatchNorm view (g->bns, npuc__graph_read_bns: every field but
+ * mod). */
 typedef struct npuc__bn {
-    int64_t gamma, beta, mean, var, count;
-    size_t mod; /* its module */
+    char *name;       /* BatchNorm view: module prefix or Keras layer, "features.1", "bn_Conv1"
+                         (owned by g->bns); NULL in a module's copy (its key names it) */
+    int64_t gamma, beta, mean, var, count; /* count: PyTorch num_batches_tracked */
+    size_t mod;       /* module view: its module */
+    int64_t channels; /* BatchNorm view: its channel count */
+    int keras;        /* Keras names (gamma, moving_mean...) */
+    size_t first;     /* its first tensor in storage order */
+    double config_eps; /* its epsilon in model_config, NaN when none */
+    npuc__evidence evidence; /* of its role: name, or config when model_config lists the layer */
 } npuc__bn;
 
 /* A module (PyTorch) or layer (Keras): the tensors sharing a name prefix.
@@ -110,17 +123,6 @@ typedef struct npuc__xbn {
     size_t bn;        /* BatchNorm module */
 } npuc__xbn;
 
-/* One BatchNorm of the BatchNorm view (graph_bn.c): tensors sharing a
- * prefix with a running mean and variance. */
-typedef struct npuc__graph_bn {
-    char *name;       /* module prefix or Keras layer: "features.1", "bn_Conv1"; owned */
-    int64_t gamma, beta, mean, var, count; /* count: PyTorch num_batches_tracked */
-    int64_t channels;
-    int keras;        /* Keras names (gamma, moving_mean...) */
-    size_t first;     /* its first tensor in storage order */
-    double config_eps; /* its epsilon in model_config, NaN when none */
-    npuc__evidence evidence; /* of its role: name, or config when model_config lists the layer */
-} npuc__graph_bn;
 
 /* A BatchNormalization layer of a Keras model_config and what feeds it
  * (graph_keras_bn.c). */
@@ -156,7 +158,7 @@ typedef struct npuc__graph {
     size_t nxb;
 
     /* BatchNorms (npuc__graph_read_bns). */
-    npuc__graph_bn *bns;
+    npuc__bn *bns;
     size_t nbn, capbn;
     int64_t *bn_of;       /* tensor -> BatchNorm, or -1 */
     const char **sorted;  /* tensor names in strcmp order, for prefix searches */
@@ -168,6 +170,13 @@ typedef struct npuc__graph {
 /* Opens the graph of m: names and storage order only.  The views are read
  * on demand by the functions below.  NPUC_ERR_NOMEM only. */
 npuc_status npuc__graph_open(npuc_ctx *ctx, npuc_model *m, npuc__graph **out);
+/* Reads the model's network graph (npuc_model_read_graph), so that what the
+ * file states there (a transposed conv's groups: npuc__graph_channels) is
+ * known to the pass from the start; a graph the reader refuses states
+ * nothing.  Passes call it after npuc__graph_open (the graph's own
+ * inference opens a npuc__graph too, so npuc__graph_open cannot).
+ * NPUC_ERR_NOMEM only. */
+npuc_status npuc__graph_read_stated(npuc_ctx *ctx, npuc__graph *g);
 /* Frees g and everything it read; NULL is a no-op. */
 void npuc__graph_free(npuc__graph *g);
 
@@ -191,6 +200,28 @@ uint64_t npuc__in_channels(const npuc_tensor_info *t);
 /* A depthwise conv passing `channels` channels through one to one
  * (channels 0: any depthwise convolution). */
 int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels);
+
+/* A weight's output channels as the graph decides them, once, for every pass
+ * (fold-bn's pairing and folding, structured prune's chains and plan).  From
+ * the layout's output axis; for a transposed conv (IOHW [in, out/groups, ..])
+ * the groups come only from the file: a `group`/`groups` attribute of the
+ * node holding the weight (ONNX ConvTranspose, a Keras config), else 1 by
+ * convention.  A BatchNorm's channel count never changes this reading: a pass
+ * that would need another (groups inferred from a BatchNorm) says so as a
+ * guess.  An ONNX ConvTranspose with group == C and W [C,1,k..] is already a
+ * depthwise kernel (role dwconv, channels on axis 0). */
+typedef struct npuc__chan {
+    int axis;                /* output-channel axis, -1 when none */
+    uint64_t channels;       /* output channels; 0 when undefined */
+    int groups;              /* groups of a transposed conv stated by the file, else 1 */
+    int depthwise;           /* a depthwise conv (channels pass one to one) */
+    int stated;              /* groups come from the file's graph */
+    npuc_confidence confidence; /* of the reading: the layout's, CERTAIN when the group is stated */
+    const char *evidence;    /* one short phrase (static) */
+} npuc__chan;
+
+/* Fills *c for tensor i of m; returns c->channels. */
+uint64_t npuc__graph_channels(const npuc_model *m, size_t i, npuc__chan *c);
 
 /* ------------------------------------------------------------ modules and consumers */
 
@@ -290,7 +321,8 @@ typedef struct npuc__bn_link {
     size_t producer;      /* the producer's weight tensor */
     int groups;           /* > 1 only for grouped transposed convs (IOHW) */
     npuc__evidence evidence;
-    int guess;            /* only order or numbering supports it */
+    int guess;            /* only order or numbering supports it, or groups_guessed */
+    int groups_guessed;   /* groups inferred from the BatchNorm, not stated by the file (a guess) */
     int dropped;          /* a later rule gave the producer a second BatchNorm: neither holds */
     char why[200];        /* the evidence, for a reader */
 } npuc__bn_link;

@@ -67,24 +67,35 @@ int npuc__graph_is_producer(const npuc_tensor_info *t) {
     }
 }
 
-int npuc__attach_channels_match(const npuc_tensor_info *t, int64_t channels, int *groups) {
-    uint64_t c = npuc__out_channels(t);
-    *groups = 1;
+int npuc__attach_channels_match(const npuc_model *m, size_t i, int64_t channels, int *groups) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    npuc__chan ch;
+    uint64_t c = npuc__graph_channels(m, i, &ch);
+    *groups = ch.groups;
     if (c == 0 || channels <= 0) return 0;
     if (c == (uint64_t)channels) return 1;
-    if (t->layout == NPUC_LAYOUT_IOHW && (uint64_t)channels % c == 0) {
-        uint64_t g = (uint64_t)channels / c;
-        if (g <= 1u << 20 && (uint64_t)t->shape[0] % g == 0) {
+    /* Another reading than the graph's: a transposed conv whose file states
+     * no groups, read with groups = channels / its axis-1 extent. */
+    uint64_t per = (uint64_t)t->shape[1];
+    if (t->layout == NPUC_LAYOUT_IOHW && !ch.stated && per > 0 && (uint64_t)channels % per == 0) {
+        uint64_t g = (uint64_t)channels / per;
+        if (g > 1 && g <= 1u << 20 && (uint64_t)t->shape[0] % g == 0) {
             *groups = (int)g;
-            return 1;
+            return 2;
         }
     }
     return 0;
 }
 
-void npuc__attach_describe_channels(const npuc_tensor_info *t, char *buf, size_t n) {
-    snprintf(buf, n, "'%s' has %llu output channels (layout %s)", t->name,
-             (unsigned long long)npuc__out_channels(t), npuc_layout_name(t->layout));
+void npuc__attach_describe_channels(const npuc_model *m, size_t i, char *buf, size_t n) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    npuc__chan ch;
+    unsigned long long c = (unsigned long long)npuc__graph_channels(m, i, &ch);
+    if (ch.stated)
+        snprintf(buf, n, "'%s' has %llu output channels (layout %s, %d groups stated)", t->name, c,
+                 npuc_layout_name(t->layout), ch.groups);
+    else
+        snprintf(buf, n, "'%s' has %llu output channels (layout %s)", t->name, c, npuc_layout_name(t->layout));
 }
 
 int64_t npuc__attach_existing_bias(const npuc__attach *a, size_t conv) {
@@ -116,12 +127,12 @@ static npuc_status collect_bns(npuc_ctx *ctx, npuc__graph *g) {
         if (b < 0) {
             if (g->nbn == g->capbn) {
                 size_t cap = g->capbn ? 2 * g->capbn : 16;
-                npuc__graph_bn *nb = realloc(g->bns, cap * sizeof *nb);
+                npuc__bn *nb = realloc(g->bns, cap * sizeof *nb);
                 if (!nb) { free(key); free(prev); return nomem(ctx, g); }
                 g->bns = nb;
                 g->capbn = cap;
             }
-            npuc__graph_bn *nb = &g->bns[g->nbn];
+            npuc__bn *nb = &g->bns[g->nbn];
             memset(nb, 0, sizeof *nb);
             nb->name = npuc__strdup(key);
             if (!nb->name) { free(key); free(prev); return nomem(ctx, g); }
@@ -134,7 +145,7 @@ static npuc_status collect_bns(npuc_ctx *ctx, npuc__graph *g) {
         free(prev);
         prev = key;
         prev_bn = b;
-        npuc__graph_bn *x = &g->bns[b];
+        npuc__bn *x = &g->bns[b];
         int64_t *slot = t->role == NPUC_ROLE_BN_GAMMA ? &x->gamma : t->role == NPUC_ROLE_BN_BETA ? &x->beta :
                         t->role == NPUC_ROLE_BN_MEAN ? &x->mean : t->role == NPUC_ROLE_BN_VAR ? &x->var : &x->count;
         if (*slot >= 0) {
@@ -149,7 +160,7 @@ static npuc_status collect_bns(npuc_ctx *ctx, npuc__graph *g) {
     /* Keep complete BatchNorms; gamma/beta alone are a Keras LayerNormalization. */
     size_t w = 0;
     for (size_t k = 0; k < g->nbn; k++) {
-        npuc__graph_bn *x = &g->bns[k];
+        npuc__bn *x = &g->bns[k];
         int64_t idx[5] = {x->gamma, x->beta, x->mean, x->var, x->count};
         if (x->mean < 0 || x->var < 0) {
             for (int j = 0; j < 5; j++)
@@ -283,8 +294,30 @@ npuc_status npuc__attach_propose(npuc__attach *a, size_t conv, size_t b, npuc__e
     const npuc_tensor_info *t = npuc_model_tensor(g->m, conv);
     char buf[200];
     int groups;
-    if (!npuc__attach_channels_match(t, g->bns[b].channels, &groups)) {
-        npuc__attach_describe_channels(t, buf, sizeof buf);
+    int match = npuc__attach_channels_match(g->m, conv, g->bns[b].channels, &groups);
+    if (match == 2 && guess) {
+        /* The pairing is a guess already, and it would also need the
+         * producer read otherwise than every other pass reads it: refused,
+         * --accept-guesses or not. */
+        npuc__attach_describe_channels(g->m, conv, buf, sizeof buf);
+        a->state[b] = ATTACH_SKIPPED;
+        return npuc__attach_refusal(a, b, t->name,
+                                    "channel counts disagree: %s, the BatchNorm %lld; pairing them would take a "
+                                    "guessed pairing and %d groups the file does not state",
+                                    buf, (long long)g->bns[b].channels, groups);
+    }
+    char why2[200];
+    if (match == 2) {
+        /* A stated or name-based pairing that fits only with groups inferred
+         * from the BatchNorm: a guess (the graph, and structured prune, read
+         * the producer with 1 group). */
+        snprintf(why2, sizeof why2, "%s; guess: %d groups from the BatchNorm, the file states none (the graph: "
+                 "%llu channels)", why, groups, (unsigned long long)npuc__out_channels(t));
+        why = why2;
+        guess = 1;
+    }
+    if (!match) {
+        npuc__attach_describe_channels(g->m, conv, buf, sizeof buf);
         a->state[b] = ATTACH_SKIPPED;
         return npuc__attach_refusal(a, b, t->name, "shape mismatch: %s, the BatchNorm %lld%s", buf,
                                     (long long)g->bns[b].channels,
@@ -308,7 +341,9 @@ npuc_status npuc__attach_propose(npuc__attach *a, size_t conv, size_t b, npuc__e
         return npuc__attach_refusal(a, b, t->name, "producer '%s' would feed two BatchNorms ('%s' and '%s')",
                                     t->name, g->bns[other->bn].name, g->bns[b].name);
     }
-    return npuc__attach_link(a, conv, b, groups, ev, guess, why);
+    npuc_status st = npuc__attach_link(a, conv, b, groups, ev, guess, why);
+    if (st == NPUC_OK && match == 2) a->out->links[a->out->nlinks - 1].groups_guessed = 1;
+    return st;
 }
 
 /* ------------------------------------------------------------ entry point */

@@ -57,10 +57,9 @@ npuc_status npuc__attach_rule_topology(npuc__attach *a) {
             if (st != NPUC_OK) return st;
             continue;
         }
-        const npuc_tensor_info *t = npuc_model_tensor(a->g->m, (size_t)w);
         int groups;
-        if (!npuc__attach_channels_match(t, a->g->bns[b].channels, &groups)) {
-            npuc__attach_describe_channels(t, why, sizeof why);
+        if (!npuc__attach_channels_match(a->g->m, (size_t)w, a->g->bns[b].channels, &groups)) {
+            npuc__attach_describe_channels(a->g->m, (size_t)w, why, sizeof why);
             return npuc_fail(a->ctx, NPUC_ERR_FORMAT,
                              "%s: BatchNorm '%s': model_config says '%s' feeds it, but %s and the BatchNorm "
                              "has %lld: mismatched channel counts", a->g->path, key, ed->producer, why,
@@ -220,16 +219,22 @@ npuc_status npuc__attach_rule_explicit(npuc__attach *a, const char *const *pairs
             break;
         }
         int groups;
-        if (!npuc__attach_channels_match(t, a->g->bns[b].channels, &groups)) {
+        int match = npuc__attach_channels_match(a->g->m, (size_t)w, a->g->bns[b].channels, &groups);
+        if (!match) {
             char ch[160];
-            npuc__attach_describe_channels(t, ch, sizeof ch);
+            npuc__attach_describe_channels(a->g->m, (size_t)w, ch, sizeof ch);
             st = npuc_fail(a->ctx, NPUC_ERR_ARG, "%s: %s: %s but BatchNorm '%s' has %lld: mismatched channel counts",
                            a->g->path, s->origin, ch, a->g->bns[b].name, (long long)a->g->bns[b].channels);
             break;
         }
         char why[200];
-        snprintf(why, sizeof why, "stated: %s", s->origin);
-        st = npuc__attach_link(a, (size_t)w, (size_t)b, groups, NPUC_EVIDENCE_EXPLICIT, 0, why);
+        if (match == 2)
+            snprintf(why, sizeof why, "stated: %s; guess: %d groups from the BatchNorm, the file states none "
+                     "(the graph: %llu channels)", s->origin, groups, (unsigned long long)npuc__out_channels(t));
+        else
+            snprintf(why, sizeof why, "stated: %s", s->origin);
+        st = npuc__attach_link(a, (size_t)w, (size_t)b, groups, NPUC_EVIDENCE_EXPLICIT, match == 2, why);
+        if (st == NPUC_OK && match == 2) a->out->links[a->out->nlinks - 1].groups_guessed = 1;
     }
     npuc__graph_pair_statements_free(sts, ns);
     for (size_t b = 0; b < a->g->nbn && st == NPUC_OK; b++)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "graph/graph_net.h"
 
 const char *npuc__evidence_name(npuc__evidence e) {
     static const char *const N[] = {"explicit", "config", "name", "layer-order", "order"};
@@ -40,6 +41,13 @@ npuc_status npuc__graph_open(npuc_ctx *ctx, npuc_model *m, npuc__graph **out) {
     g->n = npuc_model_count(m);
     g->alphabetical = is_alphabetical(m, g->n);
     *out = g;
+    return NPUC_OK;
+}
+
+npuc_status npuc__graph_read_stated(npuc_ctx *ctx, npuc__graph *g) {
+    npuc_status st = npuc_model_read_graph(ctx, g->m);
+    if (st == NPUC_ERR_NOMEM) return st;
+    if (st != NPUC_OK) npuc_ctx_clear(ctx); /* a graph the reader refuses states nothing */
     return NPUC_OK;
 }
 
@@ -93,6 +101,44 @@ uint64_t npuc__out_channels(const npuc_tensor_info *t) {
 uint64_t npuc__in_channels(const npuc_tensor_info *t) {
     int a = npuc__in_axis(t);
     return a < 0 ? 0 : (uint64_t)t->shape[a];
+}
+
+/* The `group` (ONNX) or `groups` (Keras) of the node holding weight t in
+ * m's graph, when the graph has been read and states one; else 0. */
+static long stated_groups(const npuc_model *m, const npuc_tensor_info *t) {
+    const npuc__ng *ng = npuc_model_graph(m);
+    if (!ng) return 0;
+    size_t nd = npuc__ng_weight_node(ng, t->name);
+    if (nd == NPUC_GRAPH_NONE) return 0;
+    const char *v = npuc__ng_attr(ng, nd, "group");
+    if (!v) v = npuc__ng_attr(ng, nd, "groups");
+    if (!v) return 0;
+    char *end;
+    long g = strtol(v, &end, 10);
+    return *end == '\0' && g >= 1 && g <= (1L << 20) ? g : 0;
+}
+
+uint64_t npuc__graph_channels(const npuc_model *m, size_t i, npuc__chan *c) {
+    const npuc_tensor_info *t = npuc_model_tensor(m, i);
+    memset(c, 0, sizeof *c);
+    c->axis = npuc__out_axis(t);
+    c->channels = npuc__out_channels(t);
+    c->groups = 1;
+    c->depthwise = npuc__is_dw(t, 0);
+    c->confidence = t->confidence;
+    c->evidence = "the layout's output axis";
+    if (t->layout != NPUC_LAYOUT_IOHW || c->channels == 0) return c->channels;
+    long g = stated_groups(m, t);
+    if (g > 1 && (uint64_t)t->shape[0] % (uint64_t)g == 0 && c->channels <= UINT64_MAX / (uint64_t)g) {
+        c->groups = (int)g;
+        c->channels *= (uint64_t)g;
+        c->stated = 1;
+        c->confidence = NPUC_CONF_CERTAIN;
+        c->evidence = "a transposed conv with the groups its node states";
+    } else if (!g) {
+        c->evidence = "a transposed conv whose file states no groups: 1 by convention";
+    }
+    return c->channels;
 }
 
 int npuc__is_dw(const npuc_tensor_info *t, uint64_t channels) {

@@ -147,10 +147,14 @@ typedef struct npuc__attach {
 
 npuc_status npuc__attach_nomem(npuc__attach *a);
 const char *npuc__attach_tname(const npuc__attach *a, size_t i);
-/* Whether producer t can feed a BatchNorm of `channels` channels; *groups
- * is set for grouped transposed convs, whose view holds out/groups channels. */
-int npuc__attach_channels_match(const npuc_tensor_info *t, int64_t channels, int *groups);
-void npuc__attach_describe_channels(const npuc_tensor_info *t, char *buf, size_t n);
+/* Whether producer i of m can feed a BatchNorm of `channels` channels: 1
+ * when its channels as the graph decides them (npuc__graph_channels) are
+ * `channels`, *groups its stated groups; 2 when only another reading fits (a
+ * transposed conv whose file states no groups, read with *groups =
+ * channels / its axis-1 extent): a guess, never taken on a guessed pairing;
+ * 0 otherwise. */
+int npuc__attach_channels_match(const npuc_model *m, size_t i, int64_t channels, int *groups);
+void npuc__attach_describe_channels(const npuc_model *m, size_t i, char *buf, size_t n);
 /* The existing bias tensor of producer weight conv, or -1. */
 int64_t npuc__attach_existing_bias(const npuc__attach *a, size_t conv);
 

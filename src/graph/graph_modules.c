@@ -11,6 +11,7 @@
  * length (else its tensors count as "other"), and a bias must have the
  * weight's output-channel count.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,7 @@ static npuc_status add_mod(npuc_ctx *ctx, npuc__graph *g, const char *key, size_
     md->key[klen] = 0;
     md->weight = md->bias = -1;
     md->bn.gamma = md->bn.beta = md->bn.mean = md->bn.var = md->bn.count = -1;
+    md->bn.config_eps = NAN; /* the module view reads no config */
     md->first = first;
     md->evidence = NPUC_EVIDENCE_NAME;
     *out = g->nmods++;

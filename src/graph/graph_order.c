@@ -111,9 +111,8 @@ static npuc_status rule_keras_order(npuc__attach *a, const layers *L, size_t b) 
     }
     int64_t w = layer_producer(a, L, prev);
     if (w >= 0) {
-        const npuc_tensor_info *t = npuc_model_tensor(a->g->m, (size_t)w);
         int groups;
-        if (npuc__attach_channels_match(t, a->g->bns[b].channels, &groups) && a->claim[w] == -1) {
+        if (npuc__attach_channels_match(a->g->m, (size_t)w, a->g->bns[b].channels, &groups) && a->claim[w] == -1) {
             int agree = npuc__graph_same_counter(leaf, npuc__graph_leaf(L->name[prev]));
             snprintf(why, sizeof why, "layer order: '%s' is the layer before '%s'%s", L->name[prev], key,
                      agree ? " (numbering agrees)" : "");
@@ -132,7 +131,7 @@ static npuc_status rule_keras_order(npuc__attach *a, const layers *L, size_t b) 
             int64_t cw = npuc__graph_module_weight(a->g, cand);
             int groups;
             if (cw >= 0 && npuc__graph_is_producer(npuc_model_tensor(a->g->m, (size_t)cw)) && a->claim[cw] == -1 &&
-                npuc__attach_channels_match(npuc_model_tensor(a->g->m, (size_t)cw), a->g->bns[b].channels, &groups)) {
+                npuc__attach_channels_match(a->g->m, (size_t)cw, a->g->bns[b].channels, &groups) == 1) {
                 snprintf(why, sizeof why, "Keras numbering: '%s' / '%s' (not adjacent in layer order)", cand, key);
                 free(cand);
                 return npuc__attach_propose(a, (size_t)cw, b, NPUC_EVIDENCE_NAME, 1, why);
@@ -151,7 +150,7 @@ static npuc_status rule_keras_order(npuc__attach *a, const layers *L, size_t b) 
         return npuc__attach_refuse(a, b, t->name, why);
     }
     char ch[160];
-    npuc__attach_describe_channels(t, ch, sizeof ch);
+    npuc__attach_describe_channels(a->g->m, (size_t)w, ch, sizeof ch);
     snprintf(why, sizeof why, "shape mismatch: %s, the BatchNorm %lld", ch, (long long)a->g->bns[b].channels);
     st = npuc__attach_refuse(a, b, t->name, why);
     return st;
@@ -173,7 +172,7 @@ npuc_status npuc__attach_rule_nearest(npuc__attach *a, size_t b) {
     for (size_t j = a->g->bns[b].first; j-- > 0;) {
         const npuc_tensor_info *t = npuc_model_tensor(a->g->m, j);
         int groups;
-        if (!npuc__graph_is_producer(t) || a->claim[j] != -1 || !npuc__attach_channels_match(t, a->g->bns[b].channels, &groups)) continue;
+        if (!npuc__graph_is_producer(t) || a->claim[j] != -1 || npuc__attach_channels_match(a->g->m, j, a->g->bns[b].channels, &groups) != 1) continue;
         snprintf(why, sizeof why, "guess: nearest preceding conv/linear with %lld output channels in storage order",
                  (long long)a->g->bns[b].channels);
         return npuc__attach_propose(a, j, b, NPUC_EVIDENCE_ORDER, 1, why);
@@ -242,14 +241,13 @@ npuc_status npuc__attach_rule_aligned(npuc__attach *a, const size_t *bns, size_t
 #define DP(i, j) dp[(size_t)(i) * W + (j)]
     for (size_t j = 0; j <= nb; j++) DP(0, j) = (uint64_t)j * BIG;
     for (size_t i = 1; i <= np; i++) {
-        const npuc_tensor_info *t = npuc_model_tensor(a->g->m, prods[i - 1]);
         uint64_t skipc = hasb[i - 1] ? 0 : 1, matchc = hasb[i - 1] ? 2 : 0;
         for (size_t j = 0; j <= nb; j++) {
             uint64_t best = DP(i - 1, j) + skipc;
             if (j > 0) {
                 int g;
                 if (DP(i, j - 1) + BIG < best) best = DP(i, j - 1) + BIG;
-                if (npuc__attach_channels_match(t, a->g->bns[bs[j - 1]].channels, &g) && DP(i - 1, j - 1) + matchc < best)
+                if (npuc__attach_channels_match(a->g->m, prods[i - 1], a->g->bns[bs[j - 1]].channels, &g) == 1 && DP(i - 1, j - 1) + matchc < best)
                     best = DP(i - 1, j - 1) + matchc;
             }
             DP(i, j) = best;
@@ -262,7 +260,7 @@ npuc_status npuc__attach_rule_aligned(npuc__attach *a, const size_t *bns, size_t
     for (size_t k = 0; k < nb; k++) match[k] = (size_t)-1;
     while (j > 0) {
         int g;
-        if (i > 0 && npuc__attach_channels_match(npuc_model_tensor(a->g->m, prods[i - 1]), a->g->bns[bs[j - 1]].channels, &g) &&
+        if (i > 0 && npuc__attach_channels_match(a->g->m, prods[i - 1], a->g->bns[bs[j - 1]].channels, &g) == 1 &&
             DP(i, j) == DP(i - 1, j - 1) + (hasb[i - 1] ? 2u : 0u)) {
             match[j - 1] = prods[i - 1];
             i--;

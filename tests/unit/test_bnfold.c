@@ -791,7 +791,11 @@ static void test_exported_alphabetical(void **state) {
     set_policy(0, 0);
 }
 
-/* Grouped transposed conv (groups inferred) and a half-precision producer. */
+/* Grouped transposed conv (groups inferred) and a half-precision producer.
+ * The file states no groups, so the graph reads up.0.weight as 3 channels
+ * (npuc__graph_channels, as structured prune does): the 2 groups that fit the
+ * BatchNorm are a guess, listed but not folded by default, refused under
+ * strict, folded with accept_guesses. */
 static void test_transposed_and_f16(void **state) {
     (void)state;
     static const tspec NET[] = {
@@ -808,9 +812,21 @@ static void test_transposed_and_f16(void **state) {
     npuc_bnfold_params p = npuc_bnfold_params_defaults();
     npuc_bnfold_plan plan;
     assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    assert_int_equal(plan.npairs, 1);
+    const npuc_bnfold_skip *sk = skip_for(&plan, "up.1");
+    assert_non_null(sk);
+    assert_int_equal(sk->guess, 1);
+    assert_non_null(strstr(sk->why, "2 groups from the BatchNorm"));
+    npuc_bnfold_plan_free(&plan);
+    set_policy(0, 1);
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_ERR_GUESS);
+    set_policy(1, 0);
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    set_policy(0, 0);
     assert_int_equal(plan.npairs, 2);
     const npuc_bnfold_pair *t = pair_for(&plan, m, "up.0.weight"), *h = pair_for(&plan, m, "half.0.weight");
     assert_int_equal(t->groups, 2);
+    assert_int_equal(t->guess, 1);
     npuc_summary sum;
     assert_int_equal(npuc_bnfold_model(ctx, m, &plan, &p, out, &sum), NPUC_OK);
     npuc_summary_free(&sum);

@@ -196,7 +196,7 @@ static void test_bn_view(void **state) {
     /* Storage order is graph order: features.1.weight sorts after .bias. */
     assert_int_equal(g->alphabetical, 0);
     assert_int_equal(g->nbn, 4);
-    const npuc__graph_bn *b = &g->bns[0];
+    const npuc__bn *b = &g->bns[0];
     assert_string_equal(b->name, "features.1");
     assert_int_equal(b->gamma, 1);
     assert_int_equal(b->beta, 2);

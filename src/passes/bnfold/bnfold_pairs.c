@@ -91,6 +91,12 @@ static npuc_status refuse_guess(npuc_ctx *ctx, const npuc__graph *g, const npuc_
     const char *bn = g->bns[l->bn].name, *conv = npuc__gt(g, (int64_t)l->producer)->name;
     char rest[64] = "";
     if (more) snprintf(rest, sizeof rest, " (and %zu more guessed pairing%s)", more, more == 1 ? "" : "s");
+    if (l->groups_guessed)
+        return npuc_fail(ctx, NPUC_ERR_GUESS,
+                         "%s: BatchNorm '%s': pairing it with '%s' is a guess (%s); refused by --strict: a depthwise "
+                         "transposed conv is stated with --layout '%s=oihw' (channels on axis 0), or apply guesses "
+                         "with --accept-guesses%s",
+                         g->path, bn, conv, guess_why(l), conv, rest);
     return npuc_fail(ctx, NPUC_ERR_GUESS,
                      "%s: BatchNorm '%s': pairing it with '%s' is a guess (%s); refused by --strict: state it with "
                      "--pair %s=%s or --pairs FILE, or apply guesses with --accept-guesses%s",
@@ -118,7 +124,7 @@ static npuc_status plan_from_links(npuc_ctx *ctx, const npuc__graph *g, const np
     }
     for (size_t k = 0; k < at->nlinks && st == NPUC_OK; k++) {
         const npuc__bn_link *l = &at->links[k];
-        const npuc__graph_bn *b = &g->bns[l->bn];
+        const npuc__bn *b = &g->bns[l->bn];
         if (l->dropped) continue;
         if (l->guess && !accept) {
             st = add_skip(ctx, g->path, plan, b->name, npuc__gt(g, (int64_t)l->producer)->name,
@@ -247,6 +253,7 @@ npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_par
     npuc__bn_attachments at;
     memset(&at, 0, sizeof at);
     npuc_status st = npuc__graph_open(ctx, m, &g);
+    if (st == NPUC_OK) st = npuc__graph_read_stated(ctx, g);
     if (st == NPUC_OK) st = npuc__graph_read_bns(ctx, g);
     if (st == NPUC_OK) {
         plan->nbn = g->nbn;

@@ -144,6 +144,10 @@ static int visit(walk *w, npuc_ctx *ctx, npuc_status *st, size_t y) {
         c->ndw++;
         return follow(w, ctx, st, y);
     }
+    npuc__chan tch;
+    npuc__graph_channels(g->m, (size_t)md->weight, &tch);
+    if (tch.groups > 1)
+        return wfail(w, ctx, st, "consumer '%s' is a transposed conv of %d groups", t->name, tch.groups);
     if (npuc__in_channels(t) != c->channels)
         return wfail(w, ctx, st, "consumer '%s'%s has %llu input channels, the producer %llu output channels",
                      t->name, t->layout == NPUC_LAYOUT_OIHW && t->shape[1] == 1 ? " (grouped?)" : "",
@@ -174,7 +178,12 @@ npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t wt, npuc__chain
         return NPUC_OK;
     }
     c->bias = g->mods[x].bias;
-    c->channels = npuc__out_channels(t);
+    npuc__chan ch; /* the channels every pass reads (fold-bn included) */
+    c->channels = npuc__graph_channels(g->m, wt, &ch);
+    if (ch.groups > 1) {
+        npuc__fmt(c->why, sizeof c->why, "a transposed conv of %d groups: its channels span the groups", ch.groups);
+        return NPUC_OK;
+    }
     walk w = {g, c, NULL, 0, 0};
     npuc_status st = NPUC_OK;
     if (npuc__is_dw(t, 0)) {
@@ -198,6 +207,7 @@ npuc_status npuc__chain_graph(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opt
     *out = NULL;
     if (st != NPUC_OK) return st;
     g->no_guess = o->no_guess;
+    if ((st = npuc__graph_read_stated(ctx, g)) != NPUC_OK) goto fail;
     if ((st = npuc__graph_read_modules(ctx, g)) != NPUC_OK) goto fail;
     if ((st = npuc__graph_read_next(ctx, g, o->next, o->nnext, o->graph_file)) != NPUC_OK) goto fail;
     /* Walk every explicit producer now, so a bad edge fails before anything

@@ -276,6 +276,13 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             npuc__fmt(r->note, sizeof r->note, "depthwise: its channels shrink with the layer feeding it");
             continue;
         }
+        npuc__chan gch; /* the channels every pass reads (fold-bn included) */
+        npuc__graph_channels(P->m, i, &gch);
+        if (gch.groups > 1) {
+            npuc__fmt(r->note, sizeof r->note, "a transposed conv of %d groups (stated by the file): its %llu "
+                      "channels span the groups; not pruned", gch.groups, (unsigned long long)gch.channels);
+            continue;
+        }
         long ci = -1;
         if (channel_mode) ci = cons_of[i] >= 0 ? cons_of[i] : -1;
         else
