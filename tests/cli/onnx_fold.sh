@@ -32,20 +32,13 @@ R() { # ORIG OUT MAXREL
 
 # FOLDED ORIG NBN_LEFT: the structure of the folded model, by python3-onnx.
 check() {
-    "$PY" - "$1" "$2" "$3" <<'PYEOF' || fail "$1: structure check failed"
+    "$PY" - "$1" "$2" "$3" "$NPUC_SRC/tests/cli/onnx" <<'PYEOF' || fail "$1: structure check failed"
 import sys
 import onnx
+sys.path.insert(0, sys.argv[4])
+from qdq_check import graphs  # noqa: E402  (every graph, subgraphs included)
 out, orig, left = onnx.load(sys.argv[1]), onnx.load(sys.argv[2]), int(sys.argv[3])
 onnx.checker.check_model(out)
-
-def graphs(g):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from graphs(a.g)
-            for s in a.graphs:
-                yield from graphs(s)
 
 def bns(m):
     return [n for g in graphs(m.graph) for n in g.node if n.op_type == "BatchNormalization"]
