@@ -66,6 +66,13 @@ check "$VAD/silero_vad_legacy.onnx" \
     '{"input": {"dims": [1, 512], "std": 0.1}, "sr": 16000, "h": [2, 1, 64], "c": [2, 1, 64]}' 0.03
 check "$VAD/silero_vad_v5.onnx" '{"input": {"dims": [1, 512], "std": 0.1}, "sr": 16000, "state": [2, 1, 128]}' 0.03
 check "$OCR/ch_PP-OCRv4_det_infer.onnx" '{"x": [1, 3, 64, 64]}' 0.3
+# Edge layers from the ONNX graph (issue 31 item 4): every conv is named
+# conv2d_N, so names say nothing; the graph says which conv reads the model
+# input and which op makes its output (a ConvTranspose stored mid-file).
+expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --fake-quant "$OCR/ch_PP-OCRv4_det_infer.onnx" -o "$T/det.q4.onnx"
+must_match "$T/out" "conv2d_0\.w_0 .*kept at 8 bits: input convolution \(file: reads the model input"
+must_match "$T/out" "conv2d_transpose_1\.w_0 .*kept at 8 bits: output head \(file: makes the model output"
+[ "$(grep -c 'kept at 8 bits' "$T/out")" = 2 ] || fail "det: more or fewer than the two edge layers kept at 8 bits"
 check "$OCR/ch_PP-OCRv4_rec_infer.onnx" '{"x": [1, 3, 48, 64]}' 0.07
 check "$OCR/ch_ppocr_mobile_v2.0_cls_infer.onnx" '{"x": [1, 3, 48, 192]}' 0.05
 
