@@ -458,12 +458,6 @@ int main(int argc, char **argv) {
         if (getppid() != parent) _exit(137);
         sigprocmask(SIG_SETMASK, &old, NULL);
         if (tag) {
-            /* The contained HDF5 reader's CPU and wall limits (10 s per
-             * tensor and up, formats/hdf5/h5_worker.h) are sized for native
-             * speed; memcheck runs it 20-50x slower and a loaded CI machine
-             * adds to that (a fold-bn + prune output's first tensor once
-             * died of SIGXCPU).  A floor unless the test set its own. */
-            setenv("NPUC_H5_TIMEOUT", "600", 0);
             const char *supp = getenv("NPUC_VALGRIND_SUPP");
             char *logopt = NULL, *suppopt = NULL;
             if (asprintf(&logopt, "--log-file=%s/vg/%s.%%p.log", guard_dir, tag) < 0) _exit(125);
