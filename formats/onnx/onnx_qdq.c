@@ -544,8 +544,8 @@ static npuc_status conv_node(npuc__oq_plan *q, const unsigned char *p, uint64_t 
             put_str(&nd, 1, "");
             continue;
         }
-        char suffix[64];
-        snprintf(suffix, sizeof suffix, "_%s_input%d", op, j);
+        char suffix[96];
+        snprintf(suffix, sizeof suffix, "_%.48s_input%d", op, j); /* uniq() keeps it unique */
         char *cn = uniq(q, out0[0] ? out0 : op, suffix);
         if (!cn) {
             npuc__ox_free(&nd);
