@@ -1163,7 +1163,11 @@ npuc_status npuc__oq_plan_make(npuc_writer *w, const unsigned char *skel, size_t
                 }
         }
         oq_entry *e = &q->e[q->ne];
-        if ((st = read_entry(q, k, v, e)) != NPUC_OK) goto fail_json;
+        if ((st = read_entry(q, k, v, e)) != NPUC_OK) {
+            free(e->name); /* not counted in q->ne, so not freed with the plan */
+            e->name = NULL;
+            goto fail_json;
+        }
         q->ne++;
         if (npuc__strmap_put(&q->byname, e->name, q->ne - 1) != 0) { st = oom(q); goto fail_json; }
         for (int r = 0; r < 3; r++)
