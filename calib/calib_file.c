@@ -332,24 +332,41 @@ npuc_status npuc_calib_hessian(npuc_ctx *ctx, npuc_calib *c, const char *weight,
     return NPUC_OK;
 }
 
+/* Tensor i of the file, K values >= 0 (what: the count's meaning), into
+ * dst as F64. */
+static npuc_status read_nonneg(npuc_ctx *ctx, npuc_calib *c, size_t i, uint64_t K, const char *what, double *dst) {
+    const npuc_tensor_info *t = npuc_model_tensor(c->m, i);
+    const void *data;
+    if (t->numel != K) {
+        char why[128];
+        snprintf(why, sizeof why, "expected %llu values (%s)", (unsigned long long)K, what);
+        return bad(ctx, c, t, why);
+    }
+    npuc_status st = npuc_model_data(ctx, c->m, i, &data);
+    if (st != NPUC_OK) return st;
+    st = to_f64(ctx, c, t, data, 0, K, dst);
+    npuc_model_release(c->m, i);
+    for (uint64_t k = 0; st == NPUC_OK && k < K; k++)
+        if (dst[k] < 0) st = bad(ctx, c, t, "holds a negative mean square");
+    return st;
+}
+
+npuc_status npuc__calib_output_grad(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t C, double *g,
+                                    int *found) {
+    int64_t i = find(c, weight, ".output_grad_sq");
+    *found = 0;
+    if (i < 0) return NPUC_OK;
+    npuc_status st = read_nonneg(ctx, c, (size_t)i, C, "the weight's output channels", g);
+    *found = st == NPUC_OK;
+    return st;
+}
+
 npuc_status npuc_calib_importance(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t K, double *imp,
                                   int *found) {
     int64_t i = find(c, weight, ".input_sq");
     *found = 0;
     if (i >= 0) {
-        const npuc_tensor_info *t = npuc_model_tensor(c->m, (size_t)i);
-        const void *data;
-        if (t->numel != K) {
-            char why[96];
-            snprintf(why, sizeof why, "expected %llu values (the weight's reduction length)", (unsigned long long)K);
-            return bad(ctx, c, t, why);
-        }
-        npuc_status st = npuc_model_data(ctx, c->m, (size_t)i, &data);
-        if (st != NPUC_OK) return st;
-        st = to_f64(ctx, c, t, data, 0, K, imp);
-        npuc_model_release(c->m, (size_t)i);
-        for (uint64_t k = 0; st == NPUC_OK && k < K; k++)
-            if (imp[k] < 0) st = bad(ctx, c, t, "holds a negative mean square");
+        npuc_status st = read_nonneg(ctx, c, (size_t)i, K, "the weight's reduction length", imp);
         *found = st == NPUC_OK;
         return st;
     }

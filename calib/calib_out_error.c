@@ -51,6 +51,7 @@ typedef struct oe_state {
     const float *w, *wq;      /* the tensor as stored */
     uint64_t outer, inner;    /* its layout view: element (c, j) at ((j / inner) * C + c) * inner + j % inner */
     const double *W, *D;      /* W.input path: [C, K] */
+    const double *dw;         /* per channel: the factor on D's row (sqrt of the weight), or NULL */
     uint64_t C, K, ntiles;
     double *ey;               /* per tile: e2 at 2t, y2 at 2t + 1 */
     double *scratch;          /* per thread: per_thread doubles */
@@ -82,6 +83,7 @@ static void gather(const oe_state *s, uint64_t c0, uint64_t nc, double *W, doubl
                 const uint64_t src = (o * C + c) * inner + k, dst = (c - c0) * K + o * inner + k;
                 W[dst] = (double)s->w[src];
                 D[dst] = (double)s->w[src] - (double)s->wq[src];
+                if (s->dw) D[dst] *= s->dw[c];
             }
 }
 
@@ -154,8 +156,15 @@ static npuc_status oe_hessian(npuc_ctx *ctx, npuc_calib *c, const char *name, oe
 
 npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_tensor_info *t, const float *w,
                                     const float *wq, npuc_tensor_record *r, const char **why) {
+    return npuc__out_error_measure_w(ctx, c, t, w, wq, NULL, r, NULL, why);
+}
+
+npuc_status npuc__out_error_measure_w(npuc_ctx *ctx, npuc_calib *c, const npuc_tensor_info *t, const float *w,
+                                      const float *wq, const double *chan_w, npuc_tensor_record *r, double *rows,
+                                      const char **why) {
     uint64_t outer, C, inner, mk, per, hb;
     *why = NULL;
+    if (rows) *rows = 0;
     if (npuc_calib_has(c, t->name) != 1) {
         *why = "no calibration data";
         return NPUC_OK;
@@ -184,7 +193,13 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
         npuc_mul_overflow(s.per_thread, (uint64_t)s.nth * sizeof(double), &per) || (size_t)per != per ||
         npuc_mul_overflow(K * K, sizeof(double), &hb) || (size_t)hb != hb)
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': too large for the output error", t->name);
-    double *W = NULL, *D = NULL, *H = NULL, n = 0;
+    double *W = NULL, *D = NULL, *H = NULL, *dw = NULL, n = 0;
+    if (chan_w) {
+        if (!(dw = malloc((size_t)C * sizeof *dw)))
+            return npuc_fail(ctx, NPUC_ERR_NOMEM, "tensor '%s': out of memory for the output error", t->name);
+        for (uint64_t k = 0; k < C; k++) dw[k] = sqrt(chan_w[k]);
+        s.dw = dw;
+    }
     s.scratch = npuc__huge_alloc((size_t)per);
     s.ey = calloc(2 * s.ntiles, sizeof(double));
     npuc_status st = NPUC_OK;
@@ -228,7 +243,9 @@ npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_ten
     r->out_y2 = y2;
     r->out_rel_error = e2 == 0 ? 0.0 : y2 == 0 ? INFINITY : sqrt(e2 / y2);
     npuc_record_set(r, "calib_rows", n);
+    if (rows) *rows = n;
 done:
+    free(dw);
     free(W);
     free(D);
     free(H);

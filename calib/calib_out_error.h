@@ -54,4 +54,23 @@ npuc_status npuc__calib_input_rows(npuc_ctx *ctx, npuc_calib *c, const char *wei
 npuc_status npuc__out_error_measure(npuc_ctx *ctx, npuc_calib *c, const npuc_tensor_info *t, const float *w,
                                     const float *wq, npuc_tensor_record *r, const char **why);
 
+/* As npuc__out_error_measure, with channel k of the error weighed by
+ * chan_w[k] >= 0 (C values; NULL: all 1): r->out_e2 receives
+ * sum_k chan_w[k] ||D_k X^T||^2 (r->out_y2 stays unweighted, so
+ * r->out_rel_error mixes both: read out_e2), *rows (may be NULL) the
+ * number of calibration rows. */
+npuc_status npuc__out_error_measure_w(npuc_ctx *ctx, npuc_calib *c, const npuc_tensor_info *t, const float *w,
+                                      const float *wq, const double *chan_w, npuc_tensor_record *r, double *rows,
+                                      const char **why);
+
+/* The loss sensitivity of weight's C output channels, from the file's
+ * "<weight>.output_grad_sq" ([C], or any shape of C values; any float,
+ * finite and >= 0: the mean over calibration rows of the squared
+ * derivative of the loss, summed over the batch, with respect to the
+ * channel's output) into g.  *found 0 when the file has none;
+ * NPUC_ERR_FORMAT naming the file and tensor for a wrong count, NaN/Inf or
+ * a negative value (calib_file.c). */
+npuc_status npuc__calib_output_grad(npuc_ctx *ctx, npuc_calib *c, const char *weight, uint64_t C, double *g,
+                                    int *found);
+
 #endif

@@ -12,8 +12,13 @@ loss (nats per byte) with torch:
  2. --target-size at the file size of uniform int4 g32, without calibration
     data (the allocator minimises the summed relative weight error) and with
     it (--calib: Hessians of --calib-seqs training windows, as eval_quant.py
-    makes them; the relative output error);
- 3. --target-bpw 3.5 and 3.0.
+    makes them; the relative output error), and with the Hessians plus each
+    Linear's W.output_grad_sq (the mean over the same rows of the squared
+    derivative of the summed loss with respect to each output channel, from
+    backward hooks; the objective becomes the predicted loss increase,
+    docs/budget.md);
+ 3. --target-bpw 3.5 and 3.0, each without data, with --calib and with
+    --calib plus the sensitivities.
 Prints the table of (file bytes, loss increase), and for each budgeted run
 every uniform run of the same size or smaller, with whether the budget beat
 it.  Writes WORKDIR/results_budget.json.  The edge rule is off
@@ -28,12 +33,13 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from eval_quant import INCLUDE, heldout_loss, windows  # noqa: E402
 from model import CONFIG, load  # noqa: E402
-from dump_calib import collect, write_safetensors  # noqa: E402  (model.py put samples/calib on the path)
+from dump_calib import collect, output_grads, write_safetensors  # noqa: E402  (model.py put samples/calib on the path)
 
 
 def run(npuc, args, out, threads):
@@ -68,7 +74,12 @@ def main():
     rng = np.random.default_rng(1234)
     starts = rng.integers(0, len(train) - T - 1, a.calib_seqs)
     batches = (windows(train, starts[i:i + 32], T)[0] for i in range(0, len(starts), 32))
-    write_safetensors(calib, collect(model, batches, False))
+    hess = collect(model, batches, False)
+    write_safetensors(calib, hess)
+    calib_g = os.path.join(W, "calib_budget_grad.safetensors")
+    loss = lambda m, b: F.cross_entropy(m(b[0]).reshape(-1, 256), b[1].reshape(-1), reduction="sum")  # noqa: E731
+    grads = output_grads(model, (windows(train, starts[i:i + 32], T) for i in range(0, len(starts), 32)), loss)
+    write_safetensors(calib_g, hess + grads)
     print("float: %.4f nats/byte, %d held-out windows of %d bytes" % (base, n_eval, T))
     res = {"float": base, "uniform": {}, "budget": {}}
     for bits in range(2, 9):
@@ -83,8 +94,11 @@ def main():
     budgets = [("size=int4/g32", ["--target-size", str(u["bytes"])]),
                ("size=int4/g32 calib", ["--target-size", str(u["bytes"]), "--calib", calib]),
                ("bpw=3.5", ["--target-bpw", "3.5"]), ("bpw=3.0", ["--target-bpw", "3.0"]),
+               ("size=int4/g32 calib+grad", ["--target-size", str(u["bytes"]), "--calib", calib_g]),
                ("bpw=3.5 calib", ["--target-bpw", "3.5", "--calib", calib]),
-               ("bpw=3.0 calib", ["--target-bpw", "3.0", "--calib", calib])]
+               ("bpw=3.0 calib", ["--target-bpw", "3.0", "--calib", calib]),
+               ("bpw=3.5 calib+grad", ["--target-bpw", "3.5", "--calib", calib_g]),
+               ("bpw=3.0 calib+grad", ["--target-bpw", "3.0", "--calib", calib_g])]
     for key, flags in budgets:
         plan = os.path.join(W, "plan_%s.json" % key.replace("/", "_").replace(" ", "_"))
         size, dq, secs, cmd = run(a.npuc, flags + ["--plan-out", plan, model_path], os.path.join(W, "b.safetensors"),
@@ -99,7 +113,7 @@ def main():
             key, size, loss - base, secs,
             ", ".join("%s +%.4f%s" % (k, smaller[k]["increase"], "" if beaten[k] else " (NOT beaten)")
                       for k in sorted(smaller, key=lambda k: smaller[k]["increase"])[:4]) or "none"), flush=True)
-    for key in ("size=int4/g32", "size=int4/g32 calib"):
+    for key in ("size=int4/g32", "size=int4/g32 calib", "size=int4/g32 calib+grad"):
         r = res["budget"][key]["increase"] / u["increase"]
         res["ratio " + key] = r
         print("%s: %d vs %d bytes, loss increase %.4f vs %.4f (%.2fx the uniform int4 g32)" % (

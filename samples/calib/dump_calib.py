@@ -10,6 +10,13 @@ float64), their count and the mean of x^2 per input column, and writes
     <weight>.input_sq       [K]    F32
     <weight>.input          [N, K] F32   (only with --inputs)
 
+and, when you can give a loss (output_grads below; the budget allocator of
+`npuc quantize --target-size` then predicts the loss increase itself):
+
+    <weight>.output_grad_sq [O]    F32   mean over the same rows of the squared
+                                         derivative of the loss, summed over the
+                                         batch, with respect to each output channel
+
 under the weight's state_dict name, as safetensors.  Convolution inputs are
 unfolded in the weight's reduction order (in_channels * kh * kw).
 
@@ -79,6 +86,33 @@ def collect(model, data, keep_inputs):
         if keep_inputs:
             out.append((k + ".input", torch.cat(s["x"]).numpy()))
     return out
+
+
+def output_grads(model, data, loss_fn):
+    """<weight>.output_grad_sq for every nn.Linear and nn.Conv2d: loss_fn(model,
+    batch) must return the loss SUMMED over the batch's rows (reduction="sum"),
+    so that each row's derivative is its own.  Feed the batches collect() saw."""
+    names = {id(m): n for n, m in model.named_modules()}
+    acc, hooks = {}, []
+
+    def hook(layer, _gin, gout):
+        g = gout[0].detach().double()
+        g = g.movedim(1, -1) if isinstance(layer, nn.Conv2d) else g  # channels last: one row per position
+        g = g.reshape(-1, g.shape[-1])
+        key = names[id(layer)] + ".weight" if names[id(layer)] else "weight"
+        s = acc.setdefault(key, {"sq": 0, "n": 0})
+        s["sq"] = s["sq"] + (g * g).sum(0)
+        s["n"] += g.shape[0]
+
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            hooks.append(m.register_full_backward_hook(hook))
+    for b in data:
+        model.zero_grad()
+        loss_fn(model, b).backward()
+    for h in hooks:
+        h.remove()
+    return [(k + ".output_grad_sq", (s["sq"] / s["n"]).float().numpy()) for k, s in acc.items()]
 
 
 def write_safetensors(path, tensors):

@@ -108,6 +108,56 @@ assert abs(plan["predicted_distortion"] - o_b) <= 1e-6 * o_b, (plan["predicted_d
 assert o_b <= o_u and o_b <= o_w, "the calibrated choice is not the best on its own objective"
 PYEOF
 
+# With W.output_grad_sq (the loss's sensitivity per output channel) beside
+# the rows the objective is the predicted loss increase: the plan's
+# prediction is NumPy's sum of 1/2 sum_c g_c ||(W - W')_c X^T||^2 / N of the
+# artifact, and the choice beats, on that measure, the uniform scheme and
+# the choices by output error and by weight error at the same size.
+"${B[@]}" gradcalib "$T/calg.safetensors" "$T/cal.safetensors" "$M"
+expect_rc 0 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --calib "$T/calg.safetensors" \
+    --plan-out "$T/plang.json" -o "$T/bg.safetensors"
+must_match "$T/out" 'budget: predicted loss \+'
+expect_rc 0 "$NPUC_BIN" decompress "$T/bg.safetensors" -o "$T/bg.dq.safetensors"
+l_g=$("${B[@]}" lossdist "$M" "$T/bg.dq.safetensors" "$T/calg.safetensors")
+l_o=$("${B[@]}" lossdist "$M" "$T/bc.dq.safetensors" "$T/calg.safetensors")
+l_u=$("${B[@]}" lossdist "$M" "$T/u.dq.safetensors" "$T/calg.safetensors")
+l_w=$("${B[@]}" lossdist "$M" "$T/b.dq.safetensors" "$T/calg.safetensors")
+"$PY" - "$l_g" "$l_o" "$l_u" "$l_w" "$T/plang.json" "$size_u" "$T/bg.safetensors" <<'PYEOF' || fail "loss budget"
+import json, os, sys
+l_g, l_o, l_u, l_w = map(float, sys.argv[1:5])
+plan = json.load(open(sys.argv[5]))
+print(f"predicted loss: uniform int4 g32 {l_u:.6g}, by weight error {l_w:.6g}, by output error {l_o:.6g}, "
+      f"by predicted loss {l_g:.6g}")
+assert abs(plan["predicted_distortion"] - l_g) <= 1e-6 * l_g, (plan["predicted_distortion"], l_g)
+assert l_g <= l_u and l_g <= l_w and l_g <= l_o, "the loss choice is not the best on its own objective"
+assert l_g < 0.9 * l_o, "the sensitivities changed nothing: the test cannot tell the objectives apart"
+assert plan["objective"].startswith("sum of predicted loss increases"), plan["objective"]
+assert os.path.getsize(sys.argv[7]) <= int(sys.argv[6])
+PYEOF
+# A loss and a relative error do not add up: output_grad_sq for some tensors
+# only is refused, naming one of each; a negative sensitivity is bad input.
+"${B[@]}" gradcalib "$T/calh.safetensors" "$T/cal.safetensors" "$M" layers.3.weight
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --calib "$T/calh.safetensors" \
+    -o "$T/bh.safetensors"
+must_match "$T/err" "tensor 'layers.0.weight' has output_grad_sq .* but tensor 'layers.3.weight' has no output_grad_sq"
+[ ! -e "$T/bh.safetensors" ] || fail "a refused budget wrote its output"
+"$PY" - "$T/calg.safetensors" "$T/caln.safetensors" "$TESTLIB" <<'PYEOF'
+import sys
+sys.path.insert(0, sys.argv[3])
+import numpy as np, io_models, npuc_test
+meta, ts = npuc_test.read_st(sys.argv[1])
+out = []
+for n, dt, shape, raw in ts:
+    a = np.frombuffer(raw, np.float32).reshape(shape).copy()
+    if n == "layers.2.weight.output_grad_sq":
+        a[5] = -1.0
+    out.append((n, a))
+io_models.write(sys.argv[2], out)
+PYEOF
+expect_rc 2 "$NPUC_BIN" quantize "$M" --target-size "$size_u" --quantize-all --calib "$T/caln.safetensors" \
+    -o "$T/bn.safetensors"
+must_match "$T/err" "caln.safetensors: tensor 'layers.2.weight.output_grad_sq': holds a negative mean square"
+
 # With an importance matrix the objective is the importance-weighted error:
 # the plan's prediction is NumPy's sum_j imp_j (w_j - w'_j)^2 / sum_j imp_j w_j^2
 # of the artifact, and the choice beats, on that measure, the uniform scheme

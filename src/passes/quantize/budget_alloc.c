@@ -307,12 +307,13 @@ static double imp_error(const npuc_tensor_info *t, const float *x, const float *
 }
 
 /* Replaces *d, the relative weight error of deq against x, by what the
- * data says when there is some: the relative output error over the
- * calibration data (oe; *used_out 1), else the importance-weighted error
- * (imp; *used_out 2). */
+ * data says when there is some: with the channels' loss sensitivities gw
+ * (W.output_grad_sq), the predicted loss increase over the calibration
+ * data (oe; *used_out 3), without them the relative output error (oe;
+ * *used_out 1), else the importance-weighted error (imp; *used_out 2). */
 static npuc_status data_distortion(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_tensor_info *t,
                                    const float *x, const float *deq, const float *imp, uint64_t nmat, int oe,
-                                   double *d, int *used_out) {
+                                   const double *gw, double *d, int *used_out) {
     if (imp && !oe) {
         *d = imp_error(t, x, deq, imp, nmat);
         *used_out = 2;
@@ -321,9 +322,15 @@ static npuc_status data_distortion(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal
         npuc_tensor_record r;
         const char *why = NULL;
         memset(&r, 0, sizeof r);
-        npuc_status st = npuc__out_error_measure(ctx, cal, t, x, deq, &r, &why);
+        double rows = 0;
+        npuc_status st = npuc__out_error_measure_w(ctx, cal, t, x, deq, gw, &r, &rows, &why);
         if (st != NPUC_OK) return npuc__prefix_path(ctx, st, npuc_model_path(m));
-        if (!why && r.has_out_error) {
+        if (!why && r.has_out_error && gw) {
+            /* The predicted increase of the mean loss per row: half the
+             * diagonal Fisher form of the output change. */
+            *d = rows > 0 ? 0.5 * r.out_e2 / rows : 0.0;
+            *used_out = 3;
+        } else if (!why && r.has_out_error) {
             *d = r.out_y2 > 0 ? r.out_e2 / r.out_y2 : 0.0;
             *used_out = 1;
         }
@@ -337,8 +344,8 @@ static npuc_status data_distortion(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal
  * the relative squared weight error.  *used_out says which. */
 static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const npuc_quant_params *cand,
                            size_t nc, npuc_scratch *s_in, npuc_scratch *s_codes, npuc_scratch *s_sc,
-                           npuc_scratch *s_zp, npuc_scratch *s_deq, const float *imp, uint64_t nmat, measured *out,
-                           int *used_out) {
+                           npuc_scratch *s_zp, npuc_scratch *s_deq, const float *imp, const double *gw, uint64_t nmat,
+                           measured *out, int *used_out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
     npuc_status st = npuc__load_f32(ctx, m, i, s_in, &x);
@@ -370,7 +377,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
         if ((st = npuc_quantize_tensor(ctx, t, x, &cand[k], codes, sc, zp, deq, &e)) != NPUC_OK)
             return npuc__prefix_path(ctx, st, npuc_model_path(m));
         double d = e.sum_w2 > 0 ? e.sum_e2 / e.sum_w2 : 0.0;
-        if ((st = data_distortion(ctx, m, cal, t, x, deq, imp, nmat, oe, &d, used_out)) != NPUC_OK) return st;
+        if ((st = data_distortion(ctx, m, cal, t, x, deq, imp, nmat, oe, gw, &d, used_out)) != NPUC_OK) return st;
         out->c[out->n] = (npuc__bchoice){scheme_bytes(t, &cand[k], &qs), isfinite(d) ? d : 0.0};
         out->cand[out->n++] = k;
     }
@@ -388,7 +395,7 @@ static npuc_status measure(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t
  * scale would overflow fp16 for this tensor. */
 static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, size_t i, const int *cand, size_t nc,
                                 npuc_scratch *s_in, npuc_scratch *s_blk, npuc_scratch *s_deq, const float *imp,
-                                uint64_t nmat, measured *out, int *used_out) {
+                                const double *gw, uint64_t nmat, measured *out, int *used_out) {
     const npuc_tensor_info *t = npuc_model_tensor(m, i);
     const float *x;
     npuc_status st = npuc__load_f32(ctx, m, i, s_in, &x);
@@ -430,7 +437,7 @@ static npuc_status measure_gguf(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, s
             w2 += (double)x[j] * (double)x[j];
         }
         double d = w2 > 0 ? e2 / w2 : 0.0;
-        if ((st = data_distortion(ctx, m, cal, t, x, deq, imp, nmat, oe, &d, used_out)) != NPUC_OK) return st;
+        if ((st = data_distortion(ctx, m, cal, t, x, deq, imp, nmat, oe, gw, &d, used_out)) != NPUC_OK) return st;
         out->c[out->n] = (npuc__bchoice){nb, isfinite(d) ? d : 0.0};
         out->cand[out->n++] = k;
     }
@@ -591,7 +598,8 @@ static npuc_status cache_save(npuc_ctx *ctx, const char *path, json_t *doc) {
 static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_req *rq, const size_t *freei,
                               size_t nfree, const measured *ms, const size_t *pick, const npuc_quant_params *cand,
                               size_t nc, const npuc__bitem *items, uint64_t fixed, uint64_t budget,
-                              const npuc__bresult *res, uint64_t file_bytes, const int *gcand, size_t nmeasured,
+                              const npuc__bresult *res, uint64_t file_bytes, const int *gcand, int loss,
+                              size_t nmeasured,
                               size_t ncached) {
     json_t *doc = json_object(), *tens = json_array(), *curve = json_array(), *uni = json_array();
     if (!doc || !tens || !curve || !uni) goto nomem;
@@ -601,7 +609,9 @@ static npuc_status write_plan(npuc_ctx *ctx, npuc_model *m, const npuc__budget_r
     if (rq->target_size) json_object_set_new(doc, "target_size", json_integer((json_int_t)rq->target_size));
     if (rq->target_bpw > 0) json_object_set_new(doc, "target_bpw", json_real(rq->target_bpw));
     json_object_set_new(doc, "objective",
-                        json_string(rq->calibrated && rq->imatrix ? "sum of relative squared output errors (where no "
+                        json_string(loss ? "sum of predicted loss increases (half the squared output errors "
+                                           "weighted by output_grad_sq, per calibration row)"
+                                    : rq->calibrated && rq->imatrix ? "sum of relative squared output errors (where no "
                                                                     "calibration data, importance-weighted errors, "
                                                                     "else weight errors)"
                                     : rq->calibrated ? "sum of relative squared output errors (weight errors where no "
@@ -801,6 +811,46 @@ done:
     return st;
 }
 
+/* The loss sensitivities of t's output channels (W.output_grad_sq) when
+ * the calibration file has them and calibration data for t: *gw
+ * (malloc'd, the caller frees), else NULL. */
+static npuc_status output_grad(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc_tensor_info *t,
+                               double **gw) {
+    uint64_t outer, C, inner;
+    int found = 0;
+    *gw = NULL;
+    if (!cal || npuc_calib_has(cal, t->name) != 1 || t->layout == NPUC_LAYOUT_NONE ||
+        npuc_layout_view(t, &outer, &C, &inner) != NPUC_OK || !C)
+        return NPUC_OK;
+    double *g = malloc((size_t)C * sizeof *g);
+    if (!g) return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory");
+    npuc_status st = npuc__calib_output_grad(ctx, cal, t->name, C, g, &found);
+    if (st != NPUC_OK || !found) {
+        free(g);
+        return st == NPUC_OK ? st : npuc__prefix_path(ctx, st, npuc_model_path(m));
+    }
+    *gw = g;
+    return NPUC_OK;
+}
+
+/* The distortions of the free tensors must be of one kind when one is the
+ * predicted loss (W.output_grad_sq): a loss and a relative error do not
+ * add up.  NPUC_ERR_ARG naming a tensor of each kind otherwise. */
+static npuc_status one_kind(npuc_ctx *ctx, npuc_model *m, const size_t *freei, size_t nfree, const int *outerr) {
+    size_t with = SIZE_MAX, without = SIZE_MAX;
+    for (size_t f = 0; f < nfree; f++) {
+        if (outerr[freei[f]] == 3 && with == SIZE_MAX) with = freei[f];
+        if (outerr[freei[f]] != 3 && without == SIZE_MAX) without = freei[f];
+    }
+    if (with == SIZE_MAX || without == SIZE_MAX) return NPUC_OK;
+    return npuc_fail(ctx, NPUC_ERR_ARG,
+                     "%s: --calib: tensor '%s' has output_grad_sq (its distortion is a predicted loss) but tensor "
+                     "'%s' has %s: a loss and a relative error cannot be added; give every tensor the budget "
+                     "chooses calibration rows and output_grad_sq, or none output_grad_sq",
+                     npuc_model_path(m), npuc_model_tensor(m, with)->name, npuc_model_tensor(m, without)->name,
+                     outerr[without] == 1 ? "no output_grad_sq" : "no calibration data");
+}
+
 npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, const npuc__budget_req *rq,
                                 const int *quantize, const int *pinned, npuc_quant_params *p, char (*note)[128]) {
     const char *path = npuc_model_path(m);
@@ -861,10 +911,14 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
             if (hit) {
                 ncached++;
             } else {
-                st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, imp, nmat, &ms[nfree],
-                                          &outerr[i])
-                           : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, imp, nmat,
-                                     &ms[nfree], &outerr[i]);
+                double *gw = NULL;
+                st = output_grad(ctx, m, cal, t, &gw);
+                if (st == NPUC_OK)
+                    st = gcand ? measure_gguf(ctx, m, cal, i, gcand, nc, &s_in, &s_codes, &s_deq, imp, gw, nmat,
+                                              &ms[nfree], &outerr[i])
+                               : measure(ctx, m, cal, i, cand, nc, &s_in, &s_codes, &s_sc, &s_zp, &s_deq, imp, gw,
+                                         nmat, &ms[nfree], &outerr[i]);
+                free(gw);
                 nmeasured++;
                 if (st == NPUC_OK && cache &&
                     cache_put(json_object_get(cache, "tensors"), key, cand, gcand, nc, &ms[nfree], outerr[i]) != 0)
@@ -893,6 +947,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
         }
         fixed += scheme_bytes(t, &p[i], &qs);
     }
+    if (st == NPUC_OK) st = one_kind(ctx, m, freei, nfree, outerr);
     if (st != NPUC_OK) goto done;
     if (im) npuc__imatrix_warn_unmatched(ctx, im);
     if (cache && nmeasured && (st = cache_save(ctx, rq->cache, cache)) != NPUC_OK) goto done;
@@ -950,7 +1005,12 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
                 if (g > best) best = g;
             }
         const char *what = outerr[i] == 1 ? "output" : outerr[i] == 2 ? "imatrix-weighted" : "weight";
-        if (best > 0)
+        if (outerr[i] == 3 && best > 0)
+            snprintf(note[i], 128, "budget: predicted loss +%.3g; more bytes would buy %.3g per KiB", ms[f].c[j].dist,
+                     best * 1024);
+        else if (outerr[i] == 3)
+            snprintf(note[i], 128, "budget: predicted loss +%.3g; the best candidate", ms[f].c[j].dist);
+        else if (best > 0)
             snprintf(note[i], 128, "budget: rel. %s error^2 %.3g; more bytes would buy %.3g per KiB", what,
                      ms[f].c[j].dist, best * 1024);
         else
@@ -958,7 +1018,7 @@ npuc_status npuc__budget_choose(npuc_ctx *ctx, npuc_model *m, npuc_calib *cal, c
     }
     if (rq->plan_out || rq->curve_json)
         st = write_plan(ctx, m, rq, freei, nfree, ms, pick, cand, nc, items, fixed, budget, &res, file_bytes, gcand,
-                        nmeasured, ncached);
+                        nfree && outerr[freei[0]] == 3, nmeasured, ncached);
 done:
     for (size_t f = 0; ms && f < n; f++) {
         free(ms[f].c);

@@ -100,7 +100,8 @@ static const npuc_pass_option OPTIONS[] = {
      .help = "calibration data (safetensors or HDF5): <weight>.input, <weight>.hessian\n"
              "or <weight>.input_sq per layer (docs/calibration.md); with --range mse\n"
              "the range search weighs each input column by its mean x^2; every layer\n"
-             "with .input or .hessian gets its output error ||(W-W')X||/||WX||"},
+             "with .input or .hessian gets its output error ||(W-W')X||/||WX||;\n"
+             "<weight>.output_grad_sq makes a budget predict the loss itself"},
     {.name = "damp", .flag = "damp", .type = NPUC_OPT_NUM, .lo = 0, .hi = 1, .flags = NPUC_OPT_LO_OPEN, .dflt = "0.01",
      .metavar = "F", .section = "Calibration", .needs = "method=gptq",
      .help = "GPTQ dampening: F * mean(diag H) is added to diag H (default 0.01)",

@@ -113,6 +113,38 @@ def outdist(model, dq, cal):
     print(f"{s:.12g}")
 
 
+def gradcalib(out, cal, model, skip=""):
+    """cal's W.input rows plus W.output_grad_sq [O] for every weight but
+    `skip`: per-channel loss sensitivities spread over four decades, so
+    the predicted loss ranks schemes unlike the relative output error."""
+    rng = np.random.default_rng(13)
+    m, _ = read_st(model)
+    c, _ = read_st(cal)
+    rows = [(n, floats(t).astype(np.float32)) for n, t in c.items()]
+    for name, t in m.items():
+        if len(t[1]) == 2 and name != skip:
+            g = np.exp(rng.normal(0, 2.0, t[1][0])) * (100.0 if name.startswith("layers.7") else 1.0)
+            rows.append((name + ".output_grad_sq", g.astype(np.float32)))
+    io_models.write(out, rows)
+
+
+def lossdist(model, dq, cal):
+    """sum over weights of 1/2 sum_c g_c ||(W - W')_c X^T||^2 / N (the
+    predicted loss increase), g = W.output_grad_sq, X = W.input [N, K]."""
+    a, _ = read_st(model)
+    b, _ = read_st(dq)
+    c, _ = read_st(cal)
+    s = 0.0
+    for name, t in a.items():
+        if name + ".output_grad_sq" not in c:
+            continue
+        w, v, x = floats(t), floats(b[name]), floats(c[name + ".input"])
+        g = floats(c[name + ".output_grad_sq"])
+        e = ((w - v) @ x.T) ** 2  # [O, N]
+        s += float(0.5 * (g[:, None] * e).sum() / x.shape[0])
+    print(f"{s:.12g}")
+
+
 def quantized(art):
     t, meta = read_st(art)
     return t, [n for n in t if n + ".scale" in t]
@@ -226,4 +258,4 @@ def gguf(model, out, plan, target, tbpw, lib=None, dat=None):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"make": make, "dist": dist, "bpw": bpw, "schemes": schemes, "calib": calib, "outdist": outdist, "gguf": gguf, "imatrix": imatrix,
-     "impdist": impdist}[cmd](*args)
+     "impdist": impdist, "gradcalib": gradcalib, "lossdist": lossdist}[cmd](*args)
