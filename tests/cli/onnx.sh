@@ -18,8 +18,9 @@
 #     with the graph unchanged and values equal to NumPy's expectation;
 #     decompress of an int8 artifact writes the dequantized values;
 #   - --external-data always writes OUT.data, page-aligned;
-#   - passes that need graph edits npuc does not write (lowrank,
-#     sparsify --compressed; fold-bn writes ONNX: onnx_fold.sh) refuse
+#   - passes that need graph edits npuc does not write (sparsify
+#     --compressed; fold-bn writes ONNX: onnx_fold.sh, lowrank:
+#     onnx_lowrank.sh) refuse
 #     ONNX outputs (exit 2, one line,
 #     nothing written), as does every malformed file: truncated or overlong
 #     varint, length past the end, wrong wire type, nested graphs 40 deep,
