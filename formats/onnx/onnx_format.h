@@ -165,7 +165,8 @@ npuc_status npuc__onnx_read_graph(npuc_ctx *ctx, npuc_model *m);
 npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
                                    char **out);
 /* The same for lowrank's split MatMul / Gemm nodes (onnx_split.c): *handled
- * 1 when g drops a MatMul or Gemm weight of the file (then *out is the
+ * 1 when g drops a MatMul or Gemm weight of the file or holds a kernel the
+ * file does not (then *out is the
  * rewritten entry or the call fails naming the tensor), else 0 and nothing
  * done. */
 npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,

@@ -25,7 +25,8 @@
  * by another node too or a graph output, a Gemm at a default-domain opset
  * below 11 (its first half has no C, optional from 11), IR version below 4
  * (initializers listed as graph inputs), a g that does not show the two
- * nodes, a new name the file already uses.  Conv and other ops are refused
+ * nodes, a new name the file already uses, a weight g dropped that no
+ * MatMul / Gemm reads directly (a Transpose between).  Conv and other ops are refused
  * by the pass before it edits g (lowrank_graph.c).
  */
 #include <stdio.h>
@@ -223,6 +224,36 @@ static void plan_graph(sp_plan *p, const npuc__onnx_graph *og) {
             for (size_t s = 0; s < n->attrs[a].ngraphs; s++)
                 if (n->attrs[a].graphs[s]) plan_graph(p, n->attrs[a].graphs[s]);
     }
+}
+
+/* Every weight of the file g no longer holds must be one a split
+ * replaces: else it was read through another node (a Transpose, Identity,
+ * Cast or Reshape between it and the MatMul), which has no split form. */
+static void check_gone(sp_plan *p, const npuc__onnx_graph *og) {
+    for (size_t i = 0; i < og->ninitializers + og->nnodes && p->st == NPUC_OK; i++) {
+        const char *w = NULL;
+        if (i < og->ninitializers) w = og->initializers[i];
+        for (size_t a = 0; i >= og->ninitializers && a < og->nodes[i - og->ninitializers].nattrs; a++) {
+            const npuc__onnx_attr *at = &og->nodes[i - og->ninitializers].attrs[a];
+            if (at->weight) w = at->weight;
+            for (size_t s = 0; s < at->ngraphs; s++)
+                if (at->graphs[s]) check_gone(p, at->graphs[s]);
+        }
+        if (p->st != NPUC_OK || !w || npuc__strmap_get(&p->gw, w, NULL) || npuc__strmap_get(&p->drop, w, NULL)) continue;
+        p->st = npuc_fail(p->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s' cannot be written as a split MatMul or Gemm "
+                          "in the ONNX graph: no MatMul or Gemm reads it directly as input B (another node is "
+                          "between them)", p->label, w);
+    }
+}
+
+/* 1 when g holds a kernel the file does not: a factor of a split. */
+static int new_kernels(const sp_plan *p) {
+    for (size_t i = 0; i < p->g->nnodes; i++)
+        for (size_t k = 0; k < p->g->nodes[i].nw; k++) {
+            const npuc_graph_weight *x = &p->g->nodes[i].w[k];
+            if (x->role && strcmp(x->role, "kernel") == 0 && !npuc__strmap_get(&p->wtype, x->tensor, NULL)) return 1;
+        }
+    return 0;
 }
 
 /* ------------------------------------------------------------ the walks */
@@ -424,13 +455,14 @@ npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char 
     for (size_t i = 0; st == NPUC_OK && i < g->nnodes; i++)
         for (size_t k = 0; k < g->nodes[i].nw; k++)
             if (npuc__strmap_put(&p.gw, g->nodes[i].w[k].tensor, i) != 0) st = oom(&p);
-    if (st == NPUC_OK && om->graph && count_graph(&p, om->graph)) {
+    if (st == NPUC_OK && om->graph && (count_graph(&p, om->graph) || new_kernels(&p))) {
         *handled = 1;
         p.opset = default_opset(om);
         p.ir = om->ir_version;
         scan_graph(&p, om->graph);
         if ((st = p.st) == NPUC_OK) {
             plan_graph(&p, om->graph);
+            if (p.st == NPUC_OK) check_gone(&p, om->graph);
             st = p.st;
         }
         if (st == NPUC_OK) {

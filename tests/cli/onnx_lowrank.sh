@@ -8,7 +8,8 @@
 # (1e-5 relative, seeded inputs); the output error against the original equals that of
 # NumPy's own truncated SVD at the same rank.  A layer kept dense keeps its node.
 # Refused (exit 2, one line naming the file and tensor, nothing written): a factored Conv,
-# a weight two nodes read, a Gemm at opset 9 (its first half has no C).
+# a weight two nodes read, one read through a Transpose, a Gemm at opset 9 (its first half has
+# no C).
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 "$PY" -c 'import numpy, onnx' 2>/dev/null || skip "the Python at $PY has no onnx (python3-onnx)"
@@ -69,5 +70,7 @@ refused conv.onnx "conv.onnx: tensor 'conv.weight' is read by Conv .*: only fact
 refused shared.onnx "shared.onnx: tensor 'sh.weight' is read by 2 nodes" --rank 2 "$M/shared.onnx"
 refused gemm9.onnx "gemm9.onnx: onnx.model: tensor 'g9.weight' .Gemm 'y'. cannot be written as a split Gemm.*opset 11.*opset 9" \
     --rank 2 "$M/gemm9.onnx"
+refused resolve.onnx "resolve.onnx: onnx.model: tensor 't.weight' cannot be written as a split MatMul.*another node" \
+    --rank 1 --include t.weight "$M/resolve.onnx"             # read through a Transpose
 # --exclude keeps the Conv dense: the rest is written.
 expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --exclude conv.weight "$M/conv_bn_relu.onnx" -o "$T/conv_ex.onnx"
