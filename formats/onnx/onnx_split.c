@@ -239,7 +239,8 @@ static void check_gone(sp_plan *p, const npuc__onnx_graph *og) {
             for (size_t s = 0; s < at->ngraphs; s++)
                 if (at->graphs[s]) check_gone(p, at->graphs[s]);
         }
-        if (p->st != NPUC_OK || !w || npuc__strmap_get(&p->gw, w, NULL) || npuc__strmap_get(&p->drop, w, NULL)) continue;
+        if (p->st != NPUC_OK || !w || npuc__strmap_get(&p->gw, w, NULL) || npuc__strmap_get(&p->drop, w, NULL))
+            continue;
         p->st = npuc_fail(p->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s' cannot be written as a split MatMul or Gemm "
                           "in the ONNX graph: no MatMul or Gemm reads it directly as input B (another node is "
                           "between them)", p->label, w);

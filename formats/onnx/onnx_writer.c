@@ -259,7 +259,8 @@ static npuc_status ow_begin(npuc_writer *w) {
 
     if (skel) {
         /* lowrank entries the graph realises (onnx_split.c) are not described */
-        if (art && (st = npuc__onnx_split_artifact(w->ctx, w->path, skel, nskel, art, &art_split, &art_gone)) != NPUC_OK)
+        if (art &&
+            (st = npuc__onnx_split_artifact(w->ctx, w->path, skel, nskel, art, &art_split, &art_gone)) != NPUC_OK)
             goto done;
         if (art_gone) art = NULL;
         else if (art_split) art = art_split;

@@ -68,7 +68,8 @@ refused() { # OUT PATTERN lowrank-args...
 refused conv.onnx "conv.onnx: tensor 'conv.weight' is read by Conv .*: only factored MatMul and Gemm" \
     --rank 1 --include conv.weight "$M/conv_bn_relu.onnx"
 refused shared.onnx "shared.onnx: tensor 'sh.weight' is read by 2 nodes" --rank 2 "$M/shared.onnx"
-refused gemm9.onnx "gemm9.onnx: onnx.model: tensor 'g9.weight' .Gemm 'y'. cannot be written as a split Gemm.*opset 11.*opset 9" \
+refused gemm9.onnx \
+    "gemm9.onnx: onnx.model: tensor 'g9.weight' .Gemm 'y'. cannot be written as a split Gemm.*opset 11.*opset 9" \
     --rank 2 "$M/gemm9.onnx"
 refused resolve.onnx "resolve.onnx: onnx.model: tensor 't.weight' cannot be written as a split MatMul.*another node" \
     --rank 1 --include t.weight "$M/resolve.onnx"             # read through a Transpose

@@ -52,8 +52,8 @@ def models(d):
              helper.make_node("Gemm", ["r", "nc.weight"], ["y"], name="gemm_nc", transB=1, alpha=1.5)]
     save(nodes, inits, [vi("x", [24, 3])], [vi("y", [3, 12])], f"{d}/gemm_ab.onnx")
     # one weight, two readers
-    nodes = [helper.make_node("MatMul", ["x", "sh.weight"], ["a"]), helper.make_node("MatMul", ["x", "sh.weight"], ["b"]),
-             helper.make_node("Add", ["a", "b"], ["y"])]
+    nodes = [helper.make_node("MatMul", ["x", "sh.weight"], ["a"]),
+             helper.make_node("MatMul", ["x", "sh.weight"], ["b"]), helper.make_node("Add", ["a", "b"], ["y"])]
     save(nodes, [numpy_helper.from_array(f32(16, 16), "sh.weight")], [vi("x", [2, 16])], [vi("y", [2, 16])],
          f"{d}/shared.onnx")
     # Gemm at opset 9: C required
