@@ -373,6 +373,9 @@ static void plan_free(fold_plan *p) {
 
 npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
                                    char **out) {
+    int split = 0; /* lowrank's split nodes: onnx_split.c */
+    npuc_status sst = npuc__onnx_split_write(ctx, label, stored, g, out, &split);
+    if (sst != NPUC_OK || split) return sst;
     *out = NULL;
     unsigned char *skel = NULL;
     size_t nskel = 0;

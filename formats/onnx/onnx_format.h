@@ -164,5 +164,18 @@ npuc_status npuc__onnx_read_graph(npuc_ctx *ctx, npuc_model *m);
  * removes no node of the file. */
 npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
                                    char **out);
+/* The same for lowrank's split MatMul / Gemm nodes (onnx_split.c): *handled
+ * 1 when g drops a MatMul or Gemm weight of the file or holds a kernel the
+ * file does not (then *out is the
+ * rewritten entry or the call fails naming the tensor), else 0 and nothing
+ * done. */
+npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+                                   char **out, int *handled);
+/* The artifact description art without the "lowrank" entries whose factors
+ * the ONNX graph skel[0..nskel) reads in place of the dense weight (a split
+ * written by npuc__onnx_split_write): *out NULL when none is taken out,
+ * *empty 1 when no entry is left (the description is then not written). */
+npuc_status npuc__onnx_split_artifact(npuc_ctx *ctx, const char *path, const unsigned char *skel, size_t nskel,
+                                      const char *art, char **out, int *empty);
 
 #endif

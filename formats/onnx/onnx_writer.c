@@ -13,7 +13,9 @@
  * does not have is refused, as are encoded artifacts ONNX cannot express
  * (quantized weights become DequantizeLinear nodes: onnx_qdq.c; fold-bn's
  * removed nodes arrive as an "onnx.model" entry the row's graph_write hook
- * rewrote: onnx_fold.c).  Without an "onnx.model" entry
+ * rewrote: onnx_fold.c; lowrank's split MatMul / Gemm nodes the same way,
+ * onnx_split.c, whose realised "lowrank" entries leave the stored "npuc"
+ * description).  Without an "onnx.model" entry
  * (a safetensors source) the output is a model whose graph holds the
  * tensors as initializers and no nodes.
  *
@@ -221,6 +223,8 @@ static npuc_status ow_begin(npuc_writer *w) {
     size_t nskel = 0;
     npuc__ox_buf out = {0};
     const char *graph = NULL, *art = NULL;
+    char *art_split = NULL; /* art without the entries split nodes realise */
+    int art_gone = 0;
     for (size_t i = 0; i < w->nmeta; i++) {
         if (strcmp(w->meta_k[i], NPUC__ONNX_MODEL_KEY) == 0) graph = w->meta_v[i];
         if (strcmp(w->meta_k[i], "npuc") == 0) art = w->meta_v[i];
@@ -254,6 +258,12 @@ static npuc_status ow_begin(npuc_writer *w) {
     s->external = (opt && strcmp(opt, "always") == 0) || total > NPUC__ONNX_PROTO_MAX;
 
     if (skel) {
+        /* lowrank entries the graph realises (onnx_split.c) are not described */
+        if (art &&
+            (st = npuc__onnx_split_artifact(w->ctx, w->path, skel, nskel, art, &art_split, &art_gone)) != NPUC_OK)
+            goto done;
+        if (art_gone) art = NULL;
+        else if (art_split) art = art_split;
         if ((st = npuc__oq_plan_make(w, skel, nskel, art, qdq_put, w, &s->qdq)) != NPUC_OK) goto done;
         npuc__ox_walk wk = {.ctx = w->ctx, .path = w->path, .base = skel, .weight = wr_weight, .meta = wr_meta, .user = w};
         if (s->qdq) npuc__oq_hooks(s->qdq, &wk);
@@ -273,12 +283,14 @@ static npuc_status ow_begin(npuc_writer *w) {
     }
     for (size_t i = 0; i < w->nmeta; i++) {
         if (strcmp(w->meta_k[i], NPUC__ONNX_MODEL_KEY) == 0) continue;
+        if (strcmp(w->meta_k[i], "npuc") == 0 && art_gone) continue;
         char *v = NULL;
-        if (s->qdq && strcmp(w->meta_k[i], "npuc") == 0 && !(v = npuc__oq_artifact(s->qdq, w->meta_v[i]))) {
+        const char *mv = strcmp(w->meta_k[i], "npuc") == 0 && art_split ? art_split : w->meta_v[i];
+        if (s->qdq && strcmp(w->meta_k[i], "npuc") == 0 && !(v = npuc__oq_artifact(s->qdq, mv))) {
             st = npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
             goto done;
         }
-        const char *val = v ? v : w->meta_v[i];
+        const char *val = v ? v : mv;
         npuc__ox_buf e = {0};
         npuc__ox_put_bytes(&e, 1, w->meta_k[i], strlen(w->meta_k[i]));
         npuc__ox_put_bytes(&e, 2, val, strlen(val));
@@ -321,6 +333,7 @@ static npuc_status ow_begin(npuc_writer *w) {
 done:
     npuc__ox_free(&out);
     free(skel);
+    free(art_split);
     return st;
 }
 

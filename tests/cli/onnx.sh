@@ -18,8 +18,9 @@
 #     with the graph unchanged and values equal to NumPy's expectation;
 #     decompress of an int8 artifact writes the dequantized values;
 #   - --external-data always writes OUT.data, page-aligned;
-#   - passes that need graph edits npuc does not write (lowrank,
-#     sparsify --compressed; fold-bn writes ONNX: onnx_fold.sh) refuse
+#   - passes that need graph edits npuc does not write (sparsify
+#     --compressed; fold-bn writes ONNX: onnx_fold.sh, lowrank:
+#     onnx_lowrank.sh) refuse
 #     ONNX outputs (exit 2, one line,
 #     nothing written), as does every malformed file: truncated or overlong
 #     varint, length past the end, wrong wire type, nested graphs 40 deep,
@@ -126,11 +127,11 @@ expect_rc 2 "$NPUC_BIN" convert "$M/gemm.onnx" -o "$T/gy.onnx" --external-data s
 must_match "$T/err" "external-data"
 
 # Passes that would need graph edits npuc does not write refuse an ONNX
-# output (quantize writes DequantizeLinear nodes: tests/cli/onnx_qdq.sh).
-expect_rc 2 "$NPUC_BIN" lowrank --rank 2 "$M/gemm.onnx" -o "$T/l.onnx"
-must_match "$T/err" "l.onnx: tensor 'fc1.weight' is stored as 'lowrank', which in ONNX needs graph edits"
+# output (quantize writes DequantizeLinear nodes: tests/cli/onnx_qdq.sh;
+# lowrank splits MatMul / Gemm nodes: tests/cli/onnx_lowrank.sh).
 expect_rc 2 "$NPUC_BIN" sparsify --pattern 2:4 --compressed "$M/gemm.onnx" -o "$T/s.onnx"
-for o in l s; do [ ! -e "$T/$o.onnx" ] || fail "$o.onnx was written after a refusal"; done
+must_match "$T/err" "s.onnx: tensor 'fc1.weight' is stored as 'nm_sparse', which in ONNX needs graph edits"
+for o in s; do [ ! -e "$T/$o.onnx" ] || fail "$o.onnx was written after a refusal"; done
 
 # Not ONNX at all, and ONNX without its extension.
 cp "$SAMPLES/cnn_bn.safetensors" "$T/fake.onnx"

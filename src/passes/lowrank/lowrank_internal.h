@@ -86,4 +86,19 @@ void npuc__gemm_rows(const float *a, const float *b, float *c, int64_t m, int64_
  * of the row count only. */
 int64_t npuc__gemm_block(int64_t rows);
 
+/* A factored tensor of the model and its two factors (lowrank_model.c). */
+typedef struct npuc__lowrank_split {
+    size_t tensor;
+    const npuc_tensor_info *a, *b; /* lr_a (output side), lr_b */
+} npuc__lowrank_split;
+
+/* For an output whose format keeps the file's graph in a metadata entry
+ * (ONNX): splits each factored weight's node in a copy of m's graph and
+ * sets w's graph entry to the format's rewrite of it (lowrank_graph.c).
+ * Nothing done for other outputs or without factored tensors.  A weight
+ * that cannot be written as a split is NPUC_ERR_UNSUPPORTED naming w's
+ * path and the tensor. */
+npuc_status npuc__lowrank_graph_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w, const npuc__lowrank_split *sp,
+                                     size_t ns);
+
 #endif

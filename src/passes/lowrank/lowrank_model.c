@@ -359,6 +359,22 @@ static npuc_status factor_all(npuc__drive *d, const npuc_lowrank_opts *o, lrplan
 
 /* ------------------------------------------------------------- writing */
 
+/* An ONNX output: the factored layers as split nodes (lowrank_graph.c). */
+static npuc_status split_graph(npuc__drive *d, const lrplan *plan) {
+    const size_t n = npuc_model_count(d->m);
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) ns += plan[i].factored != 0;
+    if (!ns || !d->w) return NPUC_OK;
+    npuc__lowrank_split *sp = malloc(ns * sizeof *sp);
+    if (!sp) return npuc_fail(d->ctx, NPUC_ERR_NOMEM, "out of memory");
+    ns = 0;
+    for (size_t i = 0; i < n; i++)
+        if (plan[i].factored) sp[ns++] = (npuc__lowrank_split){i, &plan[i].a, &plan[i].b};
+    npuc_status st = npuc__lowrank_graph_meta(d->ctx, d->m, d->w, sp, ns);
+    free(sp);
+    return st;
+}
+
 static npuc_status describe(json_t *art, const npuc_tensor_info *t, const lrplan *q) {
     json_t *e = npuc__art_add(art, t, npuc__codec_lowrank.name);
     if (!e || json_object_set_new(e, "parts", json_pack("[ss]", q->name_a, q->name_b)) ||
@@ -395,6 +411,7 @@ npuc_status npuc__lowrank_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sin
     if ((st = check_finite(ctx, m, plan)) != NPUC_OK) goto fail;
     if ((st = spill_open(ctx, out, &sp)) != NPUC_OK) goto fail;
     if ((st = factor_all(&dr, o, plan, &sp)) != NPUC_OK) goto fail;
+    if ((st = split_graph(&dr, plan)) != NPUC_OK) goto fail;
 
     if ((st = npuc__drive_artifact(&dr)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
