@@ -470,6 +470,12 @@ static void add_node(bld *b, size_t i) {
         /* the weight's axes on the stored tensor */
         int oa = s.out >= 0 && ws[k].w.rank > s.out ? ws[k].w.ax[s.out] : -1;
         int ia = s.in >= 0 && ws[k].w.rank > s.in ? ws[k].w.ax[s.in] : -1;
+        /* a stored vector per channel (a bias, a BatchNorm's four): its one
+         * axis is the channels (a structured prune's resize shrinks it) */
+        if (oa < 0 && t->rank == 1 && ws[k].w.rank == 1 && ws[k].w.ax[0] == 0 &&
+            (s.r == NPUC_ROLE_BIAS || s.r == NPUC_ROLE_BN_GAMMA || s.r == NPUC_ROLE_BN_BETA ||
+             s.r == NPUC_ROLE_BN_MEAN || s.r == NPUC_ROLE_BN_VAR))
+            oa = 0;
         b->st = npuc__ng_add_weight(b->ctx, b->ng, nd, t->name, s.role, t->rank, t->shape, oa, ia);
     }
 done:
