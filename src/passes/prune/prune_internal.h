@@ -8,6 +8,8 @@
  *   prune_chain.c     what shares a producer's channels: its bias, BatchNorms,
  *                     depthwise convs and consumers, along the graph's edges
  *   prune_struct.c    structured pruning of a model along those chains
+ *   prune_stated.c    the chains from a graph the file states (ONNX), and
+ *                     the resized graph checked against the planned shapes
  *   sparsify_nm.c     (passes/sparsify/) N:M sparsity; it shares the
  *                     magnitude selection and the error sums of prune_select.c
  *
@@ -98,7 +100,7 @@ typedef struct npuc__chain {
     int output;                      /* the space reaches the model output */
     char how[40];                    /* "--next/--graph", "sequential naming", "keras topology", ... */
     char why[200];                   /* when !ok: why not */
-    /* From a graph the file states (prune_graph.c): the producers of the
+    /* From a graph the file states (prune_stated.c): the producers of the
      * other branches of an Add, which share the channels and prune with
      * the same mask, and their biases (-1 none). */
     size_t with[NPUC_CHAIN_MAX];
@@ -123,7 +125,7 @@ npuc_status npuc__chain_graph(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opt
  * does not fit. */
 npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t w, npuc__chain *c);
 
-/* ------------------------------------------------------------ chains from a stated graph (prune_graph.c) */
+/* ------------------------------------------------------------ chains from a stated graph (prune_stated.c) */
 
 /* 1 when m's network graph states the edges structured pruning follows
  * (an ONNX file's graph: its weighted nodes carry "prune_consumers" or

@@ -54,7 +54,7 @@ typedef struct plan {
     const double *target;      /* per tensor: its --layer-sparsity S, else the global one */
     npuc_summary *sum;         /* for the warnings that list guesses one by one */
     size_t nfallback, nprotected;
-    int stated;                /* the chains come from the file's graph (prune_graph.c) */
+    int stated;                /* the chains come from the file's graph (prune_stated.c) */
 } plan;
 
 /* [A, D, B] counts of a shape around axis. */
@@ -235,6 +235,14 @@ static int is_weight(const plan *P, size_t i) {
     return npuc__graph_mod(P->g, i)->weight == (int64_t)i;
 }
 
+/* 1 when tensor i is an Add branch of a chain found before. */
+static int in_group(const plan *P, size_t i) {
+    for (size_t k = 0; k < P->nchains; k++)
+        for (size_t j = 0; j < P->chains[k].nwith; j++)
+            if (P->chains[k].with[j] == i) return 1;
+    return 0;
+}
+
 static int is_dw(const plan *P, size_t i) {
     return P->stated ? npuc__chain_stated_kind(P->m, i) == 2 : npuc__graph_is_dw(P->g, i, 0);
 }
@@ -266,6 +274,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         const npuc_tensor_info *t = npuc_model_tensor(P->m, i);
         if (is_dw(P, i) || !role_prunable(t)) continue;
         if (!channel_mode && !sel[i]) continue;
+        if (channel_mode && in_group(P, i)) continue; /* an Add's branch: its group's chain has its consumers */
         npuc__chain *c = &P->chains[P->nchains];
         if ((st = P->stated ? npuc__chain_stated_of(ctx, P->m, i, c) : npuc__chain_of(ctx, P->g, i, c)) != NPUC_OK)
             goto done;
@@ -601,7 +610,7 @@ static npuc_status resized_graph_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer 
                                       size_t n, const npuc__ng *resized) {
     if (!w || !w->row || !w->row->graph_meta || !npuc_model_meta_get(m, w->row->graph_meta)) return NPUC_OK;
     if (resized) {
-        /* the stated graph's edit (prune_graph.c), already checked against newt */
+        /* the stated graph's edit (prune_stated.c), already checked against newt */
         const char *key;
         char *out = NULL;
         npuc_status st = npuc__graph_write_meta(ctx, w, m, resized, &key, &out);

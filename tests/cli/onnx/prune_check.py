@@ -75,9 +75,13 @@ for n in orig.graph.node:
     ins = [i for i in n.input if i and i not in O]
     kin = kept.get(ins[0]) if ins else None
     op = n.op_type
-    if op in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in O:
+    if op in ("Conv", "ConvTranspose", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in O:
         w = n.input[1]
-        if op == "Conv":
+        if op == "ConvTranspose":
+            assert attr(n, "group", 1) == 1, n.name
+            dw = False
+            oa, ia = 1, 0
+        elif op == "Conv":
             dw = attr(n, "group", 1) > 1 and O[w].shape[1] == 1
             oa, ia = 0, 1
         elif op == "Gemm":

@@ -1,5 +1,5 @@
 /*
- * prune_graph.c - structured pruning's chains from a network graph the file
+ * prune_stated.c - structured pruning's chains from a network graph the file
  * states (an ONNX model's, formats/onnx/onnx_netgraph.c), and the graph of
  * the pruned model as an edit of it (npuc__ng_resize).
  *
