@@ -89,6 +89,12 @@ refuse() { # model pattern
 }
 refuse p_flatten "p_flatten.onnx: tensor 'c1.weight': structured pruning cannot follow the graph: node 'c1': Flatten 'flat' reads it"
 refuse p_reshape "p_reshape.onnx: tensor 'c1.weight': .* node 'c1': Reshape 'reshape' reads it"
-refuse p_mulvec "p_mulvec.onnx: tensor 'c1.weight': .* node 'c1': 'mulvec' reads 'g', which is not a scalar"
+refuse p_mulvec "p_mulvec.onnx: tensor 'c1.weight': .* node 'c1': Mul 'mulvec' reads it"
+
+# --structured channel ranks the consumers' input slices; the same chains, the same checks.
+expect_rc 0 "$NPUC_BIN" prune --structured channel --sparsity 0.5 "$M/p_add.onnx" -o "$T/p_add.c.onnx"
+"$PY" "$NPUC_SRC/tests/cli/onnx/prune_check.py" "$M/p_add.onnx" "$T/p_add.c.onnx" "$T/p_add.cz.onnx" 5 ||
+    fail "p_add channel: structure check failed"
+R "$M/p_add.onnx" "$T/p_add.cz.onnx" "$T/p_add.c.onnx" 1e-5
 
 echo "onnx_prune: ok"
