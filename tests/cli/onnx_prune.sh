@@ -68,6 +68,7 @@ PYEOF
 # Edges the edit cannot follow: the filters are zeroed, the shapes stay, the note says why.
 for b in p_flatten p_reshape p_mulvec; do
     expect_rc 0 "$NPUC_BIN" prune --structured filter --sparsity 0.5 "$M/$b.onnx" -o "$T/$b.p.onnx"
+    must_match "$T/err" "1 layer\(s\) had channels zeroed instead of removed: the file's graph has edges the edit cannot follow"
     must_match "$T/out" "c1.weight .*zeroed, not removed: node 'c1': "
     "$PY" - "$M/$b.onnx" "$T/$b.p.onnx" <<'PYEOF' || fail "$b: zeroed fallback"
 import sys

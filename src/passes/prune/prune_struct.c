@@ -768,7 +768,10 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         fill_record(&P, i, r, &nt);
         npuc__drive_done(dr, i);
     }
-    if (P.nfallback)
+    if (P.nfallback && P.stated)
+        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: the file's graph has edges the edit "
+                          "cannot follow (see their notes)", P.nfallback);
+    else if (P.nfallback)
         npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no trustworthy consumer chain was "
                           "found (see their notes); pass --next/--graph to shrink them", P.nfallback);
     if (P.nprotected)
