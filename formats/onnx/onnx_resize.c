@@ -17,6 +17,9 @@
  *     value_info entries are dropped (ONNX runtimes infer them again);
  *   - a depthwise Conv whose kernel shrank along its output axis gets the
  *     new channel count as its "group" (it was the old one);
+ *   - a weight read through Identity, Cast or Transpose is that weight (its
+ *     shape follows; value_info naming it is dropped); through a Reshape,
+ *     whose shape constant states the old size, it is refused;
  *   - such a value reaching a Reshape (its shape constant states a channel
  *     count npuc cannot prove) or a graph output is refused, naming the
  *     node or the output.
@@ -47,6 +50,7 @@ typedef struct rz {
     npuc__strmap gw;      /* weight name -> node index + 1 << 8 | weight (g) */
     npuc__strmap changed; /* weight name -> index in ws */
     npuc__strmap vals;    /* resized value names */
+    npuc__strmap alias;   /* Identity/Cast/Transpose of a resized weight -> index in ws */
     rz_w *ws;
     size_t nws, capws;
     npuc_status st;
@@ -124,7 +128,9 @@ static npuc_status scan(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__ox_bu
 
 static const rz_w *changed(const rz *r, const char *name) {
     size_t k;
-    return name && *name && npuc__strmap_get(&r->changed, name, &k) ? &r->ws[k] : NULL;
+    if (!name || !*name) return NULL;
+    if (npuc__strmap_get(&r->changed, name, &k) || npuc__strmap_get(&r->alias, name, &k)) return &r->ws[k];
+    return NULL;
 }
 
 static int is_default(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
@@ -134,6 +140,10 @@ static int is_default(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") 
 static void mark(rz *r, const npuc__onnx_graph *og, int *more) {
     for (size_t i = 0; i < og->nnodes && r->st == NPUC_OK; i++) {
         const npuc__onnx_node *n = &og->nodes[i];
+        for (size_t a = 0; a < n->nattrs && r->st == NPUC_OK; a++) /* subgraphs read outer values */
+            for (size_t s = 0; s < n->attrs[a].ngraphs && r->st == NPUC_OK; s++)
+                if (n->attrs[a].graphs[s]) mark(r, n->attrs[a].graphs[s], more);
+        if (r->st != NPUC_OK) return;
         int out = 0, cons = 0, reads = 0;
         for (size_t k = 0; k < n->ninputs; k++) {
             const rz_w *w = changed(r, n->inputs[k]);
@@ -144,6 +154,26 @@ static void mark(rz *r, const npuc__onnx_graph *og, int *more) {
         if (is_default(n->domain) && n->op_type && strcmp(n->op_type, "Constant") == 0 && n->noutputs &&
             changed(r, n->outputs[0]))
             continue; /* the weight itself */
+        const rz_w *w0 = n->ninputs ? changed(r, n->inputs[0]) : NULL;
+        if (w0 && is_default(n->domain) && n->op_type && n->noutputs == 1 && *n->outputs[0]) {
+            const char *op = n->op_type;
+            if (strcmp(op, "Identity") == 0 || strcmp(op, "Cast") == 0 || strcmp(op, "Transpose") == 0) {
+                /* the weight as the consumer reads it: its shape follows */
+                size_t k;
+                npuc__strmap_get(&r->changed, w0->name, &k);
+                if (!npuc__strmap_get(&r->alias, n->outputs[0], NULL)) {
+                    if (npuc__strmap_put(&r->alias, n->outputs[0], k) != 0) { oom(r); return; }
+                    *more = 1;
+                }
+                continue;
+            }
+            if (strcmp(op, "Reshape") == 0) {
+                r->st = npuc_fail(r->ctx, NPUC_ERR_UNSUPPORTED, "%s: node '%s' (Reshape) reshapes weight '%s', which "
+                                  "the edit resizes: its shape constant states the old size", r->label,
+                                  n->name && *n->name ? n->name : n->outputs[0], w0->name);
+                return;
+            }
+        }
         if (reads && !out && !cons && is_default(n->domain) && n->op_type && strcmp(n->op_type, "Reshape") == 0) {
             r->st = npuc_fail(r->ctx, NPUC_ERR_UNSUPPORTED, "%s: node '%s' (Reshape) reads '%s', whose channels the "
                               "edit shrinks: its shape constant states the old size, and npuc cannot prove the new "
@@ -156,9 +186,6 @@ static void mark(rz *r, const npuc__onnx_graph *og, int *more) {
             if (npuc__strmap_put(&r->vals, n->outputs[k], 1) != 0) { oom(r); return; }
             *more = 1;
         }
-        for (size_t a = 0; a < n->nattrs; a++)
-            for (size_t s = 0; s < n->attrs[a].ngraphs; s++)
-                if (n->attrs[a].graphs[s]) mark(r, n->attrs[a].graphs[s], more);
     }
 }
 
@@ -342,7 +369,7 @@ static npuc_status graph_field(npuc__ox_walk *wk, const npuc__ox_field *f, int d
     }
     if ((f->num != 12 && f->num != 13) || f->wt != 2) return NPUC_OK;
     char *name = vi_name(f->data, f->len);
-    int hit = name && npuc__strmap_get(&r->vals, name, NULL);
+    int hit = name && (npuc__strmap_get(&r->vals, name, NULL) || npuc__strmap_get(&r->alias, name, NULL));
     npuc_status st = NPUC_OK;
     if (hit && f->num == 12)
         st = npuc_fail(r->ctx, NPUC_ERR_UNSUPPORTED, "%s: graph output '%s': the edit shrinks its channels (the "
@@ -403,6 +430,7 @@ npuc_status npuc__onnx_resize_write(npuc_ctx *ctx, const char *label, const unsi
     npuc__strmap_free(&r.gw);
     npuc__strmap_free(&r.changed);
     npuc__strmap_free(&r.vals);
+    npuc__strmap_free(&r.alias);
     free(r.ws);
     return st;
 }

@@ -81,6 +81,16 @@ w = p["c1.weight"]
 assert sum(not w[i].any() for i in range(w.shape[0])) == w.shape[0] // 2, "not half the filters zeroed"
 PYEOF
 done
+# A weight read through Transpose / Identity / Cast (resolve.onnx) is resized where it is
+# stored; the model stays valid for onnx.checker's full check.  Channels that leave through a
+# subgraph's output (constant_if.onnx: the If's else branch returns them) are not followed.
+expect_rc 0 "$NPUC_BIN" prune --structured filter --sparsity 0.5 "$M/resolve.onnx" -o "$T/resolve.p.onnx"
+must_match "$T/out" "t.weight .*-> \[3,6\]; .*\(ONNX graph\)"
+"$PY" -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)' "$T/resolve.p.onnx" ||
+    fail "resolve.p.onnx: onnx.checker refused it"
+expect_rc 0 "$NPUC_BIN" prune --structured filter --sparsity 0.5 "$M/constant_if.onnx" -o "$T/constant_if.p.onnx"
+must_match "$T/out" "c.w .*zeroed, not removed: node 'MatMul_1': no node reads 'e' \(a subgraph's output\?\)"
+
 # ... and refused when the layer is named: one line naming the file and the node.
 refuse() { # model pattern
     expect_rc 2 "$NPUC_BIN" prune --structured filter --sparsity 0.5 --include c1.weight "$M/$1.onnx" -o "$T/$1.r.onnx"

@@ -294,6 +294,9 @@ npuc_status npuc__chain_stated_of(npuc_ctx *ctx, npuc_model *m, size_t wt, npuc_
         }
         size_t nc = npuc__ng_consumers(g, v, cons, 64);
         if (nc > 64) rc = refuse(&w, "more than %s nodes read '%s'", "64", g->vals[v].name);
+        if (nc == 0) /* a subgraph's output, or a value nothing reads: where its channels go is not stated */
+            rc = refuse(&w, "no node reads '%s' (a subgraph's output?): where its channels go is not stated%s",
+                        g->vals[v].name, "");
         for (size_t k = 0; rc == 0 && k < nc; k++) rc = visit(&w, cons[k], v);
     }
     if (rc) {
