@@ -23,8 +23,9 @@
  * The pair itself is the pass's: the hook trusts that the producer the file
  * shows is the one folded (a stated --pair naming another Conv than the
  * BatchNorm's input is not caught here).
- * Other edits (resized kernels) are not written here: *out stays NULL and
- * the writer compares shapes as before.
+ * A graph with split nodes (lowrank) is written by onnx_split.c first; an
+ * edit that removed no node goes to onnx_resize.c (weights resized by a
+ * structured prune); *out stays NULL when it resized nothing either.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #include "graph/graph_net.h"
 #include "onnx_format.h"
 #include "onnx_model.h"
+#include "onnx_resize.h"
 #include "strmap.h"
 
 typedef struct fold_rename {
@@ -409,6 +411,8 @@ npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char 
             st = p.st;
         }
     }
+    if (st == NPUC_OK && !p.nrn && om->graph) /* no node removed: a resize (structured prune)? */
+        st = npuc__onnx_resize_write(ctx, label, skel, nskel, om, g, out);
     if (st == NPUC_OK && p.nrn) {
         wk.weight = copy_weight;
         wk.node = fold_node;

@@ -41,7 +41,7 @@
  * only use of a Conv / ConvTranspose / Gemm / MatMul output gets
  * "bn_of" = that node; a weighted node's "prune_consumers" lists the
  * weighted nodes its output reaches through Relu, Clip, HardSigmoid,
- * BatchNormalization, Mul/Add/Div/Sub by a weight or scalar, Identity,
+ * BatchNormalization, Mul/Add/Div/Sub by a scalar weight, Identity,
  * Dropout and pooling, and an Add of two branches ("prune_with" then
  * names the other branches' producers, which must prune together); a
  * depthwise Conv passes channels through; or "prune_refused" says
@@ -470,6 +470,12 @@ static void add_node(bld *b, size_t i) {
         /* the weight's axes on the stored tensor */
         int oa = s.out >= 0 && ws[k].w.rank > s.out ? ws[k].w.ax[s.out] : -1;
         int ia = s.in >= 0 && ws[k].w.rank > s.in ? ws[k].w.ax[s.in] : -1;
+        /* a stored vector per channel (a bias, a BatchNorm's four): its one
+         * axis is the channels (a structured prune's resize shrinks it) */
+        if (oa < 0 && t->rank == 1 && ws[k].w.rank == 1 && ws[k].w.ax[0] == 0 &&
+            (s.r == NPUC_ROLE_BIAS || s.r == NPUC_ROLE_BN_GAMMA || s.r == NPUC_ROLE_BN_BETA ||
+             s.r == NPUC_ROLE_BN_MEAN || s.r == NPUC_ROLE_BN_VAR))
+            oa = 0;
         b->st = npuc__ng_add_weight(b->ctx, b->ng, nd, t->name, s.role, t->rank, t->shape, oa, ia);
     }
 done:
@@ -500,10 +506,18 @@ static int passes_channels(const npuc__ng *g, size_t nd) {
     const char *op = g->nodes[nd].op;
     for (int i = 0; P[i]; i++)
         if (strcmp(op, P[i]) == 0) return 1;
-    /* Mul / Add / Sub / Div by a weight or a scalar: one value input */
+    /* Mul / Add / Sub / Div by a scalar weight: one value input (a per-channel
+     * operand would have to shrink with the channels) */
     if ((strcmp(op, "Mul") == 0 || strcmp(op, "Add") == 0 || strcmp(op, "Sub") == 0 || strcmp(op, "Div") == 0) &&
-        g->nodes[nd].nin == 1)
+        g->nodes[nd].nin == 1) {
+        for (size_t k = 0; k < g->nodes[nd].nw; k++) {
+            const npuc_graph_weight *w = &g->nodes[nd].w[k];
+            if (w->rank < 0) return 0;
+            for (int a = 0; a < w->rank; a++)
+                if (w->shape[a] != 1) return 0;
+        }
         return 1;
+    }
     return 0;
 }
 

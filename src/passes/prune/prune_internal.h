@@ -8,6 +8,8 @@
  *   prune_chain.c     what shares a producer's channels: its bias, BatchNorms,
  *                     depthwise convs and consumers, along the graph's edges
  *   prune_struct.c    structured pruning of a model along those chains
+ *   prune_stated.c    the chains from a graph the file states (ONNX), and
+ *                     the resized graph checked against the planned shapes
  *   sparsify_nm.c     (passes/sparsify/) N:M sparsity; it shares the
  *                     magnitude selection and the error sums of prune_select.c
  *
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "graph/graph_net.h"
 #include "kernels/nm_kernels.h"
 #include "npuc_internal.h"
 #include "passes/pass_util.h"
@@ -97,6 +100,13 @@ typedef struct npuc__chain {
     int output;                      /* the space reaches the model output */
     char how[40];                    /* "--next/--graph", "sequential naming", "keras topology", ... */
     char why[200];                   /* when !ok: why not */
+    /* From a graph the file states (prune_stated.c): the producers of the
+     * other branches of an Add, which share the channels and prune with
+     * the same mask, and their biases (-1 none). */
+    size_t with[NPUC_CHAIN_MAX];
+    int64_t with_bias[NPUC_CHAIN_MAX];
+    size_t nwith;
+    int stated;                      /* the chain comes from the file's graph */
 } npuc__chain;
 
 /* The graph structured pruning walks (src/graph/graph.h): modules, the
@@ -114,5 +124,32 @@ npuc_status npuc__chain_graph(npuc_ctx *ctx, npuc_model *m, const npuc_prune_opt
  * (the caller falls back to zeroing); NPUC_ERR_ARG for an explicit edge that
  * does not fit. */
 npuc_status npuc__chain_of(npuc_ctx *ctx, npuc__graph *g, size_t w, npuc__chain *c);
+
+/* ------------------------------------------------------------ chains from a stated graph (prune_stated.c) */
+
+/* 1 when m's network graph states the edges structured pruning follows
+ * (an ONNX file's graph: its weighted nodes carry "prune_consumers" or
+ * "prune_refused", onnx_netgraph.c); the graph is read when it was not. */
+int npuc__chain_stated(npuc_ctx *ctx, npuc_model *m);
+/* Tensor i's kind in the stated graph: 1 the kernel of a weighted node
+ * (Conv, ConvTranspose, Gemm, MatMul), 2 a depthwise kernel, 0 neither. */
+int npuc__chain_stated_kind(const npuc_model *m, size_t i);
+/* The chain of the weighted node whose kernel is tensor w, from the stated
+ * graph's edges: consumers through channel-preserving ops (Relu, Clip,
+ * HardSigmoid, BatchNormalization, a scalar Mul/Add/Sub/Div, Identity,
+ * Dropout, pooling), BatchNorms and depthwise Convs on the way as
+ * companions, the producers of an Add's other branches in c->with.  A
+ * refused edge leaves c->ok = 0 with the reason in c->why (c->output when
+ * the channels reach a model output). */
+npuc_status npuc__chain_stated_of(npuc_ctx *ctx, npuc_model *m, size_t w, npuc__chain *c);
+/* The network graph of the planned output: npuc__ng_resize of a copy of
+ * m's graph, each chain's producers (with its Add branches) resized to the
+ * kept count kept[k] of chain k (0: not shrunk), chains of one extent in
+ * one edit; every weight the edit changes must have the shape newt[]
+ * plans, and every planned shape change must be one the edit made.  *out
+ * the graph (caller frees).  NPUC_ERR_UNSUPPORTED naming the file and the
+ * node or tensor when the edit refuses or disagrees. */
+npuc_status npuc__chain_stated_resize(npuc_ctx *ctx, npuc_model *m, const npuc__chain *chains, size_t nchains,
+                                      const uint64_t *kept, const npuc_tensor_info *newt, npuc__ng **out);
 
 #endif

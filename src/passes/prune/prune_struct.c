@@ -54,6 +54,7 @@ typedef struct plan {
     const double *target;      /* per tensor: its --layer-sparsity S, else the global one */
     npuc_summary *sum;         /* for the warnings that list guesses one by one */
     size_t nfallback, nprotected;
+    int stated;                /* the chains come from the file's graph (prune_stated.c) */
 } plan;
 
 /* [A, D, B] counts of a shape around axis. */
@@ -154,10 +155,14 @@ static int claim_chain(plan *P, size_t ci, const uint8_t *keep, const char **who
     const npuc__chain *c = &P->chains[ci];
     top *ops = P->ops;
     /* check */
-    struct { int64_t t; int in; int role; } list[3 + 5 * NPUC_CHAIN_MAX];
+    struct { int64_t t; int in; int role; } list[3 + 7 * NPUC_CHAIN_MAX];
     size_t n = 0;
     list[n].t = (int64_t)c->producer; list[n].in = 0; list[n++].role = R_PRODUCER;
     if (c->bias >= 0) { list[n].t = c->bias; list[n].in = 0; list[n++].role = R_BIAS; }
+    for (size_t i = 0; i < c->nwith; i++) { /* an Add's other branches: the same channels */
+        list[n].t = (int64_t)c->with[i]; list[n].in = 0; list[n++].role = R_PRODUCER;
+        if (c->with_bias[i] >= 0) { list[n].t = c->with_bias[i]; list[n].in = 0; list[n++].role = R_BIAS; }
+    }
     for (size_t i = 0; i < c->nbn; i++) {
         const int64_t parts[4] = {c->bn[i].gamma, c->bn[i].beta, c->bn[i].mean, c->bn[i].var};
         for (int p = 0; p < 4; p++)
@@ -196,6 +201,7 @@ static int claim_chain(plan *P, size_t ci, const uint8_t *keep, const char **who
         }
         if (o->role == R_NONE || list[i].role == R_PRODUCER) o->role = list[i].role;
         if (o->chain < 0 || list[i].role == R_PRODUCER) o->chain = (long)ci;
+        if (list[i].role == R_PRODUCER) o->target = P->target[c->producer];
     }
     return 0;
 }
@@ -223,6 +229,24 @@ static uint64_t count1(const uint8_t *k, uint64_t n) { return n - count0(k, n); 
 
 /* ------------------------------------------------------------ planning */
 
+/* A conv/linear weight: the module graph's, or the stated graph's kernel. */
+static int is_weight(const plan *P, size_t i) {
+    if (P->stated) return npuc__chain_stated_kind(P->m, i) != 0;
+    return npuc__graph_mod(P->g, i)->weight == (int64_t)i;
+}
+
+/* 1 when tensor i is an Add branch of a chain found before. */
+static int in_group(const plan *P, size_t i) {
+    for (size_t k = 0; k < P->nchains; k++)
+        for (size_t j = 0; j < P->chains[k].nwith; j++)
+            if (P->chains[k].with[j] == i) return 1;
+    return 0;
+}
+
+static int is_dw(const plan *P, size_t i) {
+    return P->stated ? npuc__chain_stated_kind(P->m, i) == 2 : npuc__graph_is_dw(P->g, i, 0);
+}
+
 static int role_prunable(const npuc_tensor_info *t) {
     return t->role != NPUC_ROLE_EMBEDDING && t->role != NPUC_ROLE_RNN && t->role != NPUC_ROLE_NORM;
 }
@@ -245,14 +269,15 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
     for (size_t i = 0; i < n; i++) cons_of[i] = -1;
     /* Every producer's chain (channel mode needs consumer -> chain). */
     for (size_t i = 0; i < n; i++) {
-        const npuc__mod *md = npuc__graph_mod(P->g, i);
-        if (md->weight != (int64_t)i) continue;
+        if (!is_weight(P, i)) continue;
         if (first_weight == n) first_weight = i;
         const npuc_tensor_info *t = npuc_model_tensor(P->m, i);
-        if (npuc__graph_is_dw(P->g, i, 0) || !role_prunable(t)) continue;
+        if (is_dw(P, i) || !role_prunable(t)) continue;
         if (!channel_mode && !sel[i]) continue;
+        if (channel_mode && in_group(P, i)) continue; /* an Add's branch: its group's chain has its consumers */
         npuc__chain *c = &P->chains[P->nchains];
-        if ((st = npuc__chain_of(ctx, P->g, i, c)) != NPUC_OK) goto done;
+        if ((st = P->stated ? npuc__chain_stated_of(ctx, P->m, i, c) : npuc__chain_of(ctx, P->g, i, c)) != NPUC_OK)
+            goto done;
         if (channel_mode && c->ok)
             for (size_t k = 0; k < c->ncons; k++)
                 cons_of[c->cons[k]] = cons_of[c->cons[k]] == -1 ? (long)P->nchains : -2; /* -2: two producers */
@@ -263,8 +288,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         if (!sel[i]) continue;
         const npuc_tensor_info *t = npuc_model_tensor(P->m, i);
         npuc_tensor_record *r = &rec[i];
-        const npuc__mod *md = npuc__graph_mod(P->g, i);
-        if (md->weight != (int64_t)i || npuc__out_axis(t) < 0) {
+        if (!is_weight(P, i) || npuc__out_axis(t) < 0) {
             npuc__fmt(r->note, sizeof r->note, "not a conv/linear weight");
             continue;
         }
@@ -272,7 +296,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             npuc__fmt(r->note, sizeof r->note, "%s: no filters to prune", npuc_role_name(t->role));
             continue;
         }
-        if (npuc__graph_is_dw(P->g, i, 0)) {
+        if (is_dw(P, i)) {
             npuc__fmt(r->note, sizeof r->note, "depthwise: its channels shrink with the layer feeding it");
             continue;
         }
@@ -293,6 +317,7 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
         const char *why = NULL, *conflict = NULL;
         char whybuf[256];
         if (c && c->ok && P->ops[c->producer].chain == ci && (P->ops[c->producer].keep_out)) continue; /* done */
+        if (P->stated && !channel_mode && P->ops[i].keep_out && P->ops[i].role == R_PRODUCER) continue; /* an Add's branch */
         int usable = c && c->ok;
         if (usable && c->guess && kept_count(c->channels, S, o->round_to) < c->channels) {
             /* A chain resting on storage or layer order: refused under
@@ -323,6 +348,10 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             if (!score || !keep) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto done; }
             if (!channel_mode) {
                 if ((st = scores_of(ctx, P, c->producer, npuc__out_axis(t), l2, score, scr)) != NPUC_OK) goto done;
+                for (size_t k = 0; k < c->nwith; k++) /* an Add's branches rank the channels together */
+                    if ((st = scores_of(ctx, P, c->with[k], npuc__out_axis(npuc_model_tensor(P->m, c->with[k])), l2,
+                                        score, scr)) != NPUC_OK)
+                        goto done;
             } else {
                 for (size_t k = 0; k < c->ncons; k++)
                     if (sel[c->cons[k]]) {
@@ -356,6 +385,13 @@ static npuc_status plan_chains(npuc_ctx *ctx, plan *P, const unsigned char *sel,
             why = cons_of[i] == -2 ? "two producers feed it" : "its producer was not found";
         } else {
             why = c ? c->why : "no chain";
+        }
+        /* A graph the file states refuses a layer the user named: the edit
+         * cannot be proven, and zeroing is not what was asked for. */
+        if (P->stated && named[i] && !(c && c->output) && !channel_mode) {
+            st = npuc_fail(ctx, NPUC_ERR_ARG, "%s: tensor '%s': structured pruning cannot follow the graph: %s",
+                           npuc_model_path(P->m), t->name, why);
+            goto done;
         }
         /* Fallback: zero the weakest filters (input slices) of this tensor. */
         const int protect = channel_mode ? i == first_weight : (c && c->output);
@@ -571,8 +607,17 @@ static npuc_status check_planned(npuc_ctx *ctx, npuc_model *m, const npuc_tensor
  * --deep reports it); only running out of memory or an edit the format
  * cannot write fails. */
 static npuc_status resized_graph_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w, const npuc_tensor_info *newt,
-                                      size_t n) {
+                                      size_t n, const npuc__ng *resized) {
     if (!w || !w->row || !w->row->graph_meta || !npuc_model_meta_get(m, w->row->graph_meta)) return NPUC_OK;
+    if (resized) {
+        /* the stated graph's edit (prune_stated.c), already checked against newt */
+        const char *key;
+        char *out = NULL;
+        npuc_status st = npuc__graph_write_meta(ctx, w, m, resized, &key, &out);
+        if (st == NPUC_OK && out) st = npuc_writer_meta(w, key, out);
+        free(out);
+        return st;
+    }
     npuc_status st = npuc_model_read_graph(ctx, m);
     if (st == NPUC_ERR_NOMEM) return st;
     if (st != NPUC_OK) {
@@ -618,6 +663,7 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
     memset(&inc, 0, sizeof inc);
     memset(&exc, 0, sizeof exc);
     P.ops = calloc(n ? n : 1, sizeof *P.ops);
+    npuc__ng *resized = NULL;
     if (o->criterion != NPUC_PRUNE_L1 && o->criterion != NPUC_PRUNE_L2) {
         st = npuc_fail(ctx, NPUC_ERR_ARG, "unknown criterion %d", (int)o->criterion);
         goto fail;
@@ -643,6 +689,9 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         goto fail;
     if ((st = npuc__layer_sparsity(ctx, m, o, target, NULL)) != NPUC_OK) goto fail;
     if ((st = npuc__chain_graph(ctx, m, o, &P.g)) != NPUC_OK) goto fail;
+    /* A graph the file states (ONNX) gives the chains; stated --next/--graph
+     * edges keep the older rules. */
+    P.stated = !o->nnext && !o->graph_file && npuc__chain_stated(ctx, m);
     if ((st = plan_chains(ctx, &P, sel, named, sum->records, &sa)) != NPUC_OK) goto fail;
 
     uint64_t maxb = 1;
@@ -673,6 +722,18 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
             (st = npuc__drive_guard(dr, i, "structured pruning")) != NPUC_OK)
             goto fail;
     if ((st = check_planned(ctx, m, newt, o)) != NPUC_OK) goto fail;
+    if (P.stated) {
+        /* the file's graph, resized along its edges, must agree with newt */
+        uint64_t *kept = calloc(P.nchains ? P.nchains : 1, sizeof *kept);
+        if (!kept) { st = npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); goto fail; }
+        for (size_t ci = 0; ci < P.nchains; ci++) {
+            const top *op = &P.ops[P.chains[ci].producer];
+            if (P.chains[ci].ok && op->keep_out && op->chain == (long)ci) kept[ci] = count1(op->keep_out, op->n_out);
+        }
+        st = npuc__chain_stated_resize(ctx, m, P.chains, P.nchains, kept, newt, &resized);
+        free(kept);
+        if (st != NPUC_OK) goto fail;
+    }
 
     if ((st = npuc__drive_open(dr, NULL, NULL)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++)
@@ -682,7 +743,7 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
      * and the output format's graph_write hook writes it back (filters /
      * units of every layer whose kernel shrank); `npuc validate --deep`
      * checks the result. */
-    if ((st = resized_graph_meta(ctx, m, dr->w, newt, n)) != NPUC_OK) goto fail;
+    if ((st = resized_graph_meta(ctx, m, dr->w, newt, n, resized)) != NPUC_OK) goto fail;
     for (size_t i = 0; i < n; i++) {
         const npuc_tensor_info *t = npuc_model_tensor(m, i);
         npuc_tensor_record *r = &sum->records[i];
@@ -707,7 +768,10 @@ npuc_status npuc__structured_prune(npuc__drive *dr, const npuc_prune_opts *o) {
         fill_record(&P, i, r, &nt);
         npuc__drive_done(dr, i);
     }
-    if (P.nfallback)
+    if (P.nfallback && P.stated)
+        npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: the file's graph has edges the edit "
+                          "cannot follow (see their notes)", P.nfallback);
+    else if (P.nfallback)
         npuc_summary_warn(sum, "%zu layer(s) had channels zeroed instead of removed: no trustworthy consumer chain was "
                           "found (see their notes); pass --next/--graph to shrink them", P.nfallback);
     if (P.nprotected)
@@ -726,6 +790,7 @@ fail:
         }
     free(P.ops);
     free(P.chains);
+    npuc__ng_free(resized);
     npuc__graph_free(P.g);
     free(sel);
     free(named);
