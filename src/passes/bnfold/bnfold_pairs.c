@@ -26,7 +26,7 @@
 #include "passes/bnfold/bnfold_internal.h"
 
 const char *npuc_bnfold_how_name(npuc_bnfold_how h) {
-    static const char *const N[] = {"explicit", "topology", "name", "layer-order", "order"};
+    static const char *const N[] = {"explicit", "topology", "name", "layer-order", "order", "graph"};
     return (unsigned)h < sizeof N / sizeof N[0] ? N[h] : "?";
 }
 
@@ -58,6 +58,7 @@ static npuc_bnfold_how how_of(npuc__evidence e) {
     case NPUC_EVIDENCE_CONFIG: return NPUC_BNFOLD_TOPOLOGY;
     case NPUC_EVIDENCE_NAME: return NPUC_BNFOLD_NAME;
     case NPUC_EVIDENCE_LAYER_ORDER: return NPUC_BNFOLD_LAYER_ORDER;
+    case NPUC_EVIDENCE_GRAPH: return NPUC_BNFOLD_GRAPH;
     default: return NPUC_BNFOLD_ORDER;
     }
 }
@@ -264,8 +265,11 @@ npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_par
     if (st == NPUC_OK) {
         if (p->npairs || p->pairs_file)
             snprintf(plan->order_note, sizeof plan->order_note, "pairs stated explicitly");
+        else if (at.nstated && at.nstated == g->nbn)
+            snprintf(plan->order_note, sizeof plan->order_note, "pairs from the file's graph (its edges)");
         else
-            snprintf(plan->order_note, sizeof plan->order_note, "%s%s",
+            snprintf(plan->order_note, sizeof plan->order_note, "%s%s%s",
+                     at.nstated ? "the file's graph for some; " : "",
                      g->kbn_understood ? "model_config topology; " : "",
                      g->alphabetical ? "storage order is alphabetical: numbers in names stand in for graph order"
                                      : "storage order taken as graph order");

@@ -13,6 +13,8 @@ from the BatchNormalization node: models with epsilon 1e-3 show a fold that used
   bn_if.onnx        a Conv -> BN pair inside an If branch (eps 1e-3; the other branch a plain Conv)
   bn_shared.onnx    Conv -> BN where the Conv's output is also added to the BN's output:
                     not foldable, the BN stays
+  bn_relu_first.onnx  conv1 -> Relu -> bn1: the names pair conv1 / bn1, the graph does not
+                    (the BN stays)
 """
 import os
 import sys
@@ -118,3 +120,11 @@ g = helper.make_graph([helper.make_node("Conv", ["x", "s.weight"], ["s"], name="
                       "g", [vi("x", [1, 3, 6, 6])], [vi("y", [1, 4, 6, 6])],
                       [t(f32(4, 3, 3, 3), "s.weight")] + bn_inits("sb", 4))
 save(g, "bn_shared.onnx")
+
+# The names pair conv1 / bn1 (conv1.weight stored first), but a Relu sits between them.
+g = helper.make_graph([helper.make_node("Conv", ["x", "conv1.weight"], ["conv1"], name="conv1", pads=[1, 1, 1, 1]),
+                       helper.make_node("Relu", ["conv1"], ["r"], name="relu"),
+                       bn_node("bn1", "r", "y", 1e-5, 13)],
+                      "g", [vi("x", [1, 3, 6, 6])], [vi("y", [1, 4, 6, 6])],
+                      [t(f32(4, 3, 3, 3), "conv1.weight")] + bn_inits("bn1", 4))
+save(g, "bn_relu_first.onnx")
