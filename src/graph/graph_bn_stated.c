@@ -10,10 +10,12 @@
  *     ConvTranspose, Gemm or MatMul node that reads a weight tensor of the
  *     file as its kernel, the BatchNorm is that output's only reader and it
  *     is no graph output: linked to the kernel, evidence "graph", not a
- *     guess (--strict allows it);
+ *     guess (--strict allows it); its bias is the node's (an ONNX Conv's
+ *     input 2, whatever its name: bnfold_pairs.c reads it from the graph);
  *   - otherwise refused with what the graph states (another op makes its
  *     input, the producer's output has another reader or is a graph output,
- *     the kernel is computed...).  The weaker rules after it (names, order)
+ *     the kernel is computed, the kernel or bias is read by another node
+ *     too, a Gemm's beta is not 1...).  The weaker rules after it (names, order)
  *     never see such a BatchNorm: they cannot override what the file
  *     states.
  * A BatchNorm whose tensors no such node reads (no graph, a graph from a
@@ -133,6 +135,28 @@ int npuc__graph_stated_verdict(const npuc__graph *g, const npuc__graph_stated *s
     if (!have) {
         npuc__graph_fmt(why, n, "%.30s '%.60s', which makes its input, has no kernel tensor in the file", p->op,
                         p->name);
+        return 0;
+    }
+    if (s->node_of[i] != v->prod) {
+        npuc__graph_fmt(why, n, "the kernel '%.60s' of %.30s '%.60s' is read by another node too", kernel, p->op,
+                        p->name);
+        return 0;
+    }
+    for (size_t k = 0; k < p->nw; k++) {
+        size_t bi;
+        if (is_op(p->w[k].role, "bias") && npuc_model_find(g->m, p->w[k].tensor, &bi) == 0 &&
+            s->node_of[bi] != v->prod) {
+            npuc__graph_fmt(why, n, "the bias '%.60s' of %.30s '%.60s' is read by another node too", p->w[k].tensor,
+                            p->op, p->name);
+            return 0;
+        }
+    }
+    /* Gemm: Y = alpha A B + beta C.  The fold writes C as the bias; with
+     * beta != 1 the stored C is not the bias it adds. */
+    const char *beta = is_op(p->op, "Gemm") ? npuc__ng_attr(ng, v->prod, "beta") : NULL;
+    if (beta && strtod(beta, NULL) != 1.0) {
+        npuc__graph_fmt(why, n, "Gemm '%.60s' scales its C by beta %.30s: C is not the bias the fold writes",
+                        p->name, beta);
         return 0;
     }
     const npuc_tensor_info *t = npuc_model_tensor(g->m, i);

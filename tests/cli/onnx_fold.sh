@@ -92,6 +92,14 @@ must_match "$T/out" "the file's graph"
 fold bn_gemm                          # Gemm transB=1 without C: C created
 fold bn_if                            # inside an If branch, epsilon 1e-3 from its node
 must_match "$T/out" "folded 1 of 1 BatchNorms"
+# The bias is the node's input 2 whatever its name ('B0' for kernel 'W0'); a Gemm whose beta
+# scales C (0.5) keeps its BatchNorm, skipped with that reason.
+expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_biasname.onnx" -o "$T/bn_biasname.f.onnx"
+must_match "$T/out" "W0 +nb +graph .*[0-9] *$"
+must_not_match "$T/out" "W0\.bias"
+must_match "$T/out" "skip gb \(producer W1\): the file's graph: Gemm 'gemm' scales its C by beta 0\.5"
+check "$T/bn_biasname.f.onnx" "$M/bn_biasname.onnx" 1
+R "$M/bn_biasname.onnx" "$T/bn_biasname.f.onnx" 1e-5
 # The pairing's evidence in the report.
 expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_nobias.onnx" --dry-run
 must_match "$T/out" "why: the file's graph: Conv 'c2' -> BatchNormalization 'bn2', the only reader of its output"
