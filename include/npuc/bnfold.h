@@ -16,15 +16,22 @@
  * and the results are stored in the producer's own dtype.
  *
  * The hard part is knowing which layer feeds which BatchNorm, since a weight
- * file has no graph.  npuc_bnfold_find() works it out from the file, most
- * certain evidence first (docs/fold-bn.md has the full rules).  Only
- * trustworthy pairs (explicit, topology, unambiguous names, Keras layer order
- * with agreeing numbering) are folded by default; guesses are listed as
+ * file rarely has a graph (an ONNX model does).  npuc_bnfold_find() works it
+ * out from the file, most certain evidence first (docs/fold-bn.md has the
+ * full rules).  Only trustworthy pairs (explicit, the file's graph,
+ * topology, unambiguous names, Keras layer order with agreeing numbering)
+ * are folded by default; guesses are listed as
  * skips (guess = 1) with their reason, folded only when the context's policy
  * has accept_guesses, and under a strict policy they are NPUC_ERR_GUESS:
  *
  *   explicit     pairs the caller states ("features.0=features.1"); when any
- *                are given, only they are folded
+ *                are given, only they are folded (a pair the file's graph
+ *                contradicts is refused)
+ *   graph        the file's own graph (ONNX): a BatchNormalization node whose
+ *                input is a Conv/ConvTranspose/Gemm/MatMul output it alone
+ *                reads; a BatchNorm that graph states otherwise (another op
+ *                makes its input, the output has another reader) is refused
+ *                and no weaker rule pairs it
  *   topology     a Keras model_config (root attribute of a model.save file,
  *                or safetensors metadata): inbound nodes give exact edges
  *   name         module / layer names that pair: features.0 -> features.1,
@@ -79,10 +86,11 @@ typedef enum npuc_bnfold_how {
     NPUC_BNFOLD_TOPOLOGY = 1,    /* Keras model_config inbound nodes */
     NPUC_BNFOLD_NAME = 2,        /* module or layer names pair */
     NPUC_BNFOLD_LAYER_ORDER = 3, /* Keras: the layer just before the BatchNorm */
-    NPUC_BNFOLD_ORDER = 4        /* nearest preceding producer (a guess) */
+    NPUC_BNFOLD_ORDER = 4,       /* nearest preceding producer (a guess) */
+    NPUC_BNFOLD_GRAPH = 5        /* the file's own graph (ONNX edges), certain */
 } npuc_bnfold_how;
 
-/* "explicit", "topology", "name", "layer-order", "order"; "?" if invalid. */
+/* "explicit", "topology", "name", "layer-order", "order", "graph"; "?" if invalid. */
 NPUC_API const char *npuc_bnfold_how_name(npuc_bnfold_how h);
 
 /* The default eps of BatchNorm in PyTorch, ONNX and Paddle exports, and in Keras. */

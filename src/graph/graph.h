@@ -56,10 +56,12 @@ typedef enum npuc__evidence {
     NPUC_EVIDENCE_CONFIG = 1,      /* Keras model_config inbound nodes */
     NPUC_EVIDENCE_NAME = 2,        /* a naming convention */
     NPUC_EVIDENCE_LAYER_ORDER = 3, /* Keras layer_names order */
-    NPUC_EVIDENCE_ORDER = 4        /* tensor storage order */
+    NPUC_EVIDENCE_ORDER = 4,       /* tensor storage order */
+    NPUC_EVIDENCE_GRAPH = 5        /* the file's own graph (ONNX nodes and edges): certain,
+                                      numbered last so the others keep their values */
 } npuc__evidence;
 
-/* "explicit", "config", "name", "layer-order", "order"; "?" if invalid. */
+/* "explicit", "config", "name", "layer-order", "order", "graph"; "?" if invalid. */
 const char *npuc__evidence_name(npuc__evidence e);
 
 /* ------------------------------------------------------------ the graph */
@@ -339,13 +341,15 @@ typedef struct npuc__bn_attachments {
     size_t nlinks;
     npuc__bn_refusal *refusals; /* in the order they were decided */
     size_t nrefusals;
+    size_t nstated;             /* BatchNorms the file's own graph decided (graph_bn_stated.c) */
 } npuc__bn_attachments;
 
 /* Finds the producer of every BatchNorm (graph_bn.c; docs/fold-bn.md has
  * the rules).  With stated pairs ("CONV=BN" strings and/or a pairs file),
- * only they link and every other BatchNorm is refused; else each BatchNorm
- * goes through model_config, names, Keras layer order and storage order, and
- * the first rule with an answer decides.  A producer two BatchNorms reach
+ * only they link and every other BatchNorm is refused (a pair the file's own
+ * graph contradicts is NPUC_ERR_ARG); else each BatchNorm goes through the
+ * file's own graph (ONNX edges), model_config, names, Keras layer order and
+ * storage order, and the first rule with an answer decides.  A producer two BatchNorms reach
  * through automatic rules links to neither (both refused, the first link
  * marked dropped).  Errors: NPUC_ERR_ARG for a bad statement (unknown name,
  * not a float conv/linear weight, stated twice, channels that differ),

@@ -14,8 +14,9 @@
  * links to neither (one of them would need its output as it was).
  *
  * This file holds the view and the books: recording links and refusals and
- * the claims on producers.  The rules are in graph_bn_rules.c (stated pairs,
- * model_config, names) and graph_order.c (Keras layer order, storage order).
+ * the claims on producers.  The rules are in graph_bn_stated.c (the file's
+ * own graph: ONNX edges), graph_bn_rules.c (stated pairs, model_config,
+ * names) and graph_order.c (Keras layer order, storage order).
  */
 #include <math.h>
 #include <stdio.h>
@@ -358,7 +359,8 @@ void npuc__bn_attachments_free(npuc__bn_attachments *a) {
 
 static npuc_status attach_auto(npuc__attach *a) {
     npuc__graph *g = a->g;
-    npuc_status st = NPUC_OK;
+    npuc_status st = npuc__attach_rule_stated_graph(a);
+    if (st != NPUC_OK) return st;
     if (g->kbn_understood && (st = npuc__attach_rule_topology(a)) != NPUC_OK) return st;
     for (size_t b = 0; b < g->nbn && st == NPUC_OK; b++)
         if (a->state[b] == ATTACH_UNDECIDED) st = npuc__attach_rule_names(a, b);

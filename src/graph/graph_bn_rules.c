@@ -185,8 +185,14 @@ static int64_t resolve_bn(const npuc__graph *g, const char *s) {
 npuc_status npuc__attach_rule_explicit(npuc__attach *a, const char *const *pairs, size_t npairs, const char *file) {
     npuc__pair_stmt *sts = NULL;
     size_t ns = 0;
-    npuc_status st = npuc__graph_pair_statements(a->ctx, pairs, npairs, file, &sts, &ns);
+    npuc__graph_stated gs;
+    npuc_status st = npuc__graph_stated_open(a->ctx, a->g, &gs);
     if (st != NPUC_OK) return st;
+    st = npuc__graph_pair_statements(a->ctx, pairs, npairs, file, &sts, &ns);
+    if (st != NPUC_OK) {
+        npuc__graph_stated_close(&gs);
+        return st;
+    }
     for (size_t k = 0; k < ns && st == NPUC_OK; k++) {
         const npuc__pair_stmt *s = &sts[k];
         int64_t w = resolve_conv(a->g, s->conv), b = resolve_bn(a->g, s->bn);
@@ -218,6 +224,21 @@ npuc_status npuc__attach_rule_explicit(npuc__attach *a, const char *const *pairs
                            a->g->path, s->origin, t->name, a->g->bns[a->out->links[a->claim[w]].bn].name, a->g->bns[b].name);
             break;
         }
+        /* The file's own graph, when it states this BatchNorm, has the last word. */
+        int64_t gw;
+        const char *gnode;
+        char gwhy[200];
+        int verdict = npuc__graph_stated_verdict(a->g, &gs, (size_t)b, &gw, &gnode, gwhy, sizeof gwhy);
+        if (verdict == 0) {
+            st = npuc_fail(a->ctx, NPUC_ERR_ARG, "%s: %s: the file states otherwise: BatchNorm '%s' cannot be "
+                           "folded: %s", a->g->path, s->origin, a->g->bns[b].name, gwhy);
+            break;
+        }
+        if (verdict == 1 && gw != w) {
+            st = npuc_fail(a->ctx, NPUC_ERR_ARG, "%s: %s: the file states otherwise: BatchNorm '%s' follows '%s' "
+                           "(%s)", a->g->path, s->origin, a->g->bns[b].name, npuc__attach_tname(a, (size_t)gw), gwhy);
+            break;
+        }
         int groups;
         int match = npuc__attach_channels_match(a->g->m, (size_t)w, a->g->bns[b].channels, &groups);
         if (!match) {
@@ -232,11 +253,12 @@ npuc_status npuc__attach_rule_explicit(npuc__attach *a, const char *const *pairs
             snprintf(why, sizeof why, "stated: %s; guess: %d groups from the BatchNorm, the file states none "
                      "(the graph: %llu channels)", s->origin, groups, (unsigned long long)npuc__out_channels(t));
         else
-            snprintf(why, sizeof why, "stated: %s", s->origin);
+            snprintf(why, sizeof why, "stated: %s%s", s->origin, verdict == 1 ? " (the file's graph agrees)" : "");
         st = npuc__attach_link(a, (size_t)w, (size_t)b, groups, NPUC_EVIDENCE_EXPLICIT, match == 2, why);
         if (st == NPUC_OK && match == 2) a->out->links[a->out->nlinks - 1].groups_guessed = 1;
     }
     npuc__graph_pair_statements_free(sts, ns);
+    npuc__graph_stated_close(&gs);
     for (size_t b = 0; b < a->g->nbn && st == NPUC_OK; b++)
         if (a->state[b] == ATTACH_UNDECIDED) st = npuc__attach_refuse(a, b, NULL, "not among the stated pairs");
     return st;

@@ -11,7 +11,7 @@
 #include "graph/graph_net.h"
 
 const char *npuc__evidence_name(npuc__evidence e) {
-    static const char *const N[] = {"explicit", "config", "name", "layer-order", "order"};
+    static const char *const N[] = {"explicit", "config", "name", "layer-order", "order", "graph"};
     return (unsigned)e < sizeof N / sizeof N[0] ? N[e] : "?";
 }
 

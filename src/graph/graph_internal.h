@@ -20,6 +20,7 @@
  *   graph_edges.c      stated consumer edges (--next, --graph)
  *   graph_next.c       automatic consumer edges
  *   graph_bn.c         the BatchNorm view and the books of attachment
+ *   graph_bn_stated.c  attachment rule: the file's own graph (ONNX edges)
  *   graph_bn_rules.c   attachment rules: stated pairs, model_config, names
  *   graph_order.c      attachment rules: Keras layer order, storage order
  */
@@ -168,8 +169,28 @@ npuc_status npuc__attach_link(npuc__attach *a, size_t conv, size_t b, int groups
 npuc_status npuc__attach_propose(npuc__attach *a, size_t conv, size_t b, npuc__evidence ev, int guess,
                                  const char *why);
 
-/* The rules, in the order npuc__graph_attach_bns runs them (graph_bn_rules.c,
- * graph_order.c). */
+/* What the file's own graph states about the BatchNorms (graph_bn_stated.c):
+ * node_of maps a tensor to the node reading it as a weight; ng is NULL when
+ * the model carries no graph. */
+typedef struct npuc__graph_stated {
+    const struct npuc_graph *ng;
+    size_t *node_of;      /* tensor -> node, NPUC_GRAPH_NONE, or (size_t)-2 for several */
+} npuc__graph_stated;
+
+/* NPUC_ERR_NOMEM only. */
+npuc_status npuc__graph_stated_open(npuc_ctx *ctx, const npuc__graph *g, npuc__graph_stated *s);
+void npuc__graph_stated_close(npuc__graph_stated *s);
+/* BatchNorm b as the file's graph states it: -1 it states nothing (no
+ * BatchNormalization node stated by the file reads b's tensors); 1 its
+ * producer is weight tensor *w; 0 it cannot be folded.  why (n bytes) says
+ * what the graph states; *node the producer's kernel or node considered (or
+ * NULL), borrowed. */
+int npuc__graph_stated_verdict(const npuc__graph *g, const npuc__graph_stated *s, size_t b, int64_t *w,
+                               const char **node, char *why, size_t n);
+
+/* The rules, in the order npuc__graph_attach_bns runs them (graph_bn_stated.c,
+ * graph_bn_rules.c, graph_order.c). */
+npuc_status npuc__attach_rule_stated_graph(npuc__attach *a);
 npuc_status npuc__attach_rule_explicit(npuc__attach *a, const char *const *pairs, size_t npairs, const char *file);
 npuc_status npuc__attach_rule_topology(npuc__attach *a);
 npuc_status npuc__attach_rule_names(npuc__attach *a, size_t b);

@@ -4,9 +4,11 @@
 # (subgraphs included), that onnx.checker accepts the model, that the graph's inputs and
 # outputs keep their names, that the BatchNorms' initializers / Constant nodes are gone and a
 # created bias is the Conv's input 2; onnxruntime for Node (optimisation 'basic') gives a
-# relative output error below 1e-5 against the original on seeded inputs.  A BatchNorm that
-# is not foldable (the Conv's output has a second reader) stays when its pairing is a guess
-# not applied, and is refused with the reason (exit 2, nothing written) when applied.
+# relative output error below 1e-5 against the original on seeded inputs.  Pairs come from
+# the file's graph (no --pair, allowed under --strict); a stated pair it agrees with folds,
+# one it contradicts is refused.  A BatchNorm that is not foldable (the Conv's output has a
+# second reader, or a Relu makes its input while the names pair it) stays, listed as a skip
+# with the graph's reason, with guesses accepted or not.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 "$PY" -c 'import numpy, onnx' 2>/dev/null || skip "the Python at $PY has no onnx (python3-onnx)"
@@ -73,19 +75,42 @@ fold() {
     R "$M/$b.onnx" "$T/$b.f.onnx" 1e-5
 }
 
-fold conv_bn_relu                     # Conv with a bias (updated), BN, Relu: pairs by name
-fold opset9 --pair conv.weight=bn     # opset 9, IR 4
+# Pairs from the file's graph (a BatchNormalization whose input is a Conv/ConvTranspose/Gemm
+# output it alone reads): no --pair, no guess, so --strict folds them too.
+fold conv_bn_relu                     # Conv with a bias (updated), BN, Relu
+must_match "$T/out" "conv\.weight +bn +graph"
+fold opset9 --strict                  # opset 9, IR 4
 for b in bn_nobias bn_opset11 bn_opset9; do
-    fold "$b" --pair c1.weight=bn1 --pair c2.weight=bn2 # bias created; BN output is the graph output
+    fold "$b"                         # bias created; BN output is the graph output
+    must_match "$T/out" "folded 2 of 2 BatchNorms"
 done
-fold bn_const --accept-guesses         # weights and statistics in Constant nodes
+fold bn_const --strict                # weights and statistics in Constant nodes
 # epsilon 1e-3 as the BatchNormalization node states it: read from the
 # file's graph (folding with 1e-5 instead moves the output far above 1e-5)
-fold bn_convt --pair ct.weight=ctb
+fold bn_convt
 must_match "$T/out" "the file's graph"
-fold bn_gemm --pair fc.weight=fb       # Gemm transB=1 without C: C created
-fold bn_if --pair it.weight=ib          # inside an If branch, epsilon 1e-3 from its node
+fold bn_gemm                          # Gemm transB=1 without C: C created
+fold bn_if                            # inside an If branch, epsilon 1e-3 from its node
 must_match "$T/out" "folded 1 of 1 BatchNorms"
+# The bias is the node's input 2 whatever its name ('B0' for kernel 'W0'); a Gemm whose beta
+# scales C (0.5) keeps its BatchNorm, skipped with that reason.
+expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_biasname.onnx" -o "$T/bn_biasname.f.onnx"
+must_match "$T/out" "W0 +nb +graph .*[0-9] *$"
+must_not_match "$T/out" "W0\.bias"
+must_match "$T/out" "skip gb \(producer W1\): the file's graph: Gemm 'gemm' scales its C by beta 0\.5"
+check "$T/bn_biasname.f.onnx" "$M/bn_biasname.onnx" 1
+R "$M/bn_biasname.onnx" "$T/bn_biasname.f.onnx" 1e-5
+# The pairing's evidence in the report.
+expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_nobias.onnx" --dry-run
+must_match "$T/out" "why: the file's graph: Conv 'c2' -> BatchNormalization 'bn2', the only reader of its output"
+# A stated pair the graph agrees with still works (how: explicit) ...
+fold bn_nobias -f --pair c1.weight=bn1 --pair c2.weight=bn2
+must_match "$T/out" "c1\.weight +bn1 +explicit"
+# ... one it contradicts is refused with one line, nothing written.
+expect_rc 2 "$NPUC_BIN" fold-bn "$M/bn_nobias.onnx" -o "$T/contra.onnx" --pair c2.weight=bn1
+must_match "$T/err" "--pair c2.weight=bn1: the file states otherwise: BatchNorm 'bn1' follows 'c1.weight'"
+[ "$(wc -l <"$T/err")" = 1 ] || fail "the contradiction is not one line"
+[ ! -e "$T/contra.onnx" ] || fail "contra.onnx was written after a refusal"
 
 # A created bias is an initializer of the Conv's graph with the kernel's type.
 "$PY" - "$T/bn_nobias.f.onnx" <<'PYEOF' || fail "created bias"
@@ -101,15 +126,24 @@ assert c1.output[0] == "b1" and np.all(np.isfinite(numpy_helper.to_array(b)))
 assert "c1" not in {v.name for v in m.graph.value_info}  # the old output's value_info went
 PYEOF
 
-# Not foldable: the Conv's output is also read by an Add.  Unapplied guess: the BatchNorm
-# stays and is listed as a skip; the model is written unchanged in value.
-expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_shared.onnx" -o "$T/bn_shared.f.onnx"
-must_match "$T/out" "skip sb"
-check "$T/bn_shared.f.onnx" "$M/bn_shared.onnx" 1
-R "$M/bn_shared.onnx" "$T/bn_shared.f.onnx" 0
-# Applied: refused with the reason, nothing written.
-expect_rc 2 "$NPUC_BIN" fold-bn "$M/bn_shared.onnx" -o "$T/bn_shared2.onnx" --accept-guesses
-must_match "$T/err" "BatchNormalization 'sb' cannot be folded in the ONNX graph: its input is read by another node"
+# Not foldable: the Conv's output is also read by an Add.  The file's graph says so: the
+# BatchNorm stays, listed as a skip with that reason; the model is written unchanged in value.
+# --accept-guesses changes nothing (no weaker rule overrides the graph); stating the pair is
+# refused (exit 2, nothing written).
+for a in "" --accept-guesses; do
+    expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_shared.onnx" -o "$T/bn_shared.f.onnx" -f $a
+    must_match "$T/out" "skip sb \(producer s\.weight\): the file's graph: the output 's' of Conv 's' has another reader \(Add 'add'\)"
+    check "$T/bn_shared.f.onnx" "$M/bn_shared.onnx" 1
+    R "$M/bn_shared.onnx" "$T/bn_shared.f.onnx" 0
+done
+expect_rc 2 "$NPUC_BIN" fold-bn "$M/bn_shared.onnx" -o "$T/bn_shared2.onnx" --pair s.weight=sb
+must_match "$T/err" "--pair s.weight=sb: the file states otherwise: BatchNorm 'sb' cannot be folded: the output 's' of Conv 's' has another reader"
 [ ! -e "$T/bn_shared2.onnx" ] || fail "bn_shared2.onnx was written after a refusal"
+# conv1 -> Relu -> bn1: the names pair conv1 / bn1, the graph refuses (its input is the
+# Relu's), and the names do not override it, with guesses accepted or not.
+expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_relu_first.onnx" -o "$T/bn_relu_first.f.onnx" --accept-guesses
+must_match "$T/out" "skip bn1 \(producer relu\): the file's graph: its input 'r' is made by Relu 'relu'"
+check "$T/bn_relu_first.f.onnx" "$M/bn_relu_first.onnx" 1
+R "$M/bn_relu_first.onnx" "$T/bn_relu_first.f.onnx" 0
 
 echo "onnx_fold: ok"

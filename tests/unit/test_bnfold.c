@@ -8,8 +8,10 @@
  * conv-then-BatchNorm in double must equal the folded conv (weights stored
  * as float32, like the files) within 1e-5 relative, with and without bias,
  * with gamma / beta absent.  Then the model driver: pair finding by names,
- * Keras topology, alphabetical Paddle exports and stated pairs; outputs read
- * back and checked; and every validation error, with nothing written.
+ * Keras topology, alphabetical Paddle exports, stated pairs and a graph the
+ * file states (ONNX edges: it decides before the names, which would pair
+ * conv1 / bn1 across a Relu); outputs read back and checked; and every
+ * validation error, with nothing written.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "graph/graph_net.h"
 #include "testutil.h"
 
 static npuc_ctx *ctx;
@@ -533,6 +536,98 @@ static void test_preactivation(void **state) {
     npuc_model_close(m);
 }
 
+/* ------------------------------------------------------------ the file's own graph */
+
+static size_t sval(npuc__ng *g, const char *name) {
+    size_t i;
+    assert_int_equal(npuc__ng_add_value(ctx, g, name, -1, NULL, NPUC_GRAPH_EV_FILE, NPUC_CONF_CERTAIN, "a value", &i),
+                     NPUC_OK);
+    return i;
+}
+
+static size_t snode(npuc__ng *g, const char *name, const char *op, size_t in, size_t out) {
+    size_t i;
+    assert_int_equal(npuc__ng_add_node(ctx, g, name, op, op, &in, 1, &out, 1, NPUC_GRAPH_EV_FILE, NPUC_CONF_CERTAIN,
+                                       "an ONNX node", &i), NPUC_OK);
+    return i;
+}
+
+/* As the ONNX reader states it: x -> Conv conv1 -> [Relu] -> BatchNormalization bn1 -> y. */
+static npuc__ng *stated_graph(int relu) {
+    npuc__ng *g = npuc__ng_new();
+    assert_non_null(g);
+    size_t x = sval(g, "x"), c = sval(g, "c"), r = relu ? sval(g, "r") : c, y = sval(g, "y");
+    g->vals[x].is_input = 1;
+    g->vals[y].is_output = 1;
+    int64_t k[4] = {4, 3, 3, 3}, v[1] = {4};
+    size_t n = snode(g, "conv1", "Conv", x, c);
+    assert_int_equal(npuc__ng_add_weight(ctx, g, n, "conv1.weight", "kernel", 4, k, 0, 1), NPUC_OK);
+    if (relu) snode(g, "relu", "Relu", c, r);
+    n = snode(g, "bn1", "BatchNormalization", r, y);
+    const char *const W[][2] = {{"bn1.weight", "gamma"}, {"bn1.bias", "beta"}, {"bn1.running_mean", "mean"},
+                                {"bn1.running_var", "var"}};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(npuc__ng_add_weight(ctx, g, n, W[i][0], W[i][1], 1, v, 0, -1), NPUC_OK);
+    return g;
+}
+
+static void test_stated_graph(void **state) {
+    (void)state;
+    static const tspec NET[] = {
+        {"conv1.weight", 4, {4, 3, 3, 3}, 0, NULL},
+        {"bn1.weight", 1, {4}, 0, NULL}, {"bn1.bias", 1, {4}, 0, NULL},
+        {"bn1.running_mean", 1, {4}, 0, NULL}, {"bn1.running_var", 1, {4}, 0, NULL},
+    };
+    const char *in = npuc_test_path("stated.safetensors");
+    write_model(in, NET, sizeof NET / sizeof NET[0], NULL, 0, NULL);
+    npuc_bnfold_params p = npuc_bnfold_params_defaults();
+    npuc_bnfold_plan plan;
+
+    /* Without a graph the names pair conv1 / bn1. */
+    npuc_model *m = open_m(in);
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    assert_int_equal(plan.npairs, 1);
+    assert_int_equal(plan.pairs[0].how, NPUC_BNFOLD_NAME);
+    npuc_bnfold_plan_free(&plan);
+    npuc_model_close(m);
+
+    /* The file states conv1 -> bn1: paired from the graph, no guess, --strict allows it. */
+    m = open_m(in);
+    npuc__model_set_graph(m, stated_graph(0));
+    set_policy(0, 1);
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    assert_int_equal(plan.npairs, 1);
+    assert_int_equal(plan.pairs[0].how, NPUC_BNFOLD_GRAPH);
+    assert_false(plan.pairs[0].guess);
+    assert_string_equal(npuc_model_tensor(m, plan.pairs[0].conv)->name, "conv1.weight");
+    assert_non_null(strstr(plan.pairs[0].why, "the file's graph: Conv 'conv1' -> BatchNormalization 'bn1'"));
+    npuc_bnfold_plan_free(&plan);
+    set_policy(0, 0);
+    npuc_model_close(m);
+
+    /* The file states a Relu between them: refused, and the names do not
+     * override it, guesses accepted or not; stating the pair is an error. */
+    m = open_m(in);
+    npuc__model_set_graph(m, stated_graph(1));
+    set_policy(1, 0);
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_OK);
+    assert_int_equal(plan.npairs, 0);
+    const npuc_bnfold_skip *sk = skip_for(&plan, "bn1");
+    assert_non_null(sk);
+    assert_false(sk->guess);
+    assert_non_null(strstr(sk->why, "the file's graph: its input 'r' is made by Relu 'relu'"));
+    npuc_bnfold_plan_free(&plan);
+    set_policy(0, 0);
+    const char *pairs[] = {"conv1.weight=bn1"};
+    p.pairs = pairs;
+    p.npairs = 1;
+    assert_int_equal(npuc_bnfold_find(ctx, m, &p, &plan), NPUC_ERR_ARG);
+    assert_non_null(strstr(npuc_ctx_errmsg(ctx), "--pair conv1.weight=bn1: the file states otherwise: BatchNorm 'bn1' "
+                                                 "cannot be folded: its input 'r' is made by Relu 'relu'"));
+    assert_int_equal(plan.npairs, 0);
+    npuc_model_close(m);
+}
+
 /* ------------------------------------------------------------ Keras topology */
 
 static const char KERAS_CFG[] =
@@ -1028,6 +1123,7 @@ int main(void) {
         cmocka_unit_test(test_layers_against_reference),
         cmocka_unit_test(test_model_torch_names),
         cmocka_unit_test(test_preactivation),
+        cmocka_unit_test(test_stated_graph),
         cmocka_unit_test(test_keras_topology),
         cmocka_unit_test(test_keras_names_and_order),
         cmocka_unit_test(test_exported_alphabetical),

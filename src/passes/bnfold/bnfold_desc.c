@@ -90,7 +90,8 @@ const npuc_pass npuc__pass_fold_bn = {
              "values are computed in double and stored in the source dtype.  Fold before you\n"
              "quantize: folding changes each output channel's range.\n"
              "\n"
-             "Pairs are found from the file (docs/fold-bn.md): a Keras model_config topology,\n"
+             "Pairs are found from the file (docs/fold-bn.md): an ONNX file's own graph (a\n"
+             "BatchNorm its graph refuses is never paired), a Keras model_config topology,\n"
              "module and layer names (features.0/features.1, conv1/bn1, X/X_BN, bn_X), Keras\n"
              "layer order, else the nearest preceding conv/linear with the same channel count\n"
              "in storage order (a guess).  Guessed pairs are listed, not folded, unless\n"
@@ -101,7 +102,8 @@ const npuc_pass npuc__pass_fold_bn = {
               "max |folded - (layer then BatchNorm)| / max |output| on random input.\n"
               "\n"
               "Errors: var+eps <= 0, NaN/Inf, mismatched channel counts, a BatchNorm stated for two\n"
-              "producers, an existing OUT without -f: exit 2, nothing written.\n",
+              "producers, a stated pair the file's graph contradicts, an existing OUT without -f:\n"
+              "exit 2, nothing written.\n",
     .verb = "folding",
     .output_help = "the folded model; the format follows OUT's extension, else\nIN's format",
     .json_help = "print an npuc.report/1 document (with --dry-run: the plan,\n"

@@ -26,7 +26,7 @@
 #include "passes/bnfold/bnfold_internal.h"
 
 const char *npuc_bnfold_how_name(npuc_bnfold_how h) {
-    static const char *const N[] = {"explicit", "topology", "name", "layer-order", "order"};
+    static const char *const N[] = {"explicit", "topology", "name", "layer-order", "order", "graph"};
     return (unsigned)h < sizeof N / sizeof N[0] ? N[h] : "?";
 }
 
@@ -58,6 +58,7 @@ static npuc_bnfold_how how_of(npuc__evidence e) {
     case NPUC_EVIDENCE_CONFIG: return NPUC_BNFOLD_TOPOLOGY;
     case NPUC_EVIDENCE_NAME: return NPUC_BNFOLD_NAME;
     case NPUC_EVIDENCE_LAYER_ORDER: return NPUC_BNFOLD_LAYER_ORDER;
+    case NPUC_EVIDENCE_GRAPH: return NPUC_BNFOLD_GRAPH;
     default: return NPUC_BNFOLD_ORDER;
     }
 }
@@ -182,6 +183,20 @@ static double graph_eps(const npuc_model *m, const char *mean) {
     return 1e-5;
 }
 
+/* The bias the file's own graph gives the node reading kernel (an ONNX
+ * Conv's input 2, a Gemm's C, whatever their names), or NULL: then the
+ * bias is found by name. */
+static const char *graph_bias(const npuc_model *m, const char *kernel) {
+    const npuc_graph *ng = npuc_model_graph(m);
+    size_t n = ng ? npuc_graph_weight_node(ng, kernel, NULL) : NPUC_GRAPH_NONE;
+    npuc_graph_node nd;
+    if (n == NPUC_GRAPH_NONE || npuc_graph_get_node(ng, n, &nd) != NPUC_OK || nd.evidence != NPUC_GRAPH_EV_FILE)
+        return NULL;
+    for (size_t k = 0; k < nd.nweights; k++)
+        if (nd.weights[k].role && strcmp(nd.weights[k].role, "bias") == 0) return nd.weights[k].tensor;
+    return NULL;
+}
+
 /* The bias to fold into (or create) and the eps of every pair, then the
  * pairs in their producers' storage order. */
 static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_bnfold_params *p,
@@ -189,7 +204,8 @@ static npuc_status finish_pairs(npuc_ctx *ctx, const npuc__graph *g, const npuc_
     for (size_t k = 0; k < plan->npairs; k++) {
         npuc_bnfold_pair *x = &plan->pairs[k];
         const npuc_tensor_info *t = npuc_model_tensor(g->m, x->conv);
-        x->bias_name = npuc__graph_bias_name(t->name);
+        const char *gb = graph_bias(g->m, t->name);
+        x->bias_name = gb ? npuc__strdup(gb) : npuc__graph_bias_name(t->name);
         if (!x->bias_name) return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", g->path);
         size_t idx;
         if (npuc_model_find(g->m, x->bias_name, &idx) == 0) {
@@ -264,8 +280,11 @@ npuc_status npuc_bnfold_find(npuc_ctx *ctx, npuc_model *m, const npuc_bnfold_par
     if (st == NPUC_OK) {
         if (p->npairs || p->pairs_file)
             snprintf(plan->order_note, sizeof plan->order_note, "pairs stated explicitly");
+        else if (at.nstated && at.nstated == g->nbn)
+            snprintf(plan->order_note, sizeof plan->order_note, "pairs from the file's graph (its edges)");
         else
-            snprintf(plan->order_note, sizeof plan->order_note, "%s%s",
+            snprintf(plan->order_note, sizeof plan->order_note, "%s%s%s",
+                     at.nstated ? "the file's graph for some; " : "",
                      g->kbn_understood ? "model_config topology; " : "",
                      g->alphabetical ? "storage order is alphabetical: numbers in names stand in for graph order"
                                      : "storage order taken as graph order");

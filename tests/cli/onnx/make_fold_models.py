@@ -13,6 +13,10 @@ from the BatchNormalization node: models with epsilon 1e-3 show a fold that used
   bn_if.onnx        a Conv -> BN pair inside an If branch (eps 1e-3; the other branch a plain Conv)
   bn_shared.onnx    Conv -> BN where the Conv's output is also added to the BN's output:
                     not foldable, the BN stays
+  bn_relu_first.onnx  conv1 -> Relu -> bn1: the names pair conv1 / bn1, the graph does not
+                    (the BN stays)
+  bn_biasname.onnx  Conv with kernel 'W0' and bias 'B0' -> BN, Gemm (beta 0.5, C 'C1') -> BN:
+                    the bias is the node's input 2, whatever its name; Gemm's beta scales C
 """
 import os
 import sys
@@ -118,3 +122,22 @@ g = helper.make_graph([helper.make_node("Conv", ["x", "s.weight"], ["s"], name="
                       "g", [vi("x", [1, 3, 6, 6])], [vi("y", [1, 4, 6, 6])],
                       [t(f32(4, 3, 3, 3), "s.weight")] + bn_inits("sb", 4))
 save(g, "bn_shared.onnx")
+
+# The names pair conv1 / bn1 (conv1.weight stored first), but a Relu sits between them.
+g = helper.make_graph([helper.make_node("Conv", ["x", "conv1.weight"], ["conv1"], name="conv1", pads=[1, 1, 1, 1]),
+                       helper.make_node("Relu", ["conv1"], ["r"], name="relu"),
+                       bn_node("bn1", "r", "y", 1e-5, 13)],
+                      "g", [vi("x", [1, 3, 6, 6])], [vi("y", [1, 4, 6, 6])],
+                      [t(f32(4, 3, 3, 3), "conv1.weight")] + bn_inits("bn1", 4))
+save(g, "bn_relu_first.onnx")
+
+# Biases not named after their kernels, and a Gemm whose beta scales C.
+g = helper.make_graph([helper.make_node("Conv", ["x", "W0", "B0"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                       bn_node("nb", "c", "nbo", 1e-5, 13),
+                       helper.make_node("Flatten", ["nbo"], ["f"], name="flat"),
+                       helper.make_node("Gemm", ["f", "W1", "C1"], ["g"], name="gemm", transB=1, beta=0.5),
+                       bn_node("gb", "g", "y", 1e-5, 13)],
+                      "g", [vi("x", [1, 3, 2, 2])], [vi("y", [1, 5])],
+                      [t(f32(4, 3, 3, 3), "W0"), t(f32(4), "B0"), t(f32(5, 16), "W1"), t(f32(5), "C1")]
+                      + bn_inits("nb", 4) + bn_inits("gb", 5))
+save(g, "bn_biasname.onnx")
