@@ -164,5 +164,8 @@ npuc_status npuc__onnx_read_graph(npuc_ctx *ctx, npuc_model *m);
  * removes no node of the file. */
 npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
                                    char **out);
+/* The row's decompress hook (onnx_deq.c): the graph's DequantizeLinear /
+ * MatMulNBits weights evaluated into float initializers (docs/onnx.md). */
+npuc_status npuc__onnx_decompress(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_write_opts *wo);
 
 #endif
