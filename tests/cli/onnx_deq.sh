@@ -153,6 +153,36 @@ done
 must_match "$T/err" "f16scale.onnx: the DequantizeLinear node with output 'W' is not a quantized weight decompress reads \(its scale is not FLOAT\)"
 expect_rc 2 "$NPUC_BIN" decompress "$T/fconst.onnx" -o "$T/never.onnx"
 must_match "$T/err" "fconst.onnx: the DequantizeLinear node with output 'W' is not a quantized weight decompress reads \(an input is not an initializer of its graph\)"
+# npuc's own forms damaged: a scale 1 of two values (fits no DequantizeLinear
+# form), a MatMulNBits of 8 bits: refused, one line, nothing written.
+"$PY" - "$T" <<'PYEOF'
+import sys
+import numpy as np
+import onnx
+from onnx import helper as h, numpy_helper as nh
+t = sys.argv[1]
+m = onnx.load(f"{t}/s11.q.onnx")
+for i, w in enumerate(m.graph.initializer):
+    if w.name == "fc.weight_one":
+        m.graph.initializer[i].CopyFrom(nh.from_array(np.ones(2, np.float32), w.name))
+    if w.name == "fc.weight_zero0":
+        m.graph.initializer[i].CopyFrom(nh.from_array(np.zeros(2, np.int8), w.name))
+onnx.save(m, f"{t}/bad_one.onnx")
+m = onnx.load(f"{t}/nb.q.onnx")
+n = [n for n in m.graph.node if n.op_type == "MatMulNBits"][0]
+for a in n.attribute:
+    if a.name == "bits":
+        a.i = 8
+onnx.save(m, f"{t}/bad_bits.onnx")
+PYEOF
+for f in bad_one bad_bits; do
+    expect_rc 2 "$NPUC_BIN" decompress "$T/$f.onnx" -o "$T/never.onnx"
+    [ "$(grep -c . "$T/err")" = 1 ] || fail "the refusal is not one line"
+    [ ! -e "$T/never.onnx" ] || fail "never.onnx was written after a refusal"
+done
+must_match "$T/err" "bad_bits.onnx: the MatMulNBits node with output 'm' is not a quantized weight decompress reads \(bits other than 4\)"
+expect_rc 2 "$NPUC_BIN" decompress "$T/bad_one.onnx" -o "$T/never.onnx"
+must_match "$T/err" "bad_one.onnx: the DequantizeLinear node with output 'fc.weight_codes_float' is not a quantized weight decompress reads \(its scale's shape fits neither per tensor, per axis nor blocks\)"
 # An ONNX model without quantized weights or npuc metadata: as before.
 expect_rc 2 "$NPUC_BIN" decompress "$M/mm21.onnx" -o "$T/never.onnx"
 must_match "$T/err" "not an npuc artifact"
