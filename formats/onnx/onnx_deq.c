@@ -498,6 +498,22 @@ static npuc_status load(dq_state *d, const dq_const *c, int32_t **iv, float **fv
     uint64_t n = c->numel;
     int listed = npuc_model_find(d->m, c->name, &idx) == 0;
     npuc_status st = NPUC_OK;
+    /* The bytes must be those the graph entry's type and dims say (a file
+     * converted from ONNX carries the entry beside tensors of its own). */
+    int four = c->type == T_INT4 || c->type == T_UINT4;
+    uint64_t want = four ? (n + 1) / 2 : n * (uint64_t)(c->type == T_FLOAT ? 4 : c->type == T_INT64 ? 8
+                                                      : c->type == T_INT16 || c->type == T_UINT16 ? 2 : 1);
+    npuc_dtype dt;
+    uint32_t field;
+    if (listed) {
+        const npuc_tensor_info *t = npuc_model_tensor(d->m, idx);
+        if (npuc__ox_dtype((uint64_t)c->type, &dt, &field) != 0 || t->dtype != dt || t->numel != n || t->nbytes != want)
+            return npuc_fail(d->ctx, NPUC_ERR_FORMAT, "%s: tensor '%s': its type or shape differs from the ONNX "
+                             "graph's initializer", d->path, c->name);
+    } else if (c->has_raw && c->rawlen != want) {
+        return npuc_fail(d->ctx, NPUC_ERR_FORMAT, "%s: initializer '%s': raw_data holds %" PRIu64 " bytes, its "
+                         "dims need %" PRIu64, d->path, c->name, c->rawlen, want);
+    }
     if (listed) {
         const void *data;
         if ((st = npuc_model_data(d->ctx, d->m, idx, &data)) != NPUC_OK) return st;

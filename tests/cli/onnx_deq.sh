@@ -183,6 +183,31 @@ done
 must_match "$T/err" "bad_bits.onnx: the MatMulNBits node with output 'm' is not a quantized weight decompress reads \(bits other than 4\)"
 expect_rc 2 "$NPUC_BIN" decompress "$T/bad_one.onnx" -o "$T/never.onnx"
 must_match "$T/err" "bad_one.onnx: the DequantizeLinear node with output 'fc.weight_codes_float' is not a quantized weight decompress reads \(its scale's shape fits neither per tensor, per axis nor blocks\)"
+# A file converted from ONNX whose tensor disagrees with the graph entry's
+# initializer (the scale F16 with half the bytes): refused, never read past.
+"$PY" - "$T/i4.safetensors" "$T/bad_scale.safetensors" <<'PYEOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+data, out, pos = b[8 + n:], bytearray(), 0
+for k, v in h.items():
+    if k == "__metadata__":
+        continue
+    lo, hi = v["data_offsets"]
+    chunk = data[lo:hi]
+    if k == "mm.weight_scale":
+        v["dtype"], chunk = "F16", chunk[:len(chunk) // 2]
+    v["data_offsets"] = [pos, pos + len(chunk)]
+    out += chunk
+    pos += len(chunk)
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + bytes(out))
+PYEOF
+expect_rc 2 "$NPUC_BIN" decompress "$T/bad_scale.safetensors" -o "$T/never.onnx"
+must_match "$T/err" "bad_scale.safetensors: tensor 'mm.weight_scale': its type or shape differs from the ONNX graph's initializer"
+[ ! -e "$T/never.onnx" ] || fail "never.onnx was written after a refusal"
 # An ONNX model without quantized weights or npuc metadata: as before.
 expect_rc 2 "$NPUC_BIN" decompress "$M/mm21.onnx" -o "$T/never.onnx"
 must_match "$T/err" "not an npuc artifact"
