@@ -27,7 +27,9 @@
  *
  * A DequantizeLinear of a constant or a MatMulNBits this does not read is
  * refused (one line): copying it while a float model was asked for would
- * be silently wrong.  A model with none of them is not this hook's
+ * be silently wrong.  The graph entry is hostile input like the file: a
+ * tensor whose type, shape or bytes are not the entry's initializer's is
+ * refused before it is read.  A model with none of them is not this hook's
  * (NPUC_ERR_NOT_FOUND): the npuc artifact path decides.
  */
 #include <inttypes.h>
@@ -372,7 +374,7 @@ static const char *nbits_node(dq_state *d, const npuc__onnx_graph *g, const npuc
             strcmp(o->mnb->inputs[2], n->inputs[2]) == 0 &&
             strcmp(n->ninputs > 3 ? n->inputs[3] : "", o->mnb->ninputs > 3 ? o->mnb->inputs[3] : "") == 0 &&
             o->K == K && o->N == N && o->bs == bs) {
-            c->out = (char *)o->out; /* shared: marked by mnb != first */
+            c->out = (char *)o->out; /* shared: find_chains finds o by this pointer */
             return NULL;
         }
     }
@@ -646,7 +648,8 @@ done:
     return st;
 }
 
-/* Chain c's float32 values (before a final Cast) into out; its shape into info. */
+/* Chain c's float32 values (before a final Cast) into out, its element count
+ * (chain_shape has filled the steps' shapes). */
 static npuc_status eval_chain(dq_state *d, dq_chain *c, float *out) {
     if (c->nbits) return eval_nbits(d, c, out);
     npuc_status st = NPUC_OK;
