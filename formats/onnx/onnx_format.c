@@ -92,4 +92,5 @@ const npuc__format_row npuc__onnx_format = {
     .graph_meta_key = NPUC__ONNX_MODEL_KEY,
     .graph_meta = NPUC__ONNX_MODEL_KEY,
     .graph_write = npuc__onnx_graph_write,
+    .decompress = npuc__onnx_decompress,
 };

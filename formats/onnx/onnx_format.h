@@ -177,5 +177,8 @@ npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char 
  * *empty 1 when no entry is left (the description is then not written). */
 npuc_status npuc__onnx_split_artifact(npuc_ctx *ctx, const char *path, const unsigned char *skel, size_t nskel,
                                       const char *art, char **out, int *empty);
+/* The row's decompress hook (onnx_deq.c): the graph's DequantizeLinear /
+ * MatMulNBits weights evaluated into float initializers (docs/onnx.md). */
+npuc_status npuc__onnx_decompress(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_write_opts *wo);
 
 #endif

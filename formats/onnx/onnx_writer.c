@@ -115,6 +115,20 @@ static void qdq_put(void *user, size_t i, uint64_t size, npuc__ox_buf *out) {
     put_data_n(w, w->be_state, i, size, out);
 }
 
+/* 1 when the TensorProto msg is of a type the reader does not list as a
+ * tensor (INT4, STRING, ...): its values stayed in the graph entry. */
+static int unlisted(const unsigned char *msg, uint64_t len) {
+    const unsigned char *q = msg, *end = msg + len;
+    npuc__ox_field f;
+    npuc_dtype dt;
+    uint32_t field;
+    while (q < end) {
+        if (npuc__ox_next(&q, end, &f)) return 0;
+        if (f.num == 2 && f.wt == 0) return npuc__ox_dtype(f.v, &dt, &field) != 0;
+    }
+    return 0;
+}
+
 static npuc_status wr_weight(npuc__ox_walk *wk, const npuc__ox_weight *wt, npuc__ox_buf *out) {
     npuc_writer *w = wk->user;
     ow_state *s = w->be_state;
@@ -123,6 +137,10 @@ static npuc_status wr_weight(npuc__ox_walk *wk, const npuc__ox_weight *wt, npuc_
         return NPUC_OK;
     }
     long i = find_tensor(w, s, wt->name);
+    if (i < 0 && unlisted(wt->msg, wt->len)) { /* the graph entry kept its values (onnx_reader.c) */
+        npuc__ox_put(out, wt->msg, (size_t)wt->len);
+        return NPUC_OK;
+    }
     if (i < 0)
         return npuc_fail(wk->ctx, NPUC_ERR_UNSUPPORTED,
                          "%s: weight '%s' of the ONNX graph has no tensor in the output (removing weights is a graph "

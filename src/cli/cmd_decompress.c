@@ -2,7 +2,8 @@
  * cmd_decompress.c - `npuc decompress`: an npuc artifact back to dense float
  * tensors with the original names, shapes, dtypes and layouts; a GGUF file
  * or a checkpoint, which its reader decodes on load (the registry row's
- * decodes_on_load), written as read.
+ * decodes_on_load), written as read; an ONNX graph's quantized weights
+ * (the row's decompress hook).
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static int run(int argc, char **argv) {
     if (npuc_format_from_path(a.output) == NPUC_FORMAT_AUTO) wo.format = npuc_model_format(m);
     npuc_status st = npuc_decompress_model(ctx, m, a.output, &wo);
     if (st != NPUC_OK) { rc = cli_fail(ctx, st); goto done; }
+    cli_warn_ctx(&a, ctx); /* the library's (a name the file does not state, a writer's) */
     cli_note(&a, "%s -> %s", a.pos[0], a.output);
     rc = CLI_EXIT_OK;
 done:
@@ -41,7 +43,7 @@ const cli_command cli_cmd_decompress = {
     "turn an npuc artifact, GGUF file or compressed-tensors checkpoint into dense tensors",
     "Usage: npuc decompress ART -o OUT [options]\n"
     "\n"
-    "ART is one of three kinds of input.\n"
+    "ART is one of four kinds of input.\n"
     "\n"
     "An npuc artifact (what npuc wrote with its 'npuc' metadata entry: a\n"
     "safetensors, HDF5, .keras or GGUF file, or a checkpoint directory): every\n"
@@ -57,6 +59,11 @@ const cli_command cli_cmd_decompress = {
     "A Hugging Face checkpoint directory, or its *.index.json, without that entry: a\n"
     "compressed-tensors checkpoint is written with its weights decoded to F32 (the\n"
     "values --fake-quant gives); any other checkpoint is copied as it is.\n"
+    "\n"
+    "An ONNX model (or a file converted from one) whose graph computes weights\n"
+    "with DequantizeLinear, com.microsoft::MatMulNBits or the Cast/Sub/Mul\n"
+    "forms quantize writes: those become float initializers under their names\n"
+    "(MatMulNBits a MatMul again), with the values the ONNX operators define.\n"
     "\n"
     "Any other input without the 'npuc' metadata entry is an error (exit 2).\n"
     "\n"

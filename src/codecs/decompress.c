@@ -27,6 +27,12 @@ npuc_status npuc_decompress_model(npuc_ctx *ctx, npuc_model *m, const char *out,
     npuc_writer *w = NULL;
     npuc__lview v;
     npuc_scratch s_f = {0}, s_cast = {0};
+    /* Weights a graph states as quantization operators (ONNX QDQ) are the
+     * format row's to read; NOT_FOUND: none, the artifact path follows. */
+    size_t nrows = 0;
+    const npuc__format_row *const *rows = npuc__format_table(&nrows);
+    for (size_t r = 0; r < nrows; r++)
+        if (rows[r]->decompress && (st = rows[r]->decompress(ctx, m, out, wo)) != NPUC_ERR_NOT_FOUND) return st;
     if ((st = npuc__lview_open(ctx, m, &v)) != NPUC_OK) return st;
     if (!v.art) {
         const npuc__format_row *row = npuc__format_by_id(npuc_model_format(m));

@@ -147,6 +147,13 @@ typedef struct npuc__format_row {
     const char *graph_meta;
     npuc_status (*graph_write)(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
                                char **out);
+    /* Optional: `npuc decompress` of quantized weights that m's graph of this
+     * format states as operators (ONNX's DequantizeLinear, MatMulNBits):
+     * writes out with them evaluated into float weights.  Offered to every
+     * model before the npuc artifact path, as read_graph is (a safetensors
+     * file converted from ONNX keeps the graph); NPUC_ERR_NOT_FOUND when m
+     * carries no such weights, and the artifact path decides. */
+    npuc_status (*decompress)(npuc_ctx *ctx, npuc_model *m, const char *out, const npuc_write_opts *wo);
 } npuc__format_row;
 
 /* The graph_write of the rows whose graph_meta is a Keras model_config

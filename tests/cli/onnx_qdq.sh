@@ -82,8 +82,8 @@ run8 matmul mm.weight=1
 LAYOUT=(--quantize-all --layout 'ct\.weight=iohw')
 run8 convs13 dw.weight=0 pw=0 ct.weight=1
 
-# A FLOAT16 weight: DequantizeLinear then Cast back to FLOAT16.  Decompress
-# keeps the QDQ form (only FLOAT weights are described for reading back).
+# A FLOAT16 weight: DequantizeLinear then Cast back to FLOAT16 (decompress
+# of it: onnx_deq.sh).
 expect_rc 0 "$NPUC_BIN" quantize --layout 'w16=io' "$M/f16.onnx" -o "$T/f16.q.onnx"
 Q qdq "$M/f16.onnx" "$T/f16.q.onnx" dq 8 1 0 w16=1
 "$PY" - "$T/f16.q.onnx" <<'PYEOF'

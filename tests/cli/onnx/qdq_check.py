@@ -19,6 +19,19 @@ with python3-onnx and NumPy only, never with npuc's own reading.
   deq OUT DECOMP NAME...
       DECOMP's float initializer NAME equals, bit for bit, OUT's integer
       codes dequantized with NumPy ((q - zp) * scale in float32).
+  deqx ORIG OUT DECOMP NAME...
+      `npuc decompress OUT -o DECOMP` read every form npuc writes: each
+      NAME is a float initializer of DECOMP equal, bit for bit and in dtype
+      and shape, to NAME's value in OUT computed here from OUT's constants
+      by the ONNX operator definitions (DequantizeLinear per tensor, per
+      axis and blocked, INT4/UINT4 unpacked low nibble first; Cast, Sub,
+      Mul with NumPy broadcasting in float32, Reshape; a MatMulNBits
+      reading NAME's MatMul by onnxruntime's contrib definition
+      W[k, n] = (q - zp) * scale, zp 8 when absent); no DequantizeLinear or
+      MatMulNBits is left; DECOMP's nodes are ORIG's (attributes moved to
+      inputs by an opset raise aside) and its weights ORIG's; onnx.checker
+      passes (a model above onnx 1.12's IR version / opset is checked with
+      those lowered to what it knows, said in the output).
   opset OUT N
       OUT imports the default opset N.
 INT4/UINT4 tensors (opset 21) are unknown to onnx 1.12: their data_type
@@ -314,6 +327,149 @@ def dequant(mq, wq, name):
     raise AssertionError(f"{name}: produced by {n.op_type}")
 
 
+def data_type(t):
+    """t's data_type, read from its bytes when onnx 1.12 does not know it
+    (INT4 22, UINT4 21 arrive as 0 with the field among unknown fields)."""
+    if t.data_type:
+        return t.data_type
+    b, i = t.SerializeToString(), 0
+    while i < len(b):
+        key, i = varint(b, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = varint(b, i)
+            if num == 2:
+                return v
+        elif wt == 2:
+            n, i = varint(b, i)
+            i += n
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise AssertionError(f"{t.name}: wire type {wt}")
+    return 0
+
+
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 127) << s
+        s += 7
+        if c < 128:
+            return v, i
+
+
+INTS = {2: (np.uint8, 8), 3: (np.int8, 8), 4: (np.uint16, 16), 5: (np.int16, 16), 21: (None, 4), 22: (None, 4)}
+
+
+def spec_ints(t):
+    dt = data_type(t)
+    if dt in (21, 22):
+        return ints(t, dt == 22, True)
+    assert dt in INTS, f"{t.name}: data type {dt}"
+    return numpy_helper.to_array(t).astype(np.int32)
+
+
+def spec_value(mq, wq, name):
+    """NAME's value in OUT by the ONNX operator definitions, from OUT's constants."""
+    g, n = producer(mq, name)
+    if n is None or n.op_type == "Constant":
+        return numpy_helper.to_array(wq[name])
+    if n.op_type == "Cast":
+        to = {1: np.float32, 10: np.float16, 11: np.float64}[attr(n, "to")]
+        t = wq.get(n.input[0])
+        x = spec_ints(t) if t is not None else spec_value(mq, wq, n.input[0])
+        return x.astype(to)
+    if n.op_type == "Reshape":
+        return spec_value(mq, wq, n.input[0]).reshape(numpy_helper.to_array(wq[n.input[1]]))
+    if n.op_type in ("Mul", "Sub"):
+        a, b = spec_value(mq, wq, n.input[0]), spec_value(mq, wq, n.input[1])
+        assert a.dtype == np.float32 and b.dtype == np.float32, (a.dtype, b.dtype)
+        return a * b if n.op_type == "Mul" else a - b
+    if n.op_type == "DequantizeLinear":
+        q = spec_ints(wq[n.input[0]])
+        s = numpy_helper.to_array(wq[n.input[1]])
+        assert s.dtype == np.float32, s.dtype
+        z = spec_ints(wq[n.input[2]]) if len(n.input) > 2 and n.input[2] else np.zeros(s.shape, np.int32)
+        axis, bs = attr(n, "axis", 1), attr(n, "block_size", 0)
+        axis = axis + q.ndim if axis < 0 else axis
+        if s.size == 1 and not bs:  # per tensor
+            s, z = s.reshape(()), z.reshape(())
+        elif bs:  # blocked: index i_axis // block_size
+            idx = np.arange(q.shape[axis]) // bs
+            s, z = np.take(s, idx, axis=axis), np.take(z, idx, axis=axis)
+        else:  # per axis
+            shp = [1] * q.ndim
+            shp[axis] = -1
+            s, z = s.reshape(shp), z.reshape(shp)
+        return (q.astype(np.float32) - z.astype(np.float32)) * s
+    raise AssertionError(f"{name}: produced by {n.op_type}")
+
+
+def nbits_value(mq, wq, n):
+    """The [K, N] float weight a com.microsoft::MatMulNBits node reads."""
+    K, N, bs = attr(n, "K"), attr(n, "N"), attr(n, "block_size")
+    assert attr(n, "bits", 4) == 4
+    nb = (K + bs - 1) // bs
+    B = numpy_helper.to_array(wq[n.input[1]]).reshape(N, nb, bs // 2)
+    q = np.empty((N, nb, bs), np.int32)
+    q[:, :, 0::2], q[:, :, 1::2] = B & 15, B >> 4
+    s = numpy_helper.to_array(wq[n.input[2]]).reshape(N, nb)
+    if len(n.input) > 3 and n.input[3]:
+        zr = numpy_helper.to_array(wq[n.input[3]]).reshape(N, -1)
+        z = np.empty((N, zr.shape[1] * 2), np.int32)
+        z[:, 0::2], z[:, 1::2] = zr & 15, zr >> 4
+        z = z[:, :nb]
+    else:
+        z = np.full((N, nb), 8, np.int32)
+    w = (q - z[:, :, None]).astype(np.float32) * s[:, :, None]  # [N, nb, bs]
+    return w.reshape(N, nb * bs)[:, :K].T.copy()
+
+
+def check_deqx(orig, out, dec, names):
+    mo, mq, md = onnx.load(orig), onnx.load(out), onnx.load(dec)
+    wo, wq, wd = weights(mo), weights(mq), weights(md)
+    inits = {t.name: t for g in graphs(md.graph) for t in g.initializer}
+    for name in names:
+        assert name in inits, f"{name}: not an initializer of {dec}"
+        got = numpy_helper.to_array(inits[name])
+        mm = [n for g in graphs(md.graph) for n in g.node if n.op_type == "MatMul" and n.input[1] == name]
+        _, p = producer(mq, mm[0].output[0]) if mm else (None, None)
+        if p is not None and p.op_type == "MatMulNBits":
+            assert p.domain == "com.microsoft" and p.input[0] == mm[0].input[0], p
+            want = nbits_value(mq, wq, p)
+        else:
+            want = spec_value(mq, wq, name)
+        assert got.dtype == want.dtype and got.shape == want.shape, (name, got.dtype, got.shape, want.dtype, want.shape)
+        u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+        assert np.array_equal(got.view(u), want.view(u)), f"{name}: not the dequantized values"
+    left = [n.op_type for g in graphs(md.graph) for n in g.node if n.op_type in ("DequantizeLinear", "MatMulNBits")]
+    assert not left, f"{dec}: {left} left"
+    extra = set(wd) - set(wo) - {n.output[0] for g in graphs(md.graph) for n in g.node if n.op_type == "Constant"}
+    assert not extra and set(wo) <= set(wd), (extra, set(wo) - set(wd))
+
+    def sig(m):
+        return sorted((n.op_type, tuple(n.input), tuple(n.output)) for g in graphs(m.graph) for n in g.node
+                      if n.op_type != "Constant" and n.op_type not in MOVED)
+    assert sig(mo) == sig(md), (sig(mo), sig(md))
+    check_moved(mo, md)
+    note = ""
+    if md.ir_version > onnx.IR_VERSION or any(o.version > onnx.defs.onnx_opset_version()
+                                              for o in md.opset_import if o.domain in ("", "ai.onnx")):
+        md.ir_version = min(md.ir_version, onnx.IR_VERSION)
+        for o in md.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                o.version = min(o.version, onnx.defs.onnx_opset_version())
+        note = f" (checked as IR {md.ir_version}, opset {onnx.defs.onnx_opset_version()}: onnx {onnx.__version__})"
+    onnx.checker.check_model(md)
+    print(f"{dec}: {len(names)} weights equal the ONNX dequantization bit for bit; no DequantizeLinear/MatMulNBits; "
+          f"ORIG's nodes; onnx.checker passes{note}")
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "qdq":
@@ -328,6 +484,8 @@ def main():
             assert got.dtype == np.float32 and got.shape == want.shape, (got.dtype, got.shape, want.shape)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{name}: not the dequantized values"
         print(f"{sys.argv[3]}: {len(sys.argv) - 4} weights equal the dequantized codes bit for bit")
+    elif cmd == "deqx":
+        check_deqx(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
     elif cmd == "opset":
         m = onnx.load(sys.argv[2], load_external_data=False)
         v = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
