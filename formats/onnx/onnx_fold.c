@@ -16,8 +16,10 @@
  *   - the BatchNorm's initializers and Constant nodes nothing else reads
  *     are dropped, as are graph inputs and value_info naming them or the
  *     producer's old output.
+ * A MatMul producer (no bias input) keeps its output and an Add of the
+ * created bias after it makes the BatchNorm's output.
  * Everything else is copied as it is.  An edit that cannot be written (a
- * producer another node reads, a MatMul that has no bias input, a
+ * producer another node reads, a
  * BatchNorm with training outputs, a BatchNorm fed by another op than
  * Conv/ConvTranspose/Gemm/MatMul) is NPUC_ERR_UNSUPPORTED naming the node.
  * The pair itself is the pass's: the hook trusts that the producer the file
@@ -42,6 +44,7 @@ typedef struct fold_rename {
     const char *bias;              /* a created bias, or NULL */
     uint64_t dtype;                /* its ONNX data_type */
     int64_t channels;
+    int add; /* a MatMul (no bias input): it keeps its output and an Add of the bias makes the BatchNorm's */
 } fold_rename;
 
 typedef struct fold_plan {
@@ -159,7 +162,7 @@ static void plan_bn(fold_plan *p, const npuc__onnx_model *om, const npuc__onnx_g
     if (b) {
         char why[300];
         size_t dt = 0;
-        if (!is_op(c, "Conv") && !is_op(c, "ConvTranspose") && !is_op(c, "Gemm")) {
+        if (!is_op(c, "Conv") && !is_op(c, "ConvTranspose") && !is_op(c, "Gemm") && !is_op(c, "MatMul")) {
             snprintf(why, sizeof why, "its producer '%s' (%s) has no bias input", node_label(c),
                      c->op_type ? c->op_type : "?");
             refuse(p, n, why);
@@ -200,6 +203,7 @@ static void plan_bn(fold_plan *p, const npuc__onnx_model *om, const npuc__onnx_g
     r->bias = b ? b->tensor : NULL;
     r->dtype = dtype;
     r->channels = b ? b->shape[0] : 0;
+    r->add = b && is_op(c, "MatMul");
     if (npuc__strmap_put(&p->oldout, in, p->nrn) != 0 ||
         npuc__strmap_put(&p->removed, n->outputs[0], 1) != 0) {
         oom(p);
@@ -315,16 +319,30 @@ static npuc_status fold_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t
         int first = 1;
         for (q = b; q < end;) {
             (void)npuc__ox_next(&q, end, &f);
-            if (f.num == 2 && first) {
+            if (f.num == 2 && first && !x->add) {
                 npuc__ox_put_bytes(&c, 2, x->new_out, strlen(x->new_out));
                 first = 0;
             } else {
                 npuc__ox_put(&c, f.start, (size_t)(f.end - f.start));
             }
         }
-        if (x->bias) {
+        if (x->add) {
+            /* MatMul keeps its output; Add(output, bias) makes the
+             * BatchNorm's (the bias runs along the last axis, the
+             * MatMul's N: the BatchNorm's channels on [batch, N]). */
+            npuc__ox_buf a = {0};
+            npuc__ox_put_bytes(&a, 1, x->old_out, strlen(x->old_out));
+            npuc__ox_put_bytes(&a, 1, x->bias, strlen(x->bias));
+            npuc__ox_put_bytes(&a, 2, x->new_out, strlen(x->new_out));
+            npuc__ox_put_bytes(&a, 3, x->bias, strlen(x->bias));
+            npuc__ox_put_bytes(&a, 4, "Add", 3);
+            npuc__ox_put_sub(out, 1, &c);
+            c = a;
+        } else if (x->bias) {
             for (; nin < 2; nin++) npuc__ox_put_bytes(&c, 1, "", 0);
             npuc__ox_put_bytes(&c, 1, x->bias, strlen(x->bias));
+        }
+        if (x->bias) {
             npuc__ox_buf t = {0};
             npuc__ox_put_tag(&t, 1, 0);
             npuc__ox_put_varint(&t, (uint64_t)x->channels);

@@ -60,6 +60,11 @@ for b in bns(orig):
         assert w not in names, f"{w}: the folded BatchNorm's tensor is still in the model"
     # its producer now makes its output and has a bias
     prod = [n for g in graphs(out.graph) for n in g.node if b.output[0] in n.output]
+    if len(prod) == 1 and prod[0].op_type == "Add":  # after a MatMul, which has no bias input
+        assert list(prod[0].input[:1]) == [b.input[0]] and prod[0].input[1] in names, prod[0].input
+        mm = [n for g in graphs(out.graph) for n in g.node if b.input[0] in n.output]
+        assert len(mm) == 1 and mm[0].op_type == "MatMul", mm
+        continue
     assert len(prod) == 1 and prod[0].op_type in ("Conv", "ConvTranspose", "Gemm"), prod
     assert len(prod[0].input) == 3 and prod[0].input[2] in names, prod[0].input
     assert b.input[0] not in {i for g in graphs(out.graph) for n in g.node for i in n.input}
@@ -90,6 +95,14 @@ fold bn_const --strict                # weights and statistics in Constant nodes
 fold bn_convt
 must_match "$T/out" "the file's graph"
 fold bn_gemm                          # Gemm transB=1 without C: C created
+fold bn_matmul                        # MatMul has no bias input: an Add of the created bias follows it
+"$PY" - "$T/bn_matmul.f.onnx" <<'PYEOF' || fail "bn_matmul: the fold's Add"
+import onnx, sys
+m = onnx.load(sys.argv[1])
+ops = [(n.op_type, list(n.input), list(n.output)) for n in m.graph.node]
+assert ops == [("MatMul", ["x", "mm.weight"], ["mm"]), ("Add", ["mm", "mm.bias"], ["y"])], ops
+assert sorted(i.name for i in m.graph.initializer) == ["mm.bias", "mm.weight"], [i.name for i in m.graph.initializer]
+PYEOF
 fold bn_if                            # inside an If branch, epsilon 1e-3 from its node
 must_match "$T/out" "folded 1 of 1 BatchNorms"
 # The bias is the node's input 2 whatever its name ('B0' for kernel 'W0'); a Gemm whose beta

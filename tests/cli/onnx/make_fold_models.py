@@ -10,6 +10,8 @@ from the BatchNormalization node: models with epsilon 1e-3 show a fold that used
   bn_const.onnx     BN statistics in Constant nodes (as PaddleOCR stores weights)
   bn_convt.onnx     ConvTranspose (IOHW, group 1) -> BN (eps 1e-3)
   bn_gemm.onnx      Gemm (transB=1, no C: a bias is created) -> BN on [N, C]
+  bn_matmul.onnx    MatMul ([K, N], no bias input) -> BN on [N, C]: folded with an Add of the
+                    created bias after the MatMul
   bn_if.onnx        a Conv -> BN pair inside an If branch (eps 1e-3; the other branch a plain Conv)
   bn_shared.onnx    Conv -> BN where the Conv's output is also added to the BN's output:
                     not foldable, the BN stays
@@ -102,6 +104,11 @@ g = helper.make_graph([helper.make_node("Gemm", ["x", "fc.weight"], ["fc"], name
                        bn_node("fb", "fc", "y", 1e-5, 13)],
                       "g", [vi("x", [4, 16])], [vi("y", [4, 8])], [t(f32(8, 16), "fc.weight")] + bn_inits("fb", 8))
 save(g, "bn_gemm.onnx")
+
+g = helper.make_graph([helper.make_node("MatMul", ["x", "mm.weight"], ["mm"], name="mm"),
+                       bn_node("mb", "mm", "y", 1e-5, 13)],
+                      "g", [vi("x", [4, 16])], [vi("y", [4, 8])], [t(f32(16, 8), "mm.weight")] + bn_inits("mb", 8))
+save(g, "bn_matmul.onnx", vis=[vi("mm", [4, 8])])
 
 # A pair inside an If branch; the condition is an input.
 then_g = helper.make_graph([helper.make_node("Conv", ["x", "it.weight"], ["ic"], name="ic", pads=[1, 1, 1, 1]),
