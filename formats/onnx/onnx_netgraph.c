@@ -178,6 +178,14 @@ static int shape_of(bld *b, const char *name, int *rank, int64_t *dims) {
     return 0;
 }
 
+/* The rank value_info or a graph input / output states for name (its
+ * dims may be symbolic), or -1. */
+static int stated_rank(bld *b, const char *name) {
+    size_t k;
+    if (!name || !*name || !npuc__strmap_get(&b->vinfo, name, &k)) return -1;
+    return b->vi[k]->rank;
+}
+
 /* Resolves name to a model tensor, through at most 16 pass-through ops. */
 static int resolve(bld *b, const char *name, wref *r, int depth) {
     if (!name || !*name || depth > 16) return -1;
@@ -461,6 +469,16 @@ static void add_node(bld *b, size_t i) {
     if (b->st == NPUC_ERR_ARG) b->st = NPUC_ERR_FORMAT; /* the file's graph broke a rule */
     if (b->st != NPUC_OK) goto done;
     add_attrs(b, nd, n);
+    if (b->st == NPUC_OK && is_op(n, "MatMul")) {
+        /* The output's rank as value_info or the graph's inputs state it
+         * (a MatMul's is its first input's): "out_rank", which tells
+         * whether its channels (the last axis) are axis 1 (fold-bn). */
+        int r = stated_rank(b, n->noutputs ? n->outputs[0] : "");
+        if (r < 0) r = stated_rank(b, n->ninputs ? n->inputs[0] : "");
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", r);
+        if (r >= 2) b->st = npuc__ng_set_attr(b->ctx, b->ng, nd, "out_rank", buf);
+    }
     for (size_t k = 0; k < nw && b->st == NPUC_OK; k++) {
         const npuc_tensor_info *t = npuc_model_tensor(b->m, ws[k].w.t);
         int64_t d0 = ws[k].w.rank >= 1 && ws[k].w.ax[0] >= 0 ? t->shape[ws[k].w.ax[0]] : -1;

@@ -151,6 +151,22 @@ int npuc__graph_stated_verdict(const npuc__graph *g, const npuc__graph_stated *s
             return 0;
         }
     }
+    /* A MatMul's channels are its output's last axis, a BatchNormalization's
+     * axis 1: the same axis only on a rank-2 output ([batch, N]). */
+    if (is_op(p->op, "MatMul")) {
+        const char *ra = npuc__ng_attr(ng, v->prod, "out_rank");
+        const int r = v->rank >= 0 ? v->rank : ra ? atoi(ra) : -1;
+        if (r != 2) {
+            if (r < 0)
+                npuc__graph_fmt(why, n, "the rank of MatMul '%.60s''s output is not stated (BatchNormalization "
+                                "normalizes axis 1, a MatMul's channels are its last: the same only at rank 2)",
+                                p->name);
+            else
+                npuc__graph_fmt(why, n, "MatMul '%.60s''s output has rank %d: BatchNormalization normalizes its "
+                                "axis 1, not the MatMul's channels (the last axis)", p->name, r);
+            return 0;
+        }
+    }
     /* Gemm: Y = alpha A B + beta C.  The fold writes C as the bias; with
      * beta != 1 the stored C is not the bias it adds. */
     const char *beta = is_op(p->op, "Gemm") ? npuc__ng_attr(ng, v->prod, "beta") : NULL;

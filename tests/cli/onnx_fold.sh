@@ -96,6 +96,10 @@ fold bn_convt
 must_match "$T/out" "the file's graph"
 fold bn_gemm                          # Gemm transB=1 without C: C created
 fold bn_matmul                        # MatMul has no bias input: an Add of the created bias follows it
+# On a rank-3 MatMul output the BatchNorm's axis 1 is not the MatMul's channels: not a pair.
+expect_rc 0 "$NPUC_BIN" fold-bn "$M/bn_matmul3.onnx" -o "$T/bn_matmul3.f.onnx"
+must_match "$T/out" "MatMul 'm3''s output has rank 3: BatchNormalization normalizes its axis 1"
+check "$T/bn_matmul3.f.onnx" "$M/bn_matmul3.onnx" 1
 "$PY" - "$T/bn_matmul.f.onnx" <<'PYEOF' || fail "bn_matmul: the fold's Add"
 import onnx, sys
 m = onnx.load(sys.argv[1])

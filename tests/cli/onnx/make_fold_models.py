@@ -12,6 +12,8 @@ from the BatchNormalization node: models with epsilon 1e-3 show a fold that used
   bn_gemm.onnx      Gemm (transB=1, no C: a bias is created) -> BN on [N, C]
   bn_matmul.onnx    MatMul ([K, N], no bias input) -> BN on [N, C]: folded with an Add of the
                     created bias after the MatMul
+  bn_matmul3.onnx   MatMul on [2, 8, 16] -> BN: BN normalizes axis 1, the MatMul's channels are
+                    the last axis: not a pair (the BN stays)
   bn_if.onnx        a Conv -> BN pair inside an If branch (eps 1e-3; the other branch a plain Conv)
   bn_shared.onnx    Conv -> BN where the Conv's output is also added to the BN's output:
                     not foldable, the BN stays
@@ -109,6 +111,10 @@ g = helper.make_graph([helper.make_node("MatMul", ["x", "mm.weight"], ["mm"], na
                        bn_node("mb", "mm", "y", 1e-5, 13)],
                       "g", [vi("x", [4, 16])], [vi("y", [4, 8])], [t(f32(16, 8), "mm.weight")] + bn_inits("mb", 8))
 save(g, "bn_matmul.onnx", vis=[vi("mm", [4, 8])])
+g = helper.make_graph([helper.make_node("MatMul", ["x", "m3.weight"], ["m3"], name="m3"),
+                       bn_node("m3b", "m3", "y", 1e-5, 13)],
+                      "g", [vi("x", [2, 8, 16])], [vi("y", [2, 8, 8])], [t(f32(16, 8), "m3.weight")] + bn_inits("m3b", 8))
+save(g, "bn_matmul3.onnx")
 
 # A pair inside an If branch; the condition is an input.
 then_g = helper.make_graph([helper.make_node("Conv", ["x", "it.weight"], ["ic"], name="ic", pads=[1, 1, 1, 1]),
