@@ -147,6 +147,9 @@ static npuc_status split_one(npuc_ctx *ctx, npuc_model *m, const npuc_writer *w,
                              "--exclude it, or write safetensors", w->path, t->name, n->op, n->name);
         w2[nw2++] = *x;
     }
+    /* The rank-r value's shape is left unknown: the ONNX reader's values
+     * carry none (a Conv chain with r channels between passes
+     * npuc__ng_check when they do: test_netgraph's test_split_conv). */
     char *name = npuc__strdup(n->name), *op = npuc__strdup(n->op);
     char *second = fresh(*g, m, t->name, ".lr"), *mid = fresh(*g, m, t->name, ".lr_mid");
     npuc_status st = NPUC_OK;
