@@ -1,11 +1,11 @@
 /*
- * onnx_split.c - lowrank's split MatMul / Gemm written into the ONNX graph:
+ * onnx_split.c - lowrank's split MatMul / Gemm / Conv written into the ONNX graph:
  * the part of the row's graph_write hook (onnx_fold.c dispatches here) for
  * a network graph in which npuc lowrank split nodes (npuc__ng_split_node),
  * and the artifact entries such a split realises taken out of the "npuc"
  * description the writer stores (onnx_writer.c).
  *
- * A MatMul or Gemm of the file whose weight (input 1) g no longer holds was
+ * A MatMul, Gemm or Conv of the file whose weight (input 1) g no longer holds was
  * split: g has the node reading the same input and producing a new value
  * `mid` with the input-side factor B (lr_b), and a second node reading mid
  * with the output-side factor A (lr_a) and the bias, producing the old
@@ -13,8 +13,13 @@
  *   MatMul(x, W[K,N])          ->  MatMul(x, lr_b[K,r]) -> mid;  MatMul(mid, lr_a[r,N]) -> y
  *   Gemm(x, W, C) transB=t     ->  Gemm(x, lr_b) (transA, alpha, transB kept; no C, no beta) -> mid;
  *                                  Gemm(mid, lr_a, C) (transB=t, beta kept) -> y
+ *   Conv(x, W[O,I,k..], B)     ->  Conv(x, lr_b[r,I,k..]) (every attribute kept: strides, pads or
+ *                                  auto_pad, dilations, kernel_shape, group 1) -> mid;
+ *                                  Conv(mid, lr_a[O,r,1..], B) (no attributes: 1x1, stride 1, no pad) -> y
  * (transB=0: lr_b [K,r], lr_a [r,N]; transB=1: lr_b [r,K], lr_a [N,r]), so
- * alpha * x W + beta * C is alpha * (x B) A + beta * C.  The first node keeps
+ * alpha * x W + beta * C is alpha * (x B) A + beta * C; W as [O, I*k..] is
+ * lr_a [O,r] times lr_b [r, I*k..], and a 1x1 convolution with A after one
+ * with lr_b is the convolution with their product.  The first node keeps
  * the ONNX node's name, the second is named as in g; lr_b and lr_a become
  * initializers (dims and data_type of W's type, no values: the writer
  * fills them) of the graph the node is in, before the two nodes.  W's
@@ -26,8 +31,9 @@
  * below 11 (its first half has no C, optional from 11), IR version below 4
  * (initializers listed as graph inputs), a g that does not show the two
  * nodes, a new name the file already uses, a weight g dropped that no
- * MatMul / Gemm reads directly (a Transpose between).  Conv and other ops are refused
- * by the pass before it edits g (lowrank_graph.c).
+ * MatMul / Gemm / Conv reads directly (a Transpose between), a Conv of
+ * group other than 1.  Other ops are refused by the pass before it edits g
+ * (lowrank_graph.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +111,8 @@ static const char *node_label(const npuc__onnx_node *n) {
 
 static int is_split_candidate(const sp_plan *p, const npuc__onnx_node *n) {
     if (!is_default(n->domain) || !n->op_type || n->ninputs < 2 || n->noutputs < 1 || !*n->outputs[0]) return 0;
-    if (strcmp(n->op_type, "MatMul") != 0 && strcmp(n->op_type, "Gemm") != 0) return 0;
+    if (strcmp(n->op_type, "MatMul") != 0 && strcmp(n->op_type, "Gemm") != 0 && strcmp(n->op_type, "Conv") != 0)
+        return 0;
     const char *w = n->inputs[1];
     return *w && npuc__strmap_get(&p->wtype, w, NULL) && !npuc__strmap_get(&p->gw, w, NULL);
 }
@@ -139,10 +146,26 @@ static int is_new(sp_plan *p, const char *name) {
     return !npuc__strmap_get(&p->names, name, NULL) && !npuc__strmap_get(&p->wtype, name, NULL);
 }
 
+static int64_t int_attr(const npuc__onnx_node *n, const char *name, int64_t dflt) {
+    for (size_t a = 0; a < n->nattrs; a++)
+        if (n->attrs[a].name && strcmp(n->attrs[a].name, name) == 0) return n->attrs[a].i;
+    return dflt;
+}
+
+/* The factors' shapes for kernel W of rank k: MatMul / Gemm 2-D (checked
+ * by the pass); Conv lr_b [r, I, k..], lr_a [O, r, 1..]. */
+static int factor_shapes_ok(const npuc_graph_weight *wb, const npuc_graph_weight *wa, int conv) {
+    if (!conv) return wb->rank == 2 && wa->rank == 2;
+    if (wb->rank < 3 || wb->rank != wa->rank || wb->shape[0] != wa->shape[1]) return 0;
+    for (int k = 2; k < wa->rank; k++)
+        if (wa->shape[k] != 1) return 0;
+    return 1;
+}
+
 static void plan_node(sp_plan *p, const npuc__onnx_node *n) {
     const npuc__ng *g = p->g;
     const char *w = n->inputs[1];
-    int gemm = strcmp(n->op_type, "Gemm") == 0;
+    int gemm = strcmp(n->op_type, "Gemm") == 0, conv = strcmp(n->op_type, "Conv") == 0;
     char why[400];
     size_t u = 0;
     npuc__strmap_get(&p->uses, w, &u);
@@ -153,6 +176,12 @@ static void plan_node(sp_plan *p, const npuc__onnx_node *n) {
     if (gemm && p->opset < 11) {
         snprintf(why, sizeof why, "the first Gemm would have no C, which ONNX allows from opset 11, and the model "
                  "imports opset %lld", (long long)p->opset);
+        refuse(p, n, why);
+        return;
+    }
+    if (conv && int_attr(n, "group", 1) != 1) {
+        snprintf(why, sizeof why, "group %lld: a grouped convolution is not a product of two convolutions",
+                 (long long)int_attr(n, "group", 1));
         refuse(p, n, why);
         return;
     }
@@ -170,15 +199,16 @@ static void plan_node(sp_plan *p, const npuc__onnx_node *n) {
     const npuc_graph_weight *wa = j == NPUC_GRAPH_NONE ? NULL : kernel_of(g, j);
     if (!wb || !wa || g->nodes[i].nin != 1 || g->nodes[i].nout != 1 ||
         strcmp(g->vals[g->nodes[i].in[0]].name, n->inputs[0]) != 0 || strcmp(g->nodes[j].op, n->op_type) != 0 ||
-        strcmp(g->nodes[i].op, n->op_type) != 0 || wb->rank != 2 || wa->rank != 2) {
+        strcmp(g->nodes[i].op, n->op_type) != 0 || !factor_shapes_ok(wb, wa, conv)) {
         refuse(p, n, "the edited graph drops the weight but does not show the node split in two with a factor each");
         return;
     }
     for (size_t k = 0; k < g->nodes[j].nw; k++) {
         const npuc_graph_weight *x = &g->nodes[j].w[k];
         if (x == wa) continue;
-        if (!gemm || strcmp(x->role, "bias") != 0 || n->ninputs < 3 || strcmp(n->inputs[2], x->tensor) != 0) {
-            snprintf(why, sizeof why, "the second node holds '%s' (%s), which is not the node's C", x->tensor, x->role);
+        if (!(gemm || conv) || strcmp(x->role, "bias") != 0 || n->ninputs < 3 || strcmp(n->inputs[2], x->tensor) != 0) {
+            snprintf(why, sizeof why, "the second node holds '%s' (%s), which is not the node's %s", x->tensor,
+                     x->role, conv ? "B" : "C");
             refuse(p, n, why);
             return;
         }
@@ -241,9 +271,9 @@ static void check_gone(sp_plan *p, const npuc__onnx_graph *og) {
         }
         if (p->st != NPUC_OK || !w || npuc__strmap_get(&p->gw, w, NULL) || npuc__strmap_get(&p->drop, w, NULL))
             continue;
-        p->st = npuc_fail(p->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s' cannot be written as a split MatMul or Gemm "
-                          "in the ONNX graph: no MatMul or Gemm reads it directly as input B (another node is "
-                          "between them)", p->label, w);
+        p->st = npuc_fail(p->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s' cannot be written as a split MatMul, Gemm "
+                          "or Conv in the ONNX graph: no MatMul, Gemm or Conv reads it directly as its weight "
+                          "(another node is between them)", p->label, w);
     }
 }
 

@@ -7,9 +7,10 @@
 # evaluating the output from the factors read out of it equals onnxruntime's output of it
 # (1e-5 relative, seeded inputs); the output error against the original equals that of
 # NumPy's own truncated SVD at the same rank.  A layer kept dense keeps its node.
-# Refused (exit 2, one line naming the file and tensor, nothing written): a factored Conv,
-# a weight two nodes read, one read through a Transpose, a Gemm at opset 9 (its first half has
-# no C).
+# Refused (exit 2, one line naming the file and tensor, nothing written): an --include'd
+# weight two nodes read, or of a grouped, depthwise or transposed Conv, one read through a
+# Transpose, a Gemm at opset 9 (its first half has no C).  Picked by the default selection, a
+# weight two nodes read or of a grouped Conv is kept dense with a note instead.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_test.bash"
 
 "$PY" -c 'import numpy, onnx' 2>/dev/null || skip "the Python at $PY has no onnx (python3-onnx)"
@@ -56,6 +57,15 @@ PYEOF
 expect_rc 0 "$NPUC_BIN" info "$T/gemm.lr.onnx"
 must_match "$T/out" "fc1.weight.lr_b"
 
+# Conv: a kh x kw Conv with r outputs (the original's attributes), then a 1x1 Conv with the bias.
+lr conv_bn_relu.onnx cbr.lr.onnx 2 conv.weight                # Conv + BatchNormalization + Relu
+lr conv_s2.onnx conv_s2.lr.onnx 2 c1.weight,c2.weight         # stride 2, pads, dilation, bias or none
+must_match "$T/out" "dw.weight .*depthwise kernel: not factored"   # the depthwise Conv stays
+lr conv_s2.onnx conv_s2.r1.onnx 1 c1.weight,c2.weight
+lr conv1d.onnx conv1d.lr.onnx 2 k1.weight                     # Conv1d, auto_pad SAME_UPPER
+lr grouped.onnx grouped.lr.onnx 2 p.weight                    # group 2 kept dense, the 1x1 Conv after it split
+must_match "$T/out" "g.weight .*kept dense, no ONNX split: is read by Conv 'g' with group 2"
+
 # Refusals: one line naming the output and the tensor, nothing written.
 refused() { # OUT PATTERN lowrank-args...
     local out=$1 pat=$2
@@ -65,9 +75,14 @@ refused() { # OUT PATTERN lowrank-args...
     [ "$(grep -c . "$T/err")" -eq 1 ] || fail "$out: more than one line: $(cat "$T/err")"
     [ ! -e "$T/$out" ] || fail "$out was written after a refusal"
 }
-refused conv.onnx "conv.onnx: tensor 'conv.weight' is read by Conv .*: only factored MatMul and Gemm" \
-    --rank 1 --include conv.weight "$M/conv_bn_relu.onnx"
-refused shared.onnx "shared.onnx: tensor 'sh.weight' is read by 2 nodes" --rank 2 "$M/shared.onnx"
+refused shared.onnx "shared.onnx: tensor 'sh.weight' is read by 2 nodes" --rank 2 --include sh.weight \
+    "$M/shared.onnx"
+refused grouped.onnx "grouped.onnx: tensor 'g.weight' is read by Conv 'g' with group 2: a grouped convolution" \
+    --rank 2 --include 'g\.weight' "$M/grouped.onnx"
+refused dw.onnx "dw.onnx: tensor 'dw.weight' is read by DepthwiseConv 'dw': only factored MatMul, Gemm and Conv" \
+    --rank 1 --include 'dw\.weight' "$M/conv_s2.onnx"
+refused convt.onnx "convs.onnx: tensor 'up.weight': layout iohw .*cannot be factored" \
+    --rank 1 --include 'up\.weight' "$M/convs.onnx"
 refused gemm9.onnx \
     "gemm9.onnx: onnx.model: tensor 'g9.weight' .Gemm 'y'. cannot be written as a split Gemm.*opset 11.*opset 9" \
     --rank 2 "$M/gemm9.onnx"
@@ -75,3 +90,6 @@ refused resolve.onnx "resolve.onnx: onnx.model: tensor 't.weight' cannot be writ
     --rank 1 --include t.weight "$M/resolve.onnx"             # read through a Transpose
 # --exclude keeps the Conv dense: the rest is written.
 expect_rc 0 "$NPUC_BIN" lowrank --rank 2 --exclude conv.weight "$M/conv_bn_relu.onnx" -o "$T/conv_ex.onnx"
+# The default selection keeps a weight whose node cannot be split dense, with a note, before any SVD.
+lr shared.onnx shared.lr.onnx 2 ""
+must_match "$T/out" "sh.weight .*kept dense, no ONNX split: is read by 2 nodes"

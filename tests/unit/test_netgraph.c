@@ -278,6 +278,31 @@ static void test_split(void **state) {
     npuc__ng_free(g);
 }
 
+/* A factored conv: a 3x3 conv with r = 4 outputs, then a 1x1 conv; the
+ * rank-4 value between them is checked against both kernels. */
+static void test_split_conv(void **state) {
+    (void)state;
+    npuc__ng *g = cnn();
+    npuc_graph_weight w1[1] = {{"conv2/kernel.lr_b", "kernel", 4, {3, 3, 16, 4}, 3, 2}};
+    npuc_graph_weight w2[1] = {{"conv2/kernel.lr_a", "kernel", 4, {1, 1, 4, 32}, 3, 2}};
+    int64_t mid[4] = {-1, 8, 8, 4};
+    assert_int_equal(npuc__ng_split_node(ctx, &g, "conv2", "conv2.lr", "Conv", "c2_mid", 4, mid, w1, 1, w2, 1),
+                     NPUC_OK);
+    assert_string_equal(input_of(g, "conv2.lr", 0), "c2_mid");
+    assert_string_equal(input_of(g, "gap", 0), "c2");
+    npuc_graph_value v;
+    npuc_graph_get_value(g, npuc_graph_find_value(g, "c2"), &v);
+    assert_int_equal(v.producer, npuc_graph_find_node(g, "conv2.lr"));
+    /* the 1x1 conv reading 5 channels from the rank-4 value is refused */
+    npuc__ng_free(g);
+    g = cnn();
+    w2[0].shape[2] = 5;
+    assert_int_equal(npuc__ng_split_node(ctx, &g, "conv2", "conv2.lr", "Conv", "c2_mid", 4, mid, w1, 1, w2, 1),
+                     NPUC_ERR_VALUE);
+    assert_msg("weight 'conv2/kernel.lr_a' axis 2 has 5 channels, 'c2_mid' has 4");
+    npuc__ng_free(g);
+}
+
 static void test_split_refusals(void **state) {
     (void)state;
     npuc__ng *g = cnn();
@@ -479,6 +504,7 @@ int main(void) {
         cmocka_unit_test(test_remove),
         cmocka_unit_test(test_remove_refusals),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_split_conv),
         cmocka_unit_test(test_split_refusals),
         cmocka_unit_test(test_insert),
         cmocka_unit_test(test_resize),

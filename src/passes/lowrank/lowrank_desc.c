@@ -184,12 +184,15 @@ const npuc_pass npuc__pass_lowrank = {
              "<name>.lr_a (output side) and <name>.lr_b, in the source dtype: a kh x kw conv\n"
              "with r outputs followed by a 1x1 conv, or two Linear/Dense layers\n"
              "(docs/lowrank.md).  A layer where r(m+n) >= mn stays dense (\"no saving\").\n"
-             "'npuc decompress' multiplies the factors back.\n",
+             "'npuc decompress' multiplies the factors back.  An ONNX OUT gets each factored\n"
+             "MatMul / Gemm / Conv (group 1) as two nodes; a weight of the default selection\n"
+             "whose node cannot be split (a grouped Conv, another op, two readers) stays dense\n"
+             "(docs/onnx.md).\n",
     .footer = "Errors (exit 2, nothing written): no or two rank rules, a value out of range, an\n"
               "--include match that cannot be factored (1-D, integer, depthwise layout) or whose\n"
               "--rank exceeds min(m, n), a --layer-rank R above a matched tensor's min(m, n), a\n"
               "pattern that matches no tensor, NaN or Inf in a tensor to factor, an existing OUT\n"
-              "without -f.\n",
+              "without -f, an --include match an ONNX OUT cannot write as split nodes.\n",
     .verb = "factoring",
     .output_help = "the artifact (default: IN's name with .lr); the format follows\n"
                    "OUT's extension, else IN's format",

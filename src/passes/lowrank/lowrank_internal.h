@@ -100,5 +100,10 @@ typedef struct npuc__lowrank_split {
  * path and the tensor. */
 npuc_status npuc__lowrank_graph_meta(npuc_ctx *ctx, npuc_model *m, npuc_writer *w, const npuc__lowrank_split *sp,
                                      size_t ns);
+/* Before any SVD: *ok 0 when w rewrites m's graph (ONNX) and tensor's node
+ * there cannot be split (a MatMul / Gemm / Conv of group 1 reading it
+ * alone), why completing "tensor 'T' "; *ok 1 otherwise. */
+npuc_status npuc__lowrank_graph_splittable(npuc_ctx *ctx, npuc_model *m, const npuc_writer *w, size_t tensor,
+                                           char *why, size_t nwhy, int *ok);
 
 #endif

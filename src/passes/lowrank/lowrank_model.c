@@ -359,6 +359,31 @@ static npuc_status factor_all(npuc__drive *d, const npuc_lowrank_opts *o, lrplan
 
 /* ------------------------------------------------------------- writing */
 
+/* An ONNX output writes each factored weight as a split node: one whose
+ * node cannot be split (a grouped Conv, another op, several readers) is
+ * found before any SVD.  Picked by --include: refused.  Picked by the
+ * default selection: kept dense with a note, so that `npuc lowrank
+ * model.onnx -o out.onnx` factors what it can write. */
+static npuc_status keep_unsplittable(npuc__drive *d, lrplan *plan) {
+    const char *path = d->w ? d->w->path : NULL;
+    for (size_t i = 0; d->w && i < npuc_model_count(d->m); i++) {
+        if (!plan[i].select) continue;
+        char why[400];
+        int ok = 1;
+        npuc_status st = npuc__lowrank_graph_splittable(d->ctx, d->m, d->w, i, why, sizeof why, &ok);
+        if (st != NPUC_OK) return st;
+        if (ok) continue;
+        const char *name = npuc_model_tensor(d->m, i)->name;
+        if (plan[i].explicit_sel)
+            return npuc_fail(d->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s' %s; --exclude it, or write safetensors",
+                             path, name, why);
+        plan[i].select = 0;
+        npuc_tensor_record *r = &d->sum->records[i];
+        snprintf(r->note, sizeof r->note, "kept dense, no ONNX split: %.99s", why);
+    }
+    return NPUC_OK;
+}
+
 /* An ONNX output: the factored layers as split nodes (lowrank_graph.c). */
 static npuc_status split_graph(npuc__drive *d, const lrplan *plan) {
     const size_t n = npuc_model_count(d->m);
@@ -408,6 +433,7 @@ npuc_status npuc__lowrank_model_to(npuc_ctx *ctx, npuc_model *m, const npuc__sin
         if (plan[i].select && (st = npuc__drive_guard(&dr, i, "the low-rank split")) != NPUC_OK) goto fail;
     /* Open the output first: an existing OUT without -f fails before the work. */
     if ((st = npuc__drive_open(&dr, NULL, NULL)) != NPUC_OK) goto fail;
+    if ((st = keep_unsplittable(&dr, plan)) != NPUC_OK) goto fail;
     if ((st = check_finite(ctx, m, plan)) != NPUC_OK) goto fail;
     if ((st = spill_open(ctx, out, &sp)) != NPUC_OK) goto fail;
     if ((st = factor_all(&dr, o, plan, &sp)) != NPUC_OK) goto fail;

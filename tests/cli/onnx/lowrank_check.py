@@ -2,21 +2,26 @@
 
   lowrank_check.py models OUTDIR
       test models of its own: Gemm with alpha/beta/transA and one without C,
-      a weight two MatMuls read, Gemm at opset 9, a value named like a split's
+      a weight two MatMuls read, Gemm at opset 9, a value named like a split's,
+      Convs (stride 2 + asymmetric pads + bias, dilation 2 without bias, a
+      depthwise one), a Conv1d with auto_pad SAME_UPPER, a grouped Conv
   lowrank_check.py check ORIG OUT RANK SPLIT FEEDS ORIG_ORT OUT_ORT
       SPLIT: comma-separated weights expected split (the others' nodes
       unchanged).  Checks, by python3-onnx and NumPy alone:
       - onnx.checker (full_check) accepts OUT; its inputs and outputs are ORIG's;
-      - each split weight is gone and its MatMul/Gemm is two nodes: the first reads
+      - each split weight is gone and its MatMul/Gemm/Conv is two nodes: the first reads
         the node's input and W.lr_b (transA, alpha, transB kept, no C, no beta) and
         makes a new value, the second reads it with W.lr_a and C (transB, beta kept)
         and makes the node's output; factor shapes [K,r]/[r,N] (transB 0) or
-        [r,K]/[N,r] (transB 1); every other node is ORIG's;
+        [r,K]/[N,r] (transB 1); a Conv's first node keeps every attribute and reads
+        W.lr_b [r,I,k..], the second none, W.lr_a [O,r,1..] and the bias; every
+        other node is ORIG's;
       - NumPy evaluating OUT from the factors read out of the file equals
         onnxruntime's outputs of OUT (OUT_ORT) within 1e-5 relative;
       - the relative output error of OUT against ORIG (both onnxruntime) equals the
         one NumPy's own truncated SVD at rank RANK gives (within 1e-5 relative), and
-        its outputs are those of ORIG with NumPy's rank-RANK weights (1e-5 relative).
+        its outputs are those of ORIG with NumPy's rank-RANK weights (1e-5 relative);
+        a Conv weight [O,I,k..] is truncated as its [O, I*k..] matrix.
 """
 import json
 import sys
@@ -64,6 +69,27 @@ def models(d):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["w.lr_mid"]), helper.make_node("Relu", ["w.lr_mid"], ["y"])]
     save(nodes, [numpy_helper.from_array(f32(32, 24), "w")], [vi("x", [2, 32])], [vi("y", [2, 24])],
          f"{d}/clash.onnx")
+    # Conv 3x3 stride 2 with asymmetric pads and a bias; Conv 3x3 dilation 2
+    # without bias (kernel_shape given); a depthwise Conv (kept dense)
+    inits = [numpy_helper.from_array(f32(8, 4, 3, 3), "c1.weight"), numpy_helper.from_array(f32(8), "c1.bias"),
+             numpy_helper.from_array(f32(6, 8, 3, 3), "c2.weight"),
+             numpy_helper.from_array(f32(6, 1, 3, 3), "dw.weight")]
+    nodes = [helper.make_node("Conv", ["x", "c1.weight", "c1.bias"], ["h"], name="c1", strides=[2, 2],
+                              pads=[1, 0, 0, 1]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "c2.weight"], ["d"], name="c2", dilations=[2, 2], pads=[2, 2, 2, 2],
+                              kernel_shape=[3, 3]),
+             helper.make_node("Conv", ["d", "dw.weight"], ["y"], name="dw", group=6, pads=[1, 1, 1, 1])]
+    save(nodes, inits, [vi("x", [1, 4, 11, 11])], [vi("y", [1, 6, 5, 5])], f"{d}/conv_s2.onnx")
+    # Conv1d, kernel 4, auto_pad SAME_UPPER (pads 1 and 2), bias
+    nodes = [helper.make_node("Conv", ["x", "k1.weight", "k1.bias"], ["y"], name="k1", auto_pad="SAME_UPPER")]
+    save(nodes, [numpy_helper.from_array(f32(8, 5, 4), "k1.weight"), numpy_helper.from_array(f32(8), "k1.bias")],
+         [vi("x", [2, 5, 16])], [vi("y", [2, 8, 16])], f"{d}/conv1d.onnx")
+    # a grouped Conv (group 2, not depthwise) before a 1x1 Conv
+    inits = [numpy_helper.from_array(f32(8, 2, 3, 3), "g.weight"), numpy_helper.from_array(f32(6, 8, 1, 1), "p.weight")]
+    nodes = [helper.make_node("Conv", ["x", "g.weight"], ["h"], name="g", group=2, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["h", "p.weight"], ["y"], name="p")]
+    save(nodes, inits, [vi("x", [1, 4, 6, 6])], [vi("y", [1, 6, 6, 6])], f"{d}/grouped.onnx")
 
 
 def attrs(n):
@@ -91,6 +117,39 @@ def tensors(m):
     return t
 
 
+def conv(x, w, b, a):
+    """ONNX Conv in float64: pads or auto_pad, strides, dilations, group."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    nsp = w.ndim - 2
+    ks = w.shape[2:]
+    st, dil, group = a.get("strides", [1] * nsp), a.get("dilations", [1] * nsp), a.get("group", 1)
+    ap = a.get("auto_pad", b"NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    if ap in ("SAME_UPPER", "SAME_LOWER"):
+        lo, hi = [], []
+        for i in range(nsp):
+            out = -(-x.shape[2 + i] // st[i])
+            tot = max(0, (out - 1) * st[i] + dil[i] * (ks[i] - 1) + 1 - x.shape[2 + i])
+            lo.append(tot // 2 if ap == "SAME_UPPER" else tot - tot // 2)
+            hi.append(tot - lo[-1])
+    else:
+        p = a.get("pads", [0] * 2 * nsp)
+        lo, hi = p[:nsp], p[nsp:]
+    x = np.pad(x, [(0, 0), (0, 0)] + list(zip(lo, hi)))
+    cg, og = x.shape[1] // group, w.shape[0] // group
+    osz = [(x.shape[2 + i] - dil[i] * (ks[i] - 1) - 1) // st[i] + 1 for i in range(nsp)]
+    y = np.zeros([x.shape[0], w.shape[0]] + osz)
+    for kx in np.ndindex(*ks):
+        sl = tuple(slice(kx[i] * dil[i], kx[i] * dil[i] + (osz[i] - 1) * st[i] + 1, st[i]) for i in range(nsp))
+        patch = x[(slice(None), slice(None)) + sl]
+        for gi in range(group):
+            wk = w[(slice(gi * og, (gi + 1) * og), slice(None)) + kx]
+            y[:, gi * og:(gi + 1) * og] += np.einsum("oc,nc...->no...", wk, patch[:, gi * cg:(gi + 1) * cg])
+    if b is not None:
+        y += b.astype(np.float64).reshape([1, -1] + [1] * nsp)
+    return y
+
+
 def run(g, env, w):
     """NumPy evaluation of graph g: env holds the values, w the weights."""
     env = dict(env)
@@ -109,6 +168,14 @@ def run(g, env, w):
             if len(n.input) > 2 and n.input[2]:
                 y = y + a.get("beta", 1.0) * val(n.input[2])
             env[n.output[0]] = y
+        elif n.op_type == "Conv":
+            b = val(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+            env[n.output[0]] = conv(val(n.input[0]), val(n.input[1]), b, a)
+        elif n.op_type == "BatchNormalization":
+            x, sc, bb, mu, var = (val(k).astype(np.float64) for k in n.input[:5])
+            sh = [1, -1] + [1] * (x.ndim - 2)
+            eps = a.get("epsilon", 1e-5)
+            env[n.output[0]] = sc.reshape(sh) * (x - mu.reshape(sh)) / np.sqrt(var.reshape(sh) + eps) + bb.reshape(sh)
         elif n.op_type == "Add":
             env[n.output[0]] = val(n.input[0]) + val(n.input[1])
         elif n.op_type == "Relu":
@@ -148,7 +215,7 @@ def check(orig_p, out_p, rank, split, feeds_p, orig_ort_p, out_ort_p):
     byout = {o: n for n in nnodes for o in n.output}
     seen = set()
     for n in onodes:
-        if n.op_type in ("MatMul", "Gemm") and n.input[1] in split:
+        if n.op_type in ("MatMul", "Gemm", "Conv") and n.input[1] in split:
             W = n.input[1]
             assert W not in wn, f"{W}: still in the output"
             second = byout[n.output[0]]
@@ -159,6 +226,12 @@ def check(orig_p, out_p, rank, split, feeds_p, orig_ort_p, out_ort_p):
             assert list(first.input) == [n.input[0], W + ".lr_b"], first.input
             assert list(second.input) == [first.output[0], W + ".lr_a"] + list(n.input[2:]), second.input
             assert first.name == n.name, (first.name, n.name)
+            if n.op_type == "Conv":  # the first keeps every attribute, the second is 1x1 with none
+                assert a1 == a and not a2, (a1, a2, a)
+                O, I, *k = wo[W].shape
+                assert list(wn[W + ".lr_b"].shape) == [rank, I] + k, (W, wn[W + ".lr_b"].shape)
+                assert list(wn[W + ".lr_a"].shape) == [O, rank] + [1] * len(k), (W, wn[W + ".lr_a"].shape)
+                continue
             if n.op_type == "Gemm":
                 assert a1 == {k: v for k, v in a.items() if k != "beta"}, (a1, a)
                 assert a2 == {k: v for k, v in a.items() if k in ("transB", "beta")}, (a2, a)
@@ -190,8 +263,9 @@ def check(orig_p, out_p, rank, split, feeds_p, orig_ort_p, out_ort_p):
     # the error npuc's model makes = the error of NumPy's truncated SVD at rank
     trunc = dict(wo)
     for s in split:
-        u, sv, vt = np.linalg.svd(wo[s].astype(np.float64), full_matrices=False)
-        trunc[s] = (u[:, :rank] * sv[:rank]) @ vt[:rank]
+        # a Conv's [O, I, k..] as the [O, I*k..] matrix
+        u, sv, vt = np.linalg.svd(wo[s].astype(np.float64).reshape(wo[s].shape[0], -1), full_matrices=False)
+        trunc[s] = ((u[:, :rank] * sv[:rank]) @ vt[:rank]).reshape(wo[s].shape)
     ref = outputs(orig, feeds, trunc)
     exact = outputs(orig, feeds, wo)
     for k in ort_o:
