@@ -12,11 +12,17 @@
 #     (onnx_check.py fakequant) and runs in onnxruntime-node on seeded inputs
 #     (||y_q - y|| / ||y||, the worst output, graph optimisation 'basic';
 #     printed per model and output).  Measured: Silero legacy 0.0097, v5
-#     0.027 on N(0, 0.1^2) audio (below 0.03); PaddleOCR on N(0, 1) images:
-#     det 0.236, rec 0.048, cls 0.033: min-max int8 per-channel weights miss
-#     the issue's 0.03 on the OCR models (the quantizer's accuracy, not the
-#     axes: onnx_check.py fakequant checks each weight against NumPy), so
-#     their bounds are the measured figures with a margin, not 0.03;
+#     0.027 on N(0, 0.1^2) audio (below 0.03).  The PaddleOCR models read a
+#     synthetic page of text (onnx_check.py feeds "image": on N(0, 1) noise
+#     det's probability map is ~0 everywhere and its relative error means
+#     nothing): cls 0.012 (below 0.03); det 0.159 and rec 0.130 miss the
+#     issue's 0.03 with min-max int8 per-channel weights (the quantizer's
+#     accuracy, not the axes: onnx_check.py fakequant checks each weight
+#     against NumPy; PP-OCRv4's re-parameterized convolutions are known to be
+#     quantization-sensitive), so their bounds are the measured figures with
+#     a margin, and what the outputs mean is checked too (ort_task.js): det's
+#     text mask (p > 0.3) IoU 0.955 (bound 0.93), rec's most likely character
+#     the same at 19 of 20 time steps (bound 0.9);
 #   - convert to safetensors and back to ONNX, and ONNX -> ONNX, keep every
 #     name, value and the graph (onnx_check.py equal); byte for byte for
 #     Silero legacy (the others' typed-field Constants come back as raw_data).
@@ -66,7 +72,16 @@ check() {
 check "$VAD/silero_vad_legacy.onnx" \
     '{"input": {"dims": [1, 512], "std": 0.1}, "sr": 16000, "h": [2, 1, 64], "c": [2, 1, 64]}' 0.03
 check "$VAD/silero_vad_v5.onnx" '{"input": {"dims": [1, 512], "std": 0.1}, "sr": 16000, "state": [2, 1, 128]}' 0.03
-check "$OCR/ch_PP-OCRv4_det_infer.onnx" '{"x": [1, 3, 64, 64]}' 0.3
+# T ORIG KIND MIN: the task figure of the fake-quant model (ort_task.js).
+task() {
+    local b
+    b=$(basename "$1" .onnx)
+    [ "$have_ort" = 1 ] || return 0
+    NODE_PATH="$NODE_CACHE/node_modules" node "$NPUC_SRC/tests/cli/onnx/ort_task.js" "$1" "$T/$b.fq.onnx" \
+        "$T/$b.feeds.json" "$2" "$3" || fail "$b: what the output means changed too much"
+}
+check "$OCR/ch_PP-OCRv4_det_infer.onnx" '{"x": {"dims": [1, 3, 128, 128], "image": "imagenet"}}' 0.2
+task "$OCR/ch_PP-OCRv4_det_infer.onnx" det 0.93
 # Edge layers from the ONNX graph (issue 31 item 4): every conv is named
 # conv2d_N, so names say nothing; the graph says which conv reads the model
 # input and which op makes its output (a ConvTranspose stored mid-file).
@@ -74,8 +89,9 @@ expect_rc 0 "$NPUC_BIN" quantize -b 4 -g 32 --fake-quant "$OCR/ch_PP-OCRv4_det_i
 must_match "$T/out" "conv2d_0\.w_0 .*kept at 8 bits: input convolution \(file: reads the model input"
 must_match "$T/out" "conv2d_transpose_1\.w_0 .*kept at 8 bits: output head \(file: makes the model output"
 [ "$(grep -c 'kept at 8 bits' "$T/out")" = 2 ] || fail "det: more or fewer than the two edge layers kept at 8 bits"
-check "$OCR/ch_PP-OCRv4_rec_infer.onnx" '{"x": [1, 3, 48, 64]}' 0.07
-check "$OCR/ch_ppocr_mobile_v2.0_cls_infer.onnx" '{"x": [1, 3, 48, 192]}' 0.05
+check "$OCR/ch_PP-OCRv4_rec_infer.onnx" '{"x": {"dims": [1, 3, 48, 160], "image": "pm1"}}' 0.17
+task "$OCR/ch_PP-OCRv4_rec_infer.onnx" rec 0.9
+check "$OCR/ch_ppocr_mobile_v2.0_cls_infer.onnx" '{"x": {"dims": [1, 3, 48, 192], "image": "pm1"}}' 0.03
 
 # fold-bn on PP-OCRv4 det: 3 BatchNorms.  Two follow a Conv, as the file's graph states
 # (the names do not pair them, storage order puts the first Conv after its BatchNorm):
@@ -98,11 +114,10 @@ PYEOF
 expect_rc 2 "$NPUC_BIN" fold-bn "$DET" -o "$T/det.g.onnx" --pair conv2d_transpose_0.w_0=batch_norm_1
 must_match "$T/err" "--pair conv2d_transpose_0.w_0=batch_norm_1: the file states otherwise: BatchNorm 'batch_norm_1' cannot be folded: its input 'p2o.Add.279' is made by Add 'p2o.Add.278'"
 [ ! -e "$T/det.g.onnx" ] || fail "det.g.onnx was written after a refusal"
-# The runtime bound is not 1e-5: det is ill-conditioned on seeded N(0, 1) images, where
-# onnxruntime's own 'basic' optimisation of the unchanged model moves the output by 8.4e-3
-# against optimisation disabled.  Measured for the folded model: 8.1e-3 (both 'basic').
+# The issue's 1e-5, on the synthetic page (measured 7.0e-7).  On N(0, 1) noise det's map
+# is ~0 everywhere and the same fold measured 8.1e-3: a relative error of nothing.
 if [ "$have_ort" = 1 ]; then
-    R "$DET" "$T/det.f.onnx" "$T/ch_PP-OCRv4_det_infer.feeds.json" 0.02
+    R "$DET" "$T/det.f.onnx" "$T/ch_PP-OCRv4_det_infer.feeds.json" 1e-5
 fi
 [ "$have_ort" = 1 ] || echo "onnx_real: runtime comparisons skipped: no node or no onnxruntime-node in $NODE_CACHE"
 echo "onnx_real: ok"

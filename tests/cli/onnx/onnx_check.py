@@ -409,10 +409,32 @@ if __name__ == "__main__":
     elif cmd == "pruned":
         compare(sys.argv[2], sys.argv[3], cmd, float(sys.argv[4]))
     elif cmd == "feeds":
+        def text_image(rng, dims, norm):
+            """A synthetic page [1, 3, H, W]: a light, slightly noisy background
+            with dark word-like bars on lines 18 pixels apart (what an OCR model
+            is made for: on N(0, 1) noise PP-OCRv4 det's map is ~0 everywhere),
+            normalized as PaddleOCR does: "imagenet" (x/255 - mean) / std (det),
+            "pm1" (x/255 - 0.5) / 0.5 (rec, cls)."""
+            _, c, h, w = dims
+            img = np.full((h, w, c), 235.0) + rng.normal(0, 4, (h, w, c))
+            for r in range(max(2, (h % 18) // 2 + 4), h - 10, 18):
+                x = 6
+                while x < w - 10:
+                    ln = int(rng.integers(4, 14))
+                    img[r:r + 9, x:x + ln, :] = rng.uniform(10, 60)
+                    x += ln + int(rng.integers(2, 6))
+            img = np.clip(img, 0, 255) / 255.0
+            if norm == "imagenet":
+                img = (img - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+            else:
+                img = (img - 0.5) / 0.5
+            return img.transpose(2, 0, 1)[None].astype(np.float32)
+
         # Seeded inputs for every graph input: floats N(0, 1), bools true, int64 in 0..3.
         # Optional argv[4]: JSON {input: dims list, {"dims": list, "std": s}
-        # (N(0, s^2) values), or a number that fills it (Silero's sample
-        # rate)} for inputs with symbolic dims.
+        # (N(0, s^2) values), {"dims": list, "image": "imagenet" | "pm1"} (a
+        # synthetic page of text, text_image), or a number that fills it
+        # (Silero's sample rate)} for inputs with symbolic dims.
         m = onnx.load(sys.argv[2], load_external_data=False)
         over = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
         rng = np.random.default_rng(3)
@@ -423,8 +445,10 @@ if __name__ == "__main__":
                 continue
             t = i.type.tensor_type
             dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
-            std = 1.0
-            if isinstance(over.get(i.name), dict):  # {"dims": [...], "std": s}: audio is quieter than N(0, 1)
+            std, image = 1.0, None
+            if isinstance(over.get(i.name), dict) and "image" in over[i.name]:  # {"dims": [1, 3, H, W], "image": norm}
+                dims, image = over[i.name]["dims"], over[i.name]["image"]
+            elif isinstance(over.get(i.name), dict):  # {"dims": [...], "std": s}: audio is quieter than N(0, 1)
                 dims, std = over[i.name]["dims"], over[i.name]["std"]
             elif isinstance(over.get(i.name), list):
                 dims = over[i.name]
@@ -436,6 +460,8 @@ if __name__ == "__main__":
                 feeds[i.name] = {"type": "bool", "dims": dims, "data": [1] * n}
             elif t.elem_type == onnx.TensorProto.INT64:  # indices: 0..3 fit every table here
                 feeds[i.name] = {"type": "int64", "dims": dims, "data": rng.integers(0, 4, n).tolist()}
+            elif image:
+                feeds[i.name] = {"type": "float32", "dims": dims, "data": text_image(rng, dims, image).ravel().tolist()}
             else:
                 feeds[i.name] = {"type": "float32", "dims": dims, "data": (std * rng.standard_normal(n)).tolist()}
         with open(sys.argv[3], "w") as f:
