@@ -129,6 +129,9 @@ void npuc__codec_nested_scheme(const json_t *entry, char *buf, size_t n, int *bi
  * are computed with the scale the artifact stores. */
 int npuc__scale_dtype_ok(npuc_dtype dt);
 void npuc__scale_round(npuc_dtype dt, float *scale, float *inv);
+/* npuc__scale_round of scale[0..n) and inv[0..n), the same values in
+ * fewer conversion calls. */
+void npuc__scale_round_n(npuc_dtype dt, float *scale, float *inv, size_t n);
 
 /* The rows' functions: the decoders, one file each (decode_<name>.c), and
  * the report functions (codec_report.c). */

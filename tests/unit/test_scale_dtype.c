@@ -3,7 +3,9 @@
  * rounding behind `quantize --scale-dtype`, against values worked out by
  * hand from the IEEE half and bfloat16 layouts: round half to even, an
  * underflow raised to the smallest positive value, an overflow lowered to
- * the largest finite one, and 1/scale taken of the rounded scale.
+ * the largest finite one, and 1/scale taken of the rounded scale; and
+ * npuc__scale_round_n (the batch form) on each value, negated too (the full
+ * grid's negative scales keep their sign).
  */
 #include <float.h>
 #include <math.h>
@@ -22,6 +24,13 @@ static void check(npuc_dtype dt, float in, float want) {
     if (a != b) fail_msg("%s: %.9g rounds to %.9g, want %.9g", npuc_dtype_name(dt), (double)in, (double)s,
                          (double)want);
     assert_true(inv == 1.0f / want);
+    /* The batch form, between other values: the same bits. */
+    float v[3] = {0.3f, in, -in}, iv[3] = {0, 0, 0};
+    npuc__scale_round_n(dt, v, iv, 3);
+    memcpy(&a, &v[1], 4);
+    if (a != b) fail_msg("%s: npuc__scale_round_n: %.9g rounds to %.9g, want %.9g", npuc_dtype_name(dt), (double)in,
+                         (double)v[1], (double)want);
+    assert_true(iv[1] == 1.0f / want && v[2] == -want && iv[2] == -1.0f / want);
 }
 
 static void test_f16(void **state) {

@@ -435,8 +435,7 @@ static uint64_t minmax_span(const fuse_job *j, uint64_t c, uint64_t s, uint64_t 
         bad += k->minmax_groups(vals(j, base + q), (size_t)whole, (size_t)G, sc, iv);
         if (r < end) bad += k->minmax(vals(j, base + r), (size_t)(end - r), &sc[whole], &iv[whole]);
         k->range_params(sc, iv, (size_t)ng, j->p->bits, j->p->symmetric, full, sc, iv, j->zero_points + gi);
-        if (j->p->scale_dtype != NPUC_DTYPE_F32)
-            for (uint64_t g = 0; g < ng; g++) npuc__scale_round(j->p->scale_dtype, &sc[g], &iv[g]);
+        npuc__scale_round_n(j->p->scale_dtype, sc, iv, (size_t)ng); /* --scale-dtype */
         npuc_qsums *sums = &j->sums[c * j->chunks + ch];
         /* While the codes are computed from cache, the next batch (which
          * this thread most likely takes next) streams into it (not when the
@@ -662,11 +661,10 @@ static npuc_status two_pass(npuc_ctx *ctx, const npuc_tensor_info *t, const npuc
     if (p->range.method != NPUC_RANGE_MINMAX &&
         (st = ranges_estimate(ctx, w, &qs, G, p, lo, hi, nth)) != NPUC_OK)
         goto done;
-    for (uint64_t i = 0; i < qs.nscales; i++) {
+    for (uint64_t i = 0; i < qs.nscales; i++)
         npuc__quant_params_from_range(lo[i], hi[i], p->bits, p->symmetric, p->grid == NPUC_GRID_FULL, &scales[i], &inv[i],
                                       &zero_points[i]);
-        npuc__scale_round(p->scale_dtype, &scales[i], &inv[i]); /* --scale-dtype */
-    }
+    npuc__scale_round_n(p->scale_dtype, scales, inv, (size_t)qs.nscales); /* --scale-dtype */
 
     if (qs.inner != 1 || C <= 1) {
         const uint64_t per = qs.per_channel;
