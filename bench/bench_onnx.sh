@@ -70,8 +70,13 @@ PYEOF
 largest=$((4096 * 4096 * 4))
 echo "bench_onnx: 16 x [4096,4096] F32 (1 GiB), largest tensor $((largest >> 20)) MiB, -j $threads, $reps runs each"
 echo "load before: $(uptime)"
-run() { # FILE -> "seconds kib"
-    /usr/bin/time -v "$npuc" quantize -f --bits 8 --per-channel -j "$threads" "$1" -o "$T/out.safetensors" \
+# The same work on both sides: the ONNX graph states each MatMul weight [K, N] (layout io, channels
+# along axis 1); a safetensors file states no layout, and npuc's guess by rank would quantize along
+# axis 0 (oi), a different computation, so the safetensors run states io.
+run() { # FILE [FLAGS] -> "seconds kib"
+    local f=$1
+    shift
+    /usr/bin/time -v "$npuc" quantize -f --bits 8 --per-channel -j "$threads" "$@" "$f" -o "$T/out.safetensors" \
         >/dev/null 2>"$T/time" || { cat "$T/time" >&2; exit 1; }
     local wall kib
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s}' "$T/time")
@@ -82,7 +87,7 @@ onnx_t=() st_t=() onnx_r=() st_r=()
 for i in $(seq "$reps"); do
     read -r t r < <(run "$T/model.onnx"); onnx_t+=("$t"); onnx_r+=("$r")
     echo "  run $i onnx:        ${t} s, peak RSS $((r / 1024)) MiB"
-    read -r t r < <(run "$T/model.safetensors"); st_t+=("$t"); st_r+=("$r")
+    read -r t r < <(run "$T/model.safetensors" --layout '.*=io'); st_t+=("$t"); st_r+=("$r")
     echo "  run $i safetensors: ${t} s, peak RSS $((r / 1024)) MiB"
 done
 echo "load after:  $(uptime)"
