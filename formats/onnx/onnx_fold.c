@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "graph/graph_net.h"
+#include "onnx_edit.h"
 #include "onnx_format.h"
 #include "onnx_model.h"
 #include "onnx_resize.h"
@@ -50,10 +51,9 @@ typedef struct fold_rename {
 typedef struct fold_plan {
     npuc_ctx *ctx;
     const char *label;
-    npuc__strmap wtype;   /* weight name -> ONNX data_type (skel) */
+    npuc__ox_edit *e;     /* the entry: weights' data_type (wtype), weights g holds (gw) */
     npuc__strmap uses;    /* value name -> how many node inputs read it */
     npuc__strmap gouts;   /* names that are a graph's output */
-    npuc__strmap gw;      /* weight names g still holds -> node */
     npuc__strmap removed; /* output of a folded BatchNormalization */
     npuc__strmap drop;    /* weights to leave out */
     npuc__strmap oldout;  /* renamed producer output -> rename index */
@@ -103,7 +103,7 @@ static npuc_status refuse(fold_plan *p, const npuc__onnx_node *n, const char *wh
  * does not read, or NULL. */
 static const npuc_graph_weight *created_bias(fold_plan *p, const npuc__onnx_node *c, const char *kernel) {
     size_t nd;
-    if (!kernel || !npuc__strmap_get(&p->gw, kernel, &nd)) return NULL;
+    if (!kernel || !npuc__strmap_get(&p->e->gw, kernel, &nd)) return NULL;
     const npuc__ng_node *gn = &p->g->nodes[nd];
     for (size_t k = 0; k < gn->nw; k++) {
         if (!gn->w[k].role || strcmp(gn->w[k].role, "bias") != 0) continue;
@@ -117,9 +117,9 @@ static const npuc_graph_weight *created_bias(fold_plan *p, const npuc__onnx_node
 static void plan_bn(fold_plan *p, const npuc__onnx_model *om, const npuc__onnx_graph *og, const npuc__onnx_node *n) {
     size_t nw = 0, gone = 0;
     for (size_t k = 1; k < n->ninputs && k < 5; k++) {
-        if (!*n->inputs[k] || !npuc__strmap_get(&p->wtype, n->inputs[k], NULL)) continue;
+        if (!*n->inputs[k] || !npuc__strmap_get(&p->e->wtype, n->inputs[k], NULL)) continue;
         nw++;
-        gone += !npuc__strmap_get(&p->gw, n->inputs[k], NULL);
+        gone += !npuc__strmap_get(&p->e->gw, n->inputs[k], NULL);
     }
     if (!nw || !gone) return; /* not folded */
     if (gone != nw) {
@@ -172,7 +172,7 @@ static void plan_bn(fold_plan *p, const npuc__onnx_model *om, const npuc__onnx_g
             refuse(p, n, "its producer reads a bias the folded graph does not name");
             return;
         }
-        if (b->rank != 1 || b->shape[0] <= 0 || !npuc__strmap_get(&p->wtype, c->inputs[1], &dt)) {
+        if (b->rank != 1 || b->shape[0] <= 0 || !npuc__strmap_get(&p->e->wtype, c->inputs[1], &dt)) {
             refuse(p, n, "the created bias has no known length or the kernel no known type");
             return;
         }
@@ -180,7 +180,7 @@ static void plan_bn(fold_plan *p, const npuc__onnx_model *om, const npuc__onnx_g
             refuse(p, n, "IR version below 4 lists initializers as graph inputs; a created bias is not written there");
             return;
         }
-        if (npuc__strmap_get(&p->wtype, b->tensor, NULL) || npuc__strmap_get(&p->uses, b->tensor, NULL)) {
+        if (npuc__strmap_get(&p->e->wtype, b->tensor, NULL) || npuc__strmap_get(&p->uses, b->tensor, NULL)) {
             snprintf(why, sizeof why, "the bias name '%s' is already used in the graph", b->tensor);
             refuse(p, n, why);
             return;
@@ -235,28 +235,6 @@ static void plan_graph(fold_plan *p, const npuc__onnx_model *om, const npuc__onn
 
 /* ------------------------------------------------------------ the walks */
 
-/* First walk: every weight's data_type (TensorProto field 2). */
-static npuc_status scan_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__ox_buf *out) {
-    fold_plan *p = wk->user;
-    const unsigned char *q = w->msg, *end = w->msg + w->len;
-    uint64_t dt = 0;
-    npuc__ox_field f;
-    while (q < end) {
-        const char *why = npuc__ox_next(&q, end, &f);
-        if (why) return npuc__ox_bad(wk, q, "TensorProto", why);
-        if (f.num == 2 && f.wt == 0) dt = f.v;
-    }
-    if (npuc__strmap_put(&p->wtype, w->name, (size_t)dt) != 0) return oom(p);
-    npuc__ox_put(out, w->msg, (size_t)w->len);
-    return NPUC_OK;
-}
-
-static npuc_status keep_meta(npuc__ox_walk *wk, const char *k, const char *v, int *keep) {
-    (void)wk; (void)k; (void)v;
-    *keep = 1;
-    return NPUC_OK;
-}
-
 static npuc_status copy_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__ox_buf *out) {
     fold_plan *p = wk->user;
     size_t u = 0;
@@ -269,21 +247,6 @@ static npuc_status copy_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc
     return NPUC_OK;
 }
 
-static int field_is(const npuc__ox_field *f, const char *s) {
-    size_t n = strlen(s);
-    return f->wt == 2 && f->len == n && memcmp(f->data, s, n) == 0;
-}
-
-/* The string field's copy (NULL: out of memory or not a string). */
-static char *dup_field(const npuc__ox_field *f) {
-    if (f->wt != 2 || memchr(f->data, 0, (size_t)f->len)) return NULL;
-    char *s = malloc((size_t)f->len + 1);
-    if (s) {
-        memcpy(s, f->data, (size_t)f->len);
-        s[f->len] = 0;
-    }
-    return s;
-}
 
 static npuc_status fold_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t n, int depth, npuc__ox_buf *out,
                              int *handled) {
@@ -300,12 +263,12 @@ static npuc_status fold_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t
             return npuc__ox_bad(wk, q, "NodeProto", why);
         }
         if (f.num == 1) nin++;
-        if (f.num == 2 && !out0 && !(out0 = dup_field(&f))) return oom(p);
+        if (f.num == 2 && !out0 && !(out0 = npuc__ox_field_dup(&f))) return oom(p);
         if (f.num == 4) {
-            constant = field_is(&f, "Constant");
-            bn = field_is(&f, "BatchNormalization");
+            constant = npuc__ox_field_is(&f, "Constant");
+            bn = npuc__ox_field_is(&f, "BatchNormalization");
         }
-        if (f.num == 7) dflt = f.wt == 2 && (f.len == 0 || field_is(&f, "ai.onnx"));
+        if (f.num == 7) dflt = f.wt == 2 && (f.len == 0 || npuc__ox_field_is(&f, "ai.onnx"));
     }
     size_t r, u = 0;
     if (!out0) return NPUC_OK;
@@ -363,28 +326,20 @@ static npuc_status fold_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t
 static npuc_status fold_field(npuc__ox_walk *wk, const npuc__ox_field *f, int depth, int *keep) {
     (void)depth;
     fold_plan *p = wk->hook_user;
-    if ((f->num != 11 && f->num != 13) || f->wt != 2) return NPUC_OK;
-    const unsigned char *q = f->data, *end = f->data + f->len;
-    npuc__ox_field g;
-    while (q < end) {
-        if (npuc__ox_next(&q, end, &g)) return NPUC_OK;
-        if (g.num != 1 || g.wt != 2) continue;
-        char *name = dup_field(&g);
-        if (!name) return oom(p);
-        size_t u = 0;
-        int dropped = npuc__strmap_get(&p->drop, name, NULL) && !(npuc__strmap_get(&p->uses, name, &u) && u);
-        if (dropped || (f->num == 13 && npuc__strmap_get(&p->oldout, name, NULL))) *keep = 0;
-        free(name);
-        break;
-    }
+    char *name = NULL;
+    const int r = npuc__ox_value_info_name(f, &name);
+    if (r < 0) return oom(p);
+    size_t u = 0;
+    if (r > 0 && ((npuc__strmap_get(&p->drop, name, NULL) && !(npuc__strmap_get(&p->uses, name, &u) && u)) ||
+                  (f->num == 13 && npuc__strmap_get(&p->oldout, name, NULL))))
+        *keep = 0;
+    free(name);
     return NPUC_OK;
 }
 
 static void plan_free(fold_plan *p) {
-    npuc__strmap_free(&p->wtype);
     npuc__strmap_free(&p->uses);
     npuc__strmap_free(&p->gouts);
-    npuc__strmap_free(&p->gw);
     npuc__strmap_free(&p->removed);
     npuc__strmap_free(&p->drop);
     npuc__strmap_free(&p->oldout);
@@ -393,36 +348,31 @@ static void plan_free(fold_plan *p) {
 
 npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
                                    char **out) {
-    int split = 0; /* lowrank's split nodes: onnx_split.c */
-    npuc_status sst = npuc__onnx_split_write(ctx, label, stored, g, out, &split);
-    if (sst != NPUC_OK || split) return sst;
     *out = NULL;
-    unsigned char *skel = NULL;
-    size_t nskel = 0;
-    if (npuc__ox_b64_decode(stored, &skel, &nskel) != 0)
-        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: not base64", label);
+    npuc__ox_edit e;
+    npuc_status st = npuc__ox_edit_open(ctx, label, stored, g, &e);
+    int split = 0; /* lowrank's split nodes: onnx_split.c */
+    if (st == NPUC_OK) st = npuc__onnx_split_write(ctx, label, &e, g, out, &split);
+    if (st != NPUC_OK || split) {
+        npuc__ox_edit_close(&e);
+        return st;
+    }
     fold_plan p;
     memset(&p, 0, sizeof p);
     p.ctx = ctx;
     p.label = label;
     p.g = g;
-    npuc__onnx_model *om = NULL;
-    npuc__ox_buf scan = {0}, res = {0};
+    p.e = &e;
+    const npuc__onnx_model *om = e.om;
+    npuc__ox_buf res = {0};
     npuc__ox_walk wk;
     memset(&wk, 0, sizeof wk);
     wk.ctx = ctx;
     wk.path = label;
-    wk.base = skel;
-    wk.weight = scan_weight;
-    wk.meta = keep_meta;
+    wk.base = e.skel;
+    wk.meta = npuc__ox_keep_meta;
     wk.user = &p;
-    npuc_status st = npuc__ox_walk_model(&wk, skel, nskel, &scan);
-    npuc__ox_free(&scan);
-    if (st == NPUC_OK) st = npuc__onnx_graph_parse_bytes(ctx, label, skel, nskel, &om);
-    for (size_t i = 0; st == NPUC_OK && i < g->nnodes; i++)
-        for (size_t k = 0; k < g->nodes[i].nw; k++)
-            if (npuc__strmap_put(&p.gw, g->nodes[i].w[k].tensor, i) != 0) st = oom(&p);
-    if (st == NPUC_OK && om->graph) {
+    if (om->graph) {
         count_uses(&p, om->graph);
         if ((st = p.st) == NPUC_OK) {
             plan_graph(&p, om, om->graph);
@@ -430,19 +380,18 @@ npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char 
         }
     }
     if (st == NPUC_OK && !p.nrn && om->graph) /* no node removed: a resize (structured prune)? */
-        st = npuc__onnx_resize_write(ctx, label, skel, nskel, om, g, out);
+        st = npuc__onnx_resize_write(ctx, label, e.skel, e.nskel, om, g, out);
     if (st == NPUC_OK && p.nrn) {
         wk.weight = copy_weight;
         wk.node = fold_node;
         wk.graph_field = fold_field;
         wk.hook_user = &p;
-        st = npuc__ox_walk_model(&wk, skel, nskel, &res);
+        st = npuc__ox_walk_model(&wk, e.skel, e.nskel, &res);
         if (st == NPUC_OK && res.nh) st = npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: payloads in the graph entry", label);
         if (st == NPUC_OK && !(*out = npuc__ox_b64_encode(res.p, res.n))) st = oom(&p);
     }
     npuc__ox_free(&res);
-    npuc__onnx_graph_free(om);
     plan_free(&p);
-    free(skel);
+    npuc__ox_edit_close(&e);
     return st;
 }

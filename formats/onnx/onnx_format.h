@@ -169,7 +169,8 @@ npuc_status npuc__onnx_graph_write(npuc_ctx *ctx, const char *label, const char 
  * file does not (then *out is the
  * rewritten entry or the call fails naming the tensor), else 0 and nothing
  * done. */
-npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+struct npuc__ox_edit; /* onnx_edit.h */
+npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, struct npuc__ox_edit *e, const npuc_graph *g,
                                    char **out, int *handled);
 /* The artifact description art without the "lowrank" entries whose factors
  * the ONNX graph skel[0..nskel) reads in place of the dense weight (a split

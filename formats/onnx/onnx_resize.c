@@ -32,6 +32,7 @@
 #include "graph/graph_net.h"
 #include "onnx_format.h"
 #include "onnx_model.h"
+#include "onnx_edit.h"
 #include "onnx_resize.h"
 #include "strmap.h"
 
@@ -212,17 +213,6 @@ static npuc_status put_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc_
     return NPUC_OK;
 }
 
-static npuc_status keep_meta(npuc__ox_walk *wk, const char *k, const char *v, int *keep) {
-    (void)wk; (void)k; (void)v;
-    *keep = 1;
-    return NPUC_OK;
-}
-
-static int field_is(const npuc__ox_field *f, const char *s) {
-    size_t n = strlen(s);
-    return f->wt == 2 && f->len == n && memcmp(f->data, s, n) == 0;
-}
-
 /* A Conv reading a resized depthwise kernel: its "group" follows. */
 static npuc_status put_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t n, int depth, npuc__ox_buf *out,
                             int *handled) {
@@ -240,8 +230,8 @@ static npuc_status put_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t 
                 if (strlen(r->ws[k].name) == f.len && memcmp(r->ws[k].name, f.data, (size_t)f.len) == 0)
                     e = &r->ws[k];
         }
-        if (f.num == 4) conv = field_is(&f, "Conv");
-        if (f.num == 7) dflt = f.wt == 2 && (f.len == 0 || field_is(&f, "ai.onnx"));
+        if (f.num == 4) conv = npuc__ox_field_is(&f, "Conv");
+        if (f.num == 7) dflt = f.wt == 2 && (f.len == 0 || npuc__ox_field_is(&f, "ai.onnx"));
     }
     if (!conv || !dflt || !e || !e->outchg || e->rank < 2 || e->old[1] != 1) return NPUC_OK;
     npuc__ox_buf c = {0};
@@ -252,7 +242,7 @@ static npuc_status put_node(npuc__ox_walk *wk, const unsigned char *b, uint64_t 
         if (f.num == 5 && f.wt == 2)
             for (const unsigned char *x = f.data, *xe = f.data + f.len; x < xe;) {
                 if (npuc__ox_next(&x, xe, &a)) break;
-                if (a.num == 1 && field_is(&a, "group")) group = 1;
+                if (a.num == 1 && npuc__ox_field_is(&a, "group")) group = 1;
             }
         if (!group) {
             npuc__ox_put(&c, f.start, (size_t)(f.end - f.start));
@@ -400,7 +390,7 @@ npuc_status npuc__onnx_resize_write(npuc_ctx *ctx, const char *label, const unsi
     wk.path = label;
     wk.base = skel;
     wk.weight = scan;
-    wk.meta = keep_meta;
+    wk.meta = npuc__ox_keep_meta;
     wk.user = &r;
     npuc__ox_buf res = {0};
     if (st == NPUC_OK) {

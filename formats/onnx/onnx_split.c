@@ -42,6 +42,7 @@
 #include <jansson.h>
 
 #include "graph/graph_net.h"
+#include "onnx_edit.h"
 #include "onnx_format.h"
 #include "onnx_model.h"
 #include "strmap.h"
@@ -58,11 +59,10 @@ typedef struct sp_plan {
     npuc_ctx *ctx;
     const char *label;
     const npuc__ng *g;
-    npuc__strmap wtype;  /* weight of the file -> ONNX data_type */
+    npuc__ox_edit *e;    /* the entry: weights' data_type (wtype), weights g holds (gw) */
     npuc__strmap uses;   /* value -> how many node inputs read it */
     npuc__strmap gouts;  /* graph outputs */
     npuc__strmap names;  /* every name the file uses */
-    npuc__strmap gw;     /* weights g holds */
     npuc__strmap drop;   /* factored weights */
     npuc__strmap at;     /* split node's first output -> index */
     split *s;
@@ -114,7 +114,7 @@ static int is_split_candidate(const sp_plan *p, const npuc__onnx_node *n) {
     if (strcmp(n->op_type, "MatMul") != 0 && strcmp(n->op_type, "Gemm") != 0 && strcmp(n->op_type, "Conv") != 0)
         return 0;
     const char *w = n->inputs[1];
-    return *w && npuc__strmap_get(&p->wtype, w, NULL) && !npuc__strmap_get(&p->gw, w, NULL);
+    return *w && npuc__strmap_get(&p->e->wtype, w, NULL) && !npuc__strmap_get(&p->e->gw, w, NULL);
 }
 
 static size_t count_graph(const sp_plan *p, const npuc__onnx_graph *og) {
@@ -143,7 +143,7 @@ static const npuc_graph_weight *kernel_of(const npuc__ng *g, size_t i) {
 }
 
 static int is_new(sp_plan *p, const char *name) {
-    return !npuc__strmap_get(&p->names, name, NULL) && !npuc__strmap_get(&p->wtype, name, NULL);
+    return !npuc__strmap_get(&p->names, name, NULL) && !npuc__strmap_get(&p->e->wtype, name, NULL);
 }
 
 static int64_t int_attr(const npuc__onnx_node *n, const char *name, int64_t dflt) {
@@ -225,7 +225,7 @@ static void plan_node(sp_plan *p, const npuc__onnx_node *n) {
             return;
         }
     size_t dt = 0;
-    npuc__strmap_get(&p->wtype, w, &dt);
+    npuc__strmap_get(&p->e->wtype, w, &dt);
     if (p->ns == p->caps) {
         size_t cap = p->caps ? 2 * p->caps : 8;
         split *s = realloc(p->s, cap * sizeof *s);
@@ -269,7 +269,7 @@ static void check_gone(sp_plan *p, const npuc__onnx_graph *og) {
             for (size_t s = 0; s < at->ngraphs; s++)
                 if (at->graphs[s]) check_gone(p, at->graphs[s]);
         }
-        if (p->st != NPUC_OK || !w || npuc__strmap_get(&p->gw, w, NULL) || npuc__strmap_get(&p->drop, w, NULL))
+        if (p->st != NPUC_OK || !w || npuc__strmap_get(&p->e->gw, w, NULL) || npuc__strmap_get(&p->drop, w, NULL))
             continue;
         p->st = npuc_fail(p->ctx, NPUC_ERR_UNSUPPORTED, "%s: tensor '%s' cannot be written as a split MatMul, Gemm "
                           "or Conv in the ONNX graph: no MatMul, Gemm or Conv reads it directly as its weight "
@@ -282,33 +282,12 @@ static int new_kernels(const sp_plan *p) {
     for (size_t i = 0; i < p->g->nnodes; i++)
         for (size_t k = 0; k < p->g->nodes[i].nw; k++) {
             const npuc_graph_weight *x = &p->g->nodes[i].w[k];
-            if (x->role && strcmp(x->role, "kernel") == 0 && !npuc__strmap_get(&p->wtype, x->tensor, NULL)) return 1;
+            if (x->role && strcmp(x->role, "kernel") == 0 && !npuc__strmap_get(&p->e->wtype, x->tensor, NULL)) return 1;
         }
     return 0;
 }
 
 /* ------------------------------------------------------------ the walks */
-
-static npuc_status scan_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__ox_buf *out) {
-    sp_plan *p = wk->user;
-    const unsigned char *q = w->msg, *end = w->msg + w->len;
-    uint64_t dt = 0;
-    npuc__ox_field f;
-    while (q < end) {
-        const char *why = npuc__ox_next(&q, end, &f);
-        if (why) return npuc__ox_bad(wk, q, "TensorProto", why);
-        if (f.num == 2 && f.wt == 0) dt = f.v;
-    }
-    if (npuc__strmap_put(&p->wtype, w->name, (size_t)dt) != 0) return oom(p);
-    (void)out;
-    return NPUC_OK;
-}
-
-static npuc_status keep_meta(npuc__ox_walk *wk, const char *k, const char *v, int *keep) {
-    (void)wk; (void)k; (void)v;
-    *keep = 1;
-    return NPUC_OK;
-}
 
 static npuc_status copy_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__ox_buf *out) {
     sp_plan *p = wk->user;
@@ -320,20 +299,6 @@ static npuc_status copy_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc
     return NPUC_OK;
 }
 
-static int field_is(const npuc__ox_field *f, const char *s) {
-    size_t n = strlen(s);
-    return f->wt == 2 && f->len == n && memcmp(f->data, s, n) == 0;
-}
-
-static char *dup_field(const npuc__ox_field *f) {
-    if (f->wt != 2 || memchr(f->data, 0, (size_t)f->len)) return NULL;
-    char *s = malloc((size_t)f->len + 1);
-    if (s) {
-        memcpy(s, f->data, (size_t)f->len);
-        s[f->len] = 0;
-    }
-    return s;
-}
 
 /* 1 when attribute field f (an AttributeProto) is named name. */
 static int attr_named(const npuc__ox_field *f, const char *name) {
@@ -341,7 +306,7 @@ static int attr_named(const npuc__ox_field *f, const char *name) {
     npuc__ox_field a;
     while (q < end) {
         if (npuc__ox_next(&q, end, &a)) return 0;
-        if (a.num == 1) return field_is(&a, name);
+        if (a.num == 1) return npuc__ox_field_is(&a, name);
     }
     return 0;
 }
@@ -374,9 +339,9 @@ static npuc_status split_node(npuc__ox_walk *wk, const unsigned char *b, uint64_
             free(out0);
             return npuc__ox_bad(wk, q, "NodeProto", why);
         }
-        if (f.num == 2 && !out0 && !(out0 = dup_field(&f))) return oom(p);
-        if (f.num == 4) constant = field_is(&f, "Constant");
-        if (f.num == 7) dflt = f.wt == 2 && (f.len == 0 || field_is(&f, "ai.onnx"));
+        if (f.num == 2 && !out0 && !(out0 = npuc__ox_field_dup(&f))) return oom(p);
+        if (f.num == 4) constant = npuc__ox_field_is(&f, "Constant");
+        if (f.num == 7) dflt = f.wt == 2 && (f.len == 0 || npuc__ox_field_is(&f, "ai.onnx"));
     }
     size_t r;
     if (!out0) return NPUC_OK;
@@ -425,27 +390,18 @@ static npuc_status split_node(npuc__ox_walk *wk, const unsigned char *b, uint64_
 static npuc_status split_field(npuc__ox_walk *wk, const npuc__ox_field *f, int depth, int *keep) {
     (void)depth;
     sp_plan *p = wk->hook_user;
-    if ((f->num != 11 && f->num != 13) || f->wt != 2) return NPUC_OK;
-    const unsigned char *q = f->data, *end = f->data + f->len;
-    npuc__ox_field g;
-    while (q < end) {
-        if (npuc__ox_next(&q, end, &g)) return NPUC_OK;
-        if (g.num != 1 || g.wt != 2) continue;
-        char *name = dup_field(&g);
-        if (!name) return oom(p);
-        if (npuc__strmap_get(&p->drop, name, NULL)) *keep = 0;
-        free(name);
-        break;
-    }
+    char *name = NULL;
+    const int r = npuc__ox_value_info_name(f, &name);
+    if (r < 0) return oom(p);
+    if (r > 0 && npuc__strmap_get(&p->drop, name, NULL)) *keep = 0;
+    free(name);
     return NPUC_OK;
 }
 
 static void plan_free(sp_plan *p) {
-    npuc__strmap_free(&p->wtype);
     npuc__strmap_free(&p->uses);
     npuc__strmap_free(&p->gouts);
     npuc__strmap_free(&p->names);
-    npuc__strmap_free(&p->gw);
     npuc__strmap_free(&p->drop);
     npuc__strmap_free(&p->at);
     free(p->s);
@@ -457,36 +413,29 @@ static int64_t default_opset(const npuc__onnx_model *om) {
     return 0;
 }
 
-npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char *stored, const npuc_graph *g,
+npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, npuc__ox_edit *e, const npuc_graph *g,
                                    char **out, int *handled) {
     *out = NULL;
     *handled = 0;
-    unsigned char *skel = NULL;
-    size_t nskel = 0;
-    if (npuc__ox_b64_decode(stored, &skel, &nskel) != 0)
-        return npuc_fail(ctx, NPUC_ERR_FORMAT, "%s: not base64", label);
     sp_plan p;
     memset(&p, 0, sizeof p);
     p.ctx = ctx;
     p.label = label;
     p.g = g;
-    npuc__onnx_model *om = NULL;
-    npuc__ox_buf scan = {0}, res = {0};
+    p.e = e;
+    const npuc__onnx_model *om = e->om;
+    const unsigned char *skel = e->skel;
+    const size_t nskel = e->nskel;
+    npuc__ox_buf res = {0};
     npuc__ox_walk wk;
     memset(&wk, 0, sizeof wk);
     wk.ctx = ctx;
     wk.path = label;
     wk.base = skel;
-    wk.weight = scan_weight;
-    wk.meta = keep_meta;
+    wk.meta = npuc__ox_keep_meta;
     wk.user = &p;
-    npuc_status st = npuc__ox_walk_model(&wk, skel, nskel, &scan);
-    npuc__ox_free(&scan);
-    if (st == NPUC_OK) st = npuc__onnx_graph_parse_bytes(ctx, label, skel, nskel, &om);
-    for (size_t i = 0; st == NPUC_OK && i < g->nnodes; i++)
-        for (size_t k = 0; k < g->nodes[i].nw; k++)
-            if (npuc__strmap_put(&p.gw, g->nodes[i].w[k].tensor, i) != 0) st = oom(&p);
-    if (st == NPUC_OK && om->graph && (count_graph(&p, om->graph) || new_kernels(&p))) {
+    npuc_status st = NPUC_OK;
+    if (om->graph && (count_graph(&p, om->graph) || new_kernels(&p))) {
         *handled = 1;
         p.opset = default_opset(om);
         p.ir = om->ir_version;
@@ -507,9 +456,7 @@ npuc_status npuc__onnx_split_write(npuc_ctx *ctx, const char *label, const char 
         }
     }
     npuc__ox_free(&res);
-    npuc__onnx_graph_free(om);
     plan_free(&p);
-    free(skel);
     return st;
 }
 
