@@ -404,6 +404,36 @@ static void node_desc(const npuc__onnx_node *n, char *b, size_t nb) {
     else snprintf(b, nb, "the %.60s node with output '%.100s'", n->op_type, n->noutputs ? n->outputs[0] : "");
 }
 
+/* The rank g's value_info, outputs or inputs state for name, or -1. */
+static int stated_rank(const npuc__onnx_graph *g, const char *name) {
+    const npuc__onnx_value *lists[3] = {g->value_info, g->outputs, g->inputs};
+    const size_t counts[3] = {g->nvalue_info, g->noutputs, g->ninputs};
+    for (int l = 0; l < 3; l++)
+        for (size_t i = 0; i < counts[l]; i++)
+            if (lists[l][i].name && strcmp(lists[l][i].name, name) == 0 && lists[l][i].rank >= 0)
+                return lists[l][i].rank;
+    return -1;
+}
+
+/* A Softmax / LogSoftmax / Hardmax below opset 13 whose axis is its
+ * input's last (by a rank the graph states): flattening the input to 2-D
+ * at that axis and normalizing along the second is normalizing along the
+ * last axis, which is what the op means from 13, so the node needs no
+ * change. */
+static int softmax_same(const npuc__onnx_graph *g, const npuc__onnx_node *n) {
+    if (strcmp(n->op_type, "Softmax") != 0 && strcmp(n->op_type, "LogSoftmax") != 0 &&
+        strcmp(n->op_type, "Hardmax") != 0)
+        return 0;
+    int r = n->noutputs ? stated_rank(g, n->outputs[0]) : -1;
+    if (r < 0 && n->ninputs) r = stated_rank(g, n->inputs[0]);
+    if (r < 1) return 0;
+    int64_t axis = 1; /* the default below opset 13 */
+    for (size_t a = 0; a < n->nattrs; a++)
+        if (n->attrs[a].name && strcmp(n->attrs[a].name, "axis") == 0) axis = n->attrs[a].i;
+    if (axis < 0) axis += r;
+    return axis == r - 1;
+}
+
 /* Why the graph cannot go from opset v to t (a static buffer), or NULL. */
 static const char *conv_blocked(const npuc__onnx_graph *g, int64_t v, int64_t t, char *why, size_t nwhy) {
     for (size_t i = 0; i < g->nnodes; i++) {
@@ -411,7 +441,7 @@ static const char *conv_blocked(const npuc__onnx_graph *g, int64_t v, int64_t t,
         if (default_domain(n->domain)) {
             size_t from = 0;
             for (const conv_row *r; (r = conv_find(n->op_type, v, t, &from));)
-                if (r->refuse) {
+                if (r->refuse && !(r->since == 13 && softmax_same(g, n))) {
                     node_desc(n, why, nwhy);
                     size_t u = strlen(why);
                     snprintf(why + u, nwhy - u, ": %s", r->refuse);

@@ -190,6 +190,11 @@ form_line "1 x DequantizeLinear int8 scale 1 \+ Mul by per channel scales; opset
 Q opset "$T/s11.onnx" 11
 Q qdq "$M/softmax11.onnx" "$T/s11.onnx" mul 8 1 0 fc.weight=0
 R "$M/softmax11.onnx" "$T/s11.onnx" 0.03
+# A Softmax along its last axis (the rank stated) means the same at 13: raised.
+expect_rc 0 "$NPUC_BIN" quantize "$M/softmax11last.onnx" -o "$T/s11l.onnx"
+form_line "1 x DequantizeLinear int8 per channel; opset raised 11 -> 13"
+Q opset "$T/s11l.onnx" 13
+R "$M/softmax11last.onnx" "$T/s11l.onnx" 0.03
 expect_rc 0 "$NPUC_BIN" quantize --asymmetric "$M/upsample9.onnx" -o "$T/u9.onnx"
 form_line "1 x Cast uint8 \+ Mul by per channel scales; opset 9 \(not raised to 13: the Upsample node"
 Q opset "$T/u9.onnx" 9

@@ -8,7 +8,8 @@ independently of npuc.  Usage: make_qdq_models.py OUTDIR.  Writes:
   convert10.onnx   opset 10: MatMul [64, 24], Clip with min/max attributes,
                    Unsqueeze and ReduceSum with axes attributes (all become
                    inputs when the opset is raised)
-  softmax11.onnx   opset 11: Gemm [16, 32] (transB) + Softmax (its meaning
+  softmax11last.onnx  the same with the Softmax along its last axis: raised to 13
+  softmax11.onnx   opset 11: Gemm [16, 32] (transB) + Softmax on axis 0 (its meaning
                    changed at 13: the opset cannot be raised)
   upsample9.onnx   opset 9: Conv [8, 3, 3, 3] + Upsample (removed at 10)
   convs13.onnx     opset 13: depthwise Conv [8, 1, 3, 3] (group 8), a 1x1 Conv
@@ -62,12 +63,21 @@ nodes = [helper.make_node("MatMul", ["x", "mm.weight"], ["m"]),
 m = build(nodes, inits, [vi("x", [2, 64])], [vi("y", [2, 24])], 10, 5)
 onnx.save_model(m, os.path.join(out, "convert10.onnx"))
 
-# opset 11 with Softmax: cannot be raised to 13.
+# opset 11 with Softmax along axis 0, not the last: its meaning changed at 13
+# (below 13 it normalizes the input flattened to 2-D at the axis), so the
+# model cannot be raised to 13.
 inits = [numpy_helper.from_array(f32(16, 32), "fc.weight"), numpy_helper.from_array(f32(16), "fc.bias")]
+nodes = [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h"], transB=1),
+         helper.make_node("Softmax", ["h"], ["y"], axis=0)]
+m = build(nodes, inits, [vi("x", [2, 32])], [vi("y", [2, 16])], 11, 6)
+onnx.save_model(m, os.path.join(out, "softmax11.onnx"))
+
+# The same with the Softmax along its last axis (the output's rank 2 is
+# stated): the same meaning at 13, so the opset is raised.
 nodes = [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h"], transB=1),
          helper.make_node("Softmax", ["h"], ["y"], axis=1)]
 m = build(nodes, inits, [vi("x", [2, 32])], [vi("y", [2, 16])], 11, 6)
-onnx.save_model(m, os.path.join(out, "softmax11.onnx"))
+onnx.save_model(m, os.path.join(out, "softmax11last.onnx"))
 
 # opset 9 with Upsample: cannot be raised to 10.
 inits = [numpy_helper.from_array(f32(8, 3, 3, 3), "conv.weight"), numpy_helper.from_array(f32(8), "conv.bias"),
