@@ -124,13 +124,7 @@ static npuc_status pre_weight(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc_
     npuc__ox_put(out, w->msg, (size_t)w->len);
     if (w->constant) return npuc__strmap_put(&d->consts, w->name, 1) ? oom(d) : NPUC_OK;
     if (npuc__strmap_get(&d->cidx, w->name, NULL)) return NPUC_OK;
-    if (d->nc == d->capc) {
-        size_t cap = d->capc ? 2 * d->capc : 32;
-        dq_const *nc = realloc(d->c, cap * sizeof *nc);
-        if (!nc) return oom(d);
-        d->c = nc;
-        d->capc = cap;
-    }
+    if (npuc__grow((void **)&d->c, &d->capc, d->nc + 1, sizeof *d->c)) return oom(d);
     dq_const *c = &d->c[d->nc];
     memset(c, 0, sizeof *c);
     c->numel = 1;
@@ -318,13 +312,7 @@ static int extend(const dq_state *d, dq_chain *c) {
 }
 
 static npuc_status add_chain(dq_state *d, dq_chain **out) {
-    if (d->nch == d->capch) {
-        size_t cap = d->capch ? 2 * d->capch : 16;
-        dq_chain *n = realloc(d->ch, cap * sizeof *n);
-        if (!n) return oom(d);
-        d->ch = n;
-        d->capch = cap;
-    }
+    if (npuc__grow((void **)&d->ch, &d->capch, d->nch + 1, sizeof *d->ch)) return oom(d);
     *out = &d->ch[d->nch];
     memset(*out, 0, sizeof **out);
     return NPUC_OK;

@@ -91,22 +91,11 @@ static npuc_status nomem(bld *b) {
     return b->st;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 /* Lists g's nodes and value_info, then those of its subgraphs (the parser
  * bounds the depth at NPUC__ONNX_MAX_DEPTH). */
 static void collect(bld *b, const npuc__onnx_graph *g) {
     for (size_t i = 0; i < g->nnodes && b->st == NPUC_OK; i++) {
-        if (grow((void **)&b->nodes, &b->capnodes, b->nnodes + 1, sizeof *b->nodes)) { nomem(b); return; }
+        if (npuc__grow((void **)&b->nodes, &b->capnodes, b->nnodes + 1, sizeof *b->nodes)) { nomem(b); return; }
         b->nodes[b->nnodes] = (onode){g, &g->nodes[i]};
         for (size_t k = 0; k < g->nodes[i].noutputs; k++) {
             const char *o = g->nodes[i].outputs[k];
@@ -123,7 +112,7 @@ static void collect(bld *b, const npuc__onnx_graph *g) {
         for (size_t i = 0; i < counts[l] && b->st == NPUC_OK; i++) {
             const npuc__onnx_value *v = &lists[l][i];
             if (!v->name || !*v->name || v->rank < 0 || npuc__strmap_get(&b->vinfo, v->name, NULL)) continue;
-            if (grow((void **)&b->vi, &b->capvi, b->nvi + 1, sizeof *b->vi) ||
+            if (npuc__grow((void **)&b->vi, &b->capvi, b->nvi + 1, sizeof *b->vi) ||
                 npuc__strmap_put(&b->vinfo, v->name, b->nvi)) {
                 nomem(b);
                 return;
@@ -574,7 +563,7 @@ static void walk(bld *b, size_t v, pwalk *p, int depth) {
             int seen = 0;
             for (size_t j = 0; j < p->ncons; j++) seen |= p->cons[j] == nd;
             if (!seen) {
-                if (grow((void **)&p->cons, &p->cap, p->ncons + 1, sizeof *p->cons)) {
+                if (npuc__grow((void **)&p->cons, &p->cap, p->ncons + 1, sizeof *p->cons)) {
                     p->refused = "out of memory";
                     return;
                 }
@@ -599,7 +588,7 @@ static void walk(bld *b, size_t v, pwalk *p, int depth) {
             int seen = 0;
             for (size_t j = 0; j < p->nwith; j++) seen |= p->with[j] == pr;
             if (!seen) {
-                if (grow((void **)&p->with, &p->capwith, p->nwith + 1, sizeof *p->with)) {
+                if (npuc__grow((void **)&p->with, &p->capwith, p->nwith + 1, sizeof *p->with)) {
                     p->refused = "out of memory";
                     return;
                 }

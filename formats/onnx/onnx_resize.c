@@ -100,13 +100,7 @@ static npuc_status scan(npuc__ox_walk *wk, const npuc__ox_weight *w, npuc__ox_bu
         return r->st = npuc_fail(r->ctx, NPUC_ERR_UNSUPPORTED, "%s: weight '%s': the edited graph gives it rank %d, "
                                  "the file %d (only a resize along an axis is written)", r->label, w->name, gw->rank,
                                  rank);
-    if (r->nws == r->capws) {
-        size_t nc = r->capws ? 2 * r->capws : 16;
-        rz_w *q = realloc(r->ws, nc * sizeof *q);
-        if (!q) return oom(r);
-        r->ws = q;
-        r->capws = nc;
-    }
+    if (npuc__grow((void **)&r->ws, &r->capws, r->nws + 1, sizeof *r->ws)) return oom(r);
     rz_w *e = &r->ws[r->nws];
     memset(e, 0, sizeof *e);
     e->name = gw->tensor;

@@ -66,18 +66,6 @@ npuc_model *npuc__model_new(const char *path, npuc_format fmt) {
     return m;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return -1;
-    memset((char *)q + *cap * elem, 0, (nc - *cap) * elem);
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc_dtype dt,
                             int rank, const int64_t *shape, const char *group, size_t *idx) {
     if (rank < 0 || rank > NPUC_MAX_RANK)
@@ -86,11 +74,11 @@ npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc
     if (m->n == m->cap) {
         size_t cap = m->cap;
         size_t c2 = cap, c3 = cap, c4 = cap, c5 = cap;
-        if (grow((void **)&m->t, &cap, m->n + 1, sizeof *m->t) ||
-            grow((void **)&m->offset, &c2, m->n + 1, sizeof *m->offset) ||
-            grow((void **)&m->src, &c3, m->n + 1, sizeof *m->src) ||
-            grow((void **)&m->buf, &c4, m->n + 1, sizeof *m->buf) ||
-            grow((void **)&m->owned, &c5, m->n + 1, sizeof *m->owned))
+        if (npuc__grow((void **)&m->t, &cap, m->n + 1, sizeof *m->t) ||
+            npuc__grow((void **)&m->offset, &c2, m->n + 1, sizeof *m->offset) ||
+            npuc__grow((void **)&m->src, &c3, m->n + 1, sizeof *m->src) ||
+            npuc__grow((void **)&m->buf, &c4, m->n + 1, sizeof *m->buf) ||
+            npuc__grow((void **)&m->owned, &c5, m->n + 1, sizeof *m->owned))
             return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
         m->cap = cap;
     }
@@ -117,7 +105,7 @@ npuc_status npuc__model_add(npuc_ctx *ctx, npuc_model *m, const char *name, npuc
 static npuc_status add_pair(npuc_ctx *ctx, const char *path, char ***ks, char ***vs, size_t *n,
                             size_t *cap, const char *k, const char *v) {
     size_t c1 = *cap, c2 = *cap;
-    if (grow((void **)ks, &c1, *n + 1, sizeof **ks) || grow((void **)vs, &c2, *n + 1, sizeof **vs))
+    if (npuc__grow((void **)ks, &c1, *n + 1, sizeof **ks) || npuc__grow((void **)vs, &c2, *n + 1, sizeof **vs))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", path);
     *cap = c1;
     char *kk = npuc__strdup(k), *vv = npuc__strdup(v);
@@ -137,7 +125,7 @@ npuc_status npuc__model_add_meta(npuc_ctx *ctx, npuc_model *m, const char *k, co
 }
 
 npuc_status npuc__model_add_group(npuc_ctx *ctx, npuc_model *m, const char *g) {
-    if (grow((void **)&m->groups, &m->capgroups, m->ngroups + 1, sizeof *m->groups))
+    if (npuc__grow((void **)&m->groups, &m->capgroups, m->ngroups + 1, sizeof *m->groups))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
     if (!(m->groups[m->ngroups] = npuc__strdup(g)))
         return npuc_fail(ctx, NPUC_ERR_NOMEM, "%s: out of memory", m->path);
@@ -200,7 +188,7 @@ static const char *intern(npuc_model *m, const char *ev, int *oom) {
     if (!ev || !*ev) return NULL;
     for (size_t i = m->nevidence; i-- > 0;)
         if (strcmp(m->evidence[i], ev) == 0) return m->evidence[i];
-    if (grow((void **)&m->evidence, &m->capevidence, m->nevidence + 1, sizeof *m->evidence) ||
+    if (npuc__grow((void **)&m->evidence, &m->capevidence, m->nevidence + 1, sizeof *m->evidence) ||
         !(m->evidence[m->nevidence] = npuc__strdup(ev))) {
         *oom = 1;
         return NULL;

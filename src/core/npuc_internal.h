@@ -70,6 +70,10 @@ int npuc__shape_sizes(npuc_dtype dt, int rank, const int64_t *shape, uint64_t *n
 
 /* Duplicates a string (NULL -> NULL); NULL on allocation failure of a non-NULL s. */
 char *npuc__strdup(const char *s);
+/* Makes room for `need` elements of `elem` bytes in the array *p of
+ * capacity *cap (doubling; new elements zeroed): 0, or -1 when out of
+ * memory or the size overflows (*p and *cap unchanged). */
+int npuc__grow(void **p, size_t *cap, size_t need, size_t elem);
 /* The layout the other convention family (PyTorch/ONNX vs Keras/TF) would
  * give the same tensor: OI<->IO, OIHW/IOHW->HWIO, HWIO/HWIM->OIHW; NONE for
  * the rest.  What a doubtful layout is checked against (pass_guard.c,

@@ -17,6 +17,22 @@ char *npuc__strdup(const char *s) {
 
 /* Validates UTF-8 per RFC 3629: rejects overlong forms, surrogates and code
  * points above U+10FFFF. */
+int npuc__grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap : 16;
+    while (nc < need) {
+        if (nc > SIZE_MAX / 2) return -1;
+        nc *= 2;
+    }
+    if (elem && nc > SIZE_MAX / elem) return -1;
+    void *q = realloc(*p, nc * elem);
+    if (!q) return -1;
+    memset((char *)q + *cap * elem, 0, (nc - *cap) * elem);
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
 int npuc__utf8_valid(const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;

@@ -78,17 +78,6 @@ npuc_status npuc__writer_open_be(npuc_ctx *ctx, const char *path, const npuc_wri
     return NPUC_OK;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const char *value) {
     if (w->begun) return npuc_fail(w->ctx, NPUC_ERR_INTERNAL, "metadata added after data");
     for (size_t i = 0; i < w->nmeta; i++)
@@ -100,8 +89,8 @@ npuc_status npuc_writer_meta(npuc_writer *w, const char *key, const char *value)
             return NPUC_OK;
         }
     size_t c1 = w->capmeta, c2 = w->capmeta;
-    if (grow((void **)&w->meta_k, &c1, w->nmeta + 1, sizeof *w->meta_k) ||
-        grow((void **)&w->meta_v, &c2, w->nmeta + 1, sizeof *w->meta_v))
+    if (npuc__grow((void **)&w->meta_k, &c1, w->nmeta + 1, sizeof *w->meta_k) ||
+        npuc__grow((void **)&w->meta_v, &c2, w->nmeta + 1, sizeof *w->meta_v))
         return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     w->capmeta = c1;
     char *k = npuc__strdup(key), *v = npuc__strdup(value);
@@ -118,7 +107,7 @@ npuc_status npuc_writer_declare(npuc_writer *w, const npuc_tensor_info *info) {
         return npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: tensor name is not valid UTF-8", w->path);
     if ((unsigned)info->dtype >= NPUC_DTYPE_COUNT)
         return npuc_fail(w->ctx, NPUC_ERR_ARG, "%s: tensor '%s': invalid dtype", w->path, info->name);
-    if (grow((void **)&w->t, &w->cap, w->n + 1, sizeof *w->t))
+    if (npuc__grow((void **)&w->t, &w->cap, w->n + 1, sizeof *w->t))
         return npuc_fail(w->ctx, NPUC_ERR_NOMEM, "out of memory");
     npuc_tensor_info t = *info;
     if (npuc__shape_sizes(t.dtype, t.rank, t.shape, &t.numel, &t.nbytes) != 0)

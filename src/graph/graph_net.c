@@ -162,18 +162,6 @@ fail:
 
 static npuc_status nomem(npuc_ctx *ctx) { return npuc_fail(ctx, NPUC_ERR_NOMEM, "out of memory"); }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap : 8;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return -1;
-    memset((char *)q + *cap * elem, 0, (nc - *cap) * elem);
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 /* ------------------------------------------------------------ lookups */
 
 size_t npuc__ng_find_node(const npuc__ng *g, const char *name) {
@@ -233,7 +221,7 @@ npuc_status npuc__ng_add_value(npuc_ctx *ctx, npuc__ng *g, const char *name, int
         return npuc_fail(ctx, NPUC_ERR_ARG, "graph: more than %zu values", NPUC_NG_MAX_EDGES);
     int64_t sh[NPUC_MAX_RANK]; /* shape may point into g->vals, which grow moves */
     for (int a = 0; a < rank; a++) sh[a] = shape ? shape[a] : -1;
-    if (grow((void **)&g->vals, &g->capvals, g->nvals + 1, sizeof *g->vals)) return nomem(ctx);
+    if (npuc__grow((void **)&g->vals, &g->capvals, g->nvals + 1, sizeof *g->vals)) return nomem(ctx);
     npuc__ng_value *v = &g->vals[g->nvals];
     memset(v, 0, sizeof *v);
     v->name = npuc__strdup(name);
@@ -271,7 +259,7 @@ npuc_status npuc__ng_add_node(npuc_ctx *ctx, npuc__ng *g, const char *name, cons
             if (out[j] == out[k])
                 return npuc_fail(ctx, NPUC_ERR_ARG, "graph: node '%s' makes '%s' twice", name, g->vals[out[k]].name);
     }
-    if (grow((void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof *g->nodes)) return nomem(ctx);
+    if (npuc__grow((void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof *g->nodes)) return nomem(ctx);
     npuc__ng_node *n = &g->nodes[g->nnodes];
     memset(n, 0, sizeof *n);
     n->name = npuc__strdup(name);
