@@ -17,20 +17,8 @@ M="$T/m"
 "$PY" "$NPUC_SRC/tests/cli/onnx/make_models.py" "$M"
 "$PY" "$NPUC_SRC/tests/cli/onnx/make_fold_models.py" "$M"
 
-NODE_CACHE="${NPUC_NODE_CACHE:-$HOME/.cache/npuc-node}"
-RUNTIME=0
-if command -v node >/dev/null && [ -d "$NODE_CACHE/node_modules/onnxruntime-node" ]; then
-    RUNTIME=1
-else
-    echo "onnx_fold: runtime comparisons skipped: no node or no onnxruntime-node in $NODE_CACHE"
-fi
-R() { # ORIG OUT MAXREL
-    [ "$RUNTIME" = 1 ] || return 0
-    local feeds="$T/$(basename "$1" .onnx).feeds.json"
-    [ -s "$feeds" ] || O feeds "$1" "$feeds"
-    NODE_PATH="$NODE_CACHE/node_modules" node "$NPUC_SRC/tests/cli/onnx/ort_compare.js" "$1" "$2" "$feeds" "$3" ||
-        fail "$2: onnxruntime comparison failed"
-}
+source "$TESTLIB/onnx_ort.bash"
+R() { ort_cmp "$1" "$1" "$2" "$3"; } # ORIG OUT MAXREL
 
 # FOLDED ORIG NBN_LEFT: the structure of the folded model, by python3-onnx.
 check() {

@@ -19,20 +19,8 @@ M="$T/m"
 "$PY" "$NPUC_SRC/tests/cli/onnx/make_models.py" "$M" >/dev/null
 "$PY" "$NPUC_SRC/tests/cli/onnx/make_prune_models.py" "$M"
 
-NODE_CACHE="${NPUC_NODE_CACHE:-$HOME/.cache/npuc-node}"
-RUNTIME=0
-if command -v node >/dev/null && [ -d "$NODE_CACHE/node_modules/onnxruntime-node" ]; then
-    RUNTIME=1
-else
-    echo "onnx_prune: runtime comparisons skipped: no node or no onnxruntime-node in $NODE_CACHE"
-fi
-R() { # ORIG REF OUT MAXREL: REF and OUT on ORIG's seeded inputs
-    [ "$RUNTIME" = 1 ] || return 0
-    local feeds="$T/$(basename "$1" .onnx).feeds.json"
-    [ -s "$feeds" ] || O feeds "$1" "$feeds"
-    NODE_PATH="$NODE_CACHE/node_modules" node "$NPUC_SRC/tests/cli/onnx/ort_compare.js" "$2" "$3" "$feeds" "$4" ||
-        fail "$3: onnxruntime comparison failed"
-}
+source "$TESTLIB/onnx_ort.bash"
+R() { ort_cmp "$@"; } # ORIG REF OUT MAXREL: REF and OUT on ORIG's seeded inputs
 
 # name MIN_SHRUNK: prune, check the structure, run against the zeroed original.
 prune() {
