@@ -24,11 +24,15 @@
         a Conv weight [O,I,k..] is truncated as its [O, I*k..] matrix.
 """
 import json
+import os
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qdq_check import graphs  # noqa: E402  (every graph, subgraphs included)
 
 
 def f32(*shape):
@@ -94,16 +98,6 @@ def models(d):
 
 def attrs(n):
     return {a.name: helper.get_attribute_value(a) for a in n.attribute}
-
-
-def graphs(g):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from graphs(a.g)
-            for s in a.graphs:
-                yield from graphs(s)
 
 
 def tensors(m):
