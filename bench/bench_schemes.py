@@ -39,13 +39,17 @@ prune 50%, GGUF Q4_0 and the llama-quantize Q8_0/Q4_0/Q4_1 rows), each once
 per output directory in every round (the directories alternate run by run;
 the input stays in --dir), and one table gives per row and directory the
 median wall time and its split (--split, on by default here: the main
-thread's seconds in read, in write, in the writeback started early
-(sync_file_range) and in the final fsync, timed by the LD_PRELOAD library
+thread's seconds in read, in write, in sync_file_range (none since the
+writeback helper: kept for older builds) and in the final fsync, timed by
+the LD_PRELOAD library
 build/bench/libnpuc_iosplit.so; compute is the rest of the wall time; for
 llama-quantize the sync column is the `sync OUT` after it), each row's
 ratio to the same row in the first directory, and the ratios the issue's
-goals name.  A directory written DIR:wb runs npuc there with
-NPUC_WRITEBACK=1 (the early writeback, off by default: docs/outputs.md).
+goals name.  A directory written DIR:off runs npuc there with
+NPUC_WRITEBACK=0 (the early writeback off; on by default: docs/outputs.md).
+Each output is removed after its run and `sync` runs before the next one,
+both untimed, so no run pays for the last one's freed blocks (the disk
+here is mounted with `discard`).
 All commands run in turn, --reps rounds of the whole list, so a change in
 the machine's load hits every row alike; each row shows the median wall
 time, the median CPU time (user + sys) and the median 1-minute load average
@@ -192,6 +196,7 @@ class Row:
     def run(self, timed=True):
         if os.path.exists(self.out):
             os.unlink(self.out)
+        os.sync()  # untimed: the previous run's writes and freed blocks settle first
         env = dict(os.environ, **self.env) if self.env else None
         if self.splitfile:
             env = dict(env or os.environ, NPUC_IOSPLIT_OUT=self.splitfile[1], LD_PRELOAD=self.splitfile[0])
@@ -241,7 +246,7 @@ def io_table(rows, dirs, reps, lib, work):
     runs, subs = [], []  # the clones, one per row and directory; their folders
     for r in rows:
         for od in dirs:
-            off = od.endswith(":wb")
+            off = od.endswith(":off")
             if off and r.kind == "llama":
                 continue
             sub = tempfile.mkdtemp(prefix="npuc-bench-io-", dir=od[:-4] if off else od)
@@ -249,7 +254,7 @@ def io_table(rows, dirs, reps, lib, work):
             c = r.clone(r.name, os.path.join(sub, os.path.basename(r.out)))
             c.dir = od
             if off:
-                c.env = {"NPUC_WRITEBACK": "1"}
+                c.env = {"NPUC_WRITEBACK": "0"}
             if lib:
                 c.splitfile = (os.path.abspath(lib), os.path.join(work, f"split{len(runs)}.txt"))
             runs.append(c)

@@ -63,7 +63,10 @@ typedef struct ckw_state {
 static void free_state(ckw_state *s) {
     if (!s) return;
     for (size_t k = 0; k < s->nsh; k++) {
-        if (s->sh[k].fd >= 0) close(s->sh[k].fd);
+        if (s->sh[k].fd >= 0) {
+            (void)npuc__writeback_end(&s->sh[k].wb);
+            close(s->sh[k].fd);
+        }
         free(s->sh[k].name);
         free(s->sh[k].idx);
     }
@@ -286,7 +289,9 @@ done:
 
 static npuc_status close_shard(npuc_writer *w, ckw_shard *h) {
     npuc_status st = NPUC_OK;
-    if (fsync(h->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s/%s: fsync: %s", w->path, h->name, strerror(errno));
+    const int e = npuc__writeback_end(&h->wb);
+    if (e) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s/%s: writing: %s", w->path, h->name, strerror(e));
+    else if (fsync(h->fd) != 0) st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s/%s: fsync: %s", w->path, h->name, strerror(errno));
     if (close(h->fd) != 0 && st == NPUC_OK)
         st = npuc_fail(w->ctx, NPUC_ERR_IO, "%s/%s: close: %s", w->path, h->name, strerror(errno));
     h->fd = -1;
@@ -379,7 +384,11 @@ static void ckw_abort(npuc_writer *w) {
     ckw_state *s = w->be_state;
     if (!s) return;
     for (size_t k = 0; k < s->nsh; k++)
-        if (s->sh[k].fd >= 0) { close(s->sh[k].fd); s->sh[k].fd = -1; }
+        if (s->sh[k].fd >= 0) {
+            (void)npuc__writeback_end(&s->sh[k].wb);
+            close(s->sh[k].fd);
+            s->sh[k].fd = -1;
+        }
     npuc__ck_tmpdir_abort(s->td);
     free_state(s);
     w->be_state = NULL;

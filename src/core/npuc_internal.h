@@ -11,6 +11,7 @@
 #ifndef NPUC_INTERNAL_H
 #define NPUC_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <regex.h>
@@ -213,27 +214,39 @@ npuc_status npuc__atomic_file_open_anchor(npuc_ctx *ctx, const char *path, npuc_
 int npuc__remove_dir1(const char *path);
 
 /* Writing an output back to disk while it is written (writeback.c): a
- * writer calls npuc__writeback_init once it has the file's descriptor and
+ * writer calls npuc__writeback_init once it has the file's descriptor,
  * npuc__writeback_wrote(wb, ctx, path, end) after each write, end being the
- * offset up to which the file now holds its bytes (the write head).  It
- * starts the writeback of each completed NPUC__WB_CHUNK and waits while
- * more than NPUC__WB_WINDOW bytes are in flight; an I/O error it meets is
- * NPUC_ERR_IO naming path.  The final fsync stays the writer's.  Off
- * unless NPUC_WRITEBACK=1 (or C,W in MiB), and always on tmpfs and for a
- * pipe.  npuc__writer_wrote is the
- * same with the state kept in w (one output file per writer; a new fd
- * starts it anew). */
-#define NPUC__WB_CHUNK ((uint64_t)32 << 20)
-#define NPUC__WB_WINDOW ((uint64_t)256 << 20)
+ * offset up to which the file now holds its bytes (the write head), and
+ * npuc__writeback_end before its own final fsync and before closing the
+ * descriptor, on every path (success or not).  Once NPUC__WB_CHUNK bytes
+ * are written, a helper thread makes the file durable so far with
+ * fdatasync every NPUC__WB_CHUNK bytes while the writer goes on; the writer
+ * waits when more than NPUC__WB_WINDOW bytes are not yet durable.  An I/O
+ * error the helper meets is returned by the next npuc__writeback_wrote
+ * (NPUC_ERR_IO naming path) and by npuc__writeback_end (its errno).  The
+ * final fsync stays the writer's.  On by default; off with
+ * NPUC_WRITEBACK=0, and always on tmpfs and for a pipe; NPUC_WRITEBACK=C,W
+ * sets the chunk and the window in MiB.  npuc__writer_wrote is the same
+ * with the state kept in w (one output file per writer; a new fd starts it
+ * anew), ended by the core writer before the format's finish or abort. */
+#define NPUC__WB_CHUNK ((uint64_t)48 << 20)
+#define NPUC__WB_WINDOW ((uint64_t)144 << 20)
 typedef struct npuc__writeback {
     int fd, on;
     uint64_t chunk, window;
-    uint64_t started; /* writeback started on [0, started), page-aligned */
-    uint64_t waited;  /* and waited for on [0, waited) */
+    uint64_t end;    /* the write head last reported */
+    uint64_t synced; /* [0, synced) made durable by the helper */
+    int err;         /* the helper's fdatasync errno, or 0 */
+    int running, stop, quit; /* helper started; asked to stop; it has stopped */
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } npuc__writeback;
 void npuc__writeback_init(npuc__writeback *wb, int fd);
 npuc_status npuc__writeback_wrote(npuc__writeback *wb, npuc_ctx *ctx, const char *path, uint64_t end);
+int npuc__writeback_end(npuc__writeback *wb);
 npuc_status npuc__writer_wrote(npuc_writer *w, int fd, uint64_t end);
+npuc_status npuc__writer_wb_end(npuc_writer *w);
 
 /* npuc_writer_open with a backend of the caller's instead of the format's
  * (be NULL: the format's, a file at path).  A caller's backend writes no

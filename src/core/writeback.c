@@ -1,46 +1,48 @@
 /*
- * writeback.c - writing an output to disk while it is still being computed.
+ * writeback.c - making an output durable while it is still being computed.
  *
  * npuc fsyncs every output before it publishes it (tempfiles.c).  Left to
- * the end, that fsync finds the whole file dirty in the page cache and the
- * run waits for all of it after the last tensor: on this project's machine
- * 35-65% of a 1 GiB quantization went there.  So every writer tells this
- * module how far it has written (npuc__writeback_wrote, after each write of
- * a region), and
- *   - every NPUC__WB_CHUNK bytes the completed, page-aligned range behind
- *     the write head is handed to the disk with sync_file_range(...,
- *     SYNC_FILE_RANGE_WRITE), which queues the I/O and returns: the disk
- *     writes while later tensors are computed;
- *   - the dirty or in-flight data stays bounded: once more than
- *     NPUC__WB_WINDOW bytes have been started and not waited for, the writer
- *     waits (SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER) until the
- *     range that far behind the write head is written, so a slow disk slows
- *     the producer instead of filling memory.
- * The sizes are measured (bench/bench_writeback.c, the figures in
- * docs/outputs.md#writeback-figures): smaller chunks cost system calls and
- * break the disk's requests up, larger ones leave more for the final
- * fsync; the window keeps a few chunks queued so the disk never idles
- * between them.
+ * the end, that fsync finds the whole file not yet durable and the run
+ * waits for all of it after the last tensor.  Measured on this project's
+ * machine (a virtual disk with a write-back cache, docs/outputs.md#writeback-
+ * figures), the wait is not the copy to the disk (256 MiB reach the device
+ * in 0.05 s) but the cache flush the fsync sends, which makes the host
+ * store everything written so far: 0.13 s of the 0.17 s a 256 MiB fsync
+ * takes.  Starting the writeback early (sync_file_range, issue 33's first
+ * version) moves only the copy; the flush stays in the tail.  So each
+ * output file gets a helper thread that calls fdatasync every
+ * NPUC__WB_CHUNK bytes written, while the writer goes on computing:
+ *   - the writer reports its write head (npuc__writeback_wrote); once a
+ *     chunk has been written since the last fdatasync began, it wakes the
+ *     helper, which fdatasyncs the file as it is then (data written after
+ *     the call started may or may not be covered; the next call or the
+ *     final fsync covers it);
+ *   - the data not yet durable stays bounded: once more than NPUC__WB_WINDOW
+ *     bytes are, the writer waits for the helper, so a slow disk slows the
+ *     producer instead of filling memory with dirty pages;
+ *   - npuc__writeback_end stops the helper (after the fdatasync it is in,
+ *     if any) before the writer's own fsync.
+ * The sizes are measured (bench/bench_writeback.c): every fdatasync costs a
+ * journal commit and a cache flush, so small chunks cost time; large ones
+ * leave more for the final fsync.
  *
- * Durability is unchanged: sync_file_range writes data pages only, no
- * metadata and no disk cache flush, and promises nothing; the fsync before
- * the rename and the directory fsync after it stay where they were.  A
- * range rewritten after its writeback started (an HDF5 header) is dirty
- * again and the final fsync writes it.
+ * Durability is unchanged: the fsync before the rename and the directory
+ * fsync after it stay where they were and are what makes the output
+ * durable; the early ones only leave them less to do.  The temporary file
+ * is not published until then, so nothing partial is ever visible.
  *
- * An error the wait reports (EIO, ENOSPC from a filesystem that allocates
- * at writeback) is the write's error: the kernel reports a writeback error
- * once per open file, so the final fsync might not see it again.  Errors
- * that only say the call does not apply (EINVAL, ESPIPE, ENOSYS) switch the
- * writeback off for the file.
+ * An error an early fdatasync reports (EIO, ENOSPC from a filesystem that
+ * allocates at writeback) is the output's error: the kernel reports a
+ * writeback error once per open file, so the final fsync might not see it
+ * again.  The writer gets it from its next npuc__writeback_wrote and from
+ * npuc__writeback_end.  EINVAL (a descriptor that cannot be synced) stops
+ * the helper quietly.
  *
- * Off by default: measured on this project's machine it made the write()
- * calls of a safetensors output slower than the fsync tail it removed
- * (docs/outputs.md#writeback-figures), so it runs only with NPUC_WRITEBACK=1
- * (or "C,W": the chunk and the window in MiB) in the environment, until it
- * is measured better.  Off always where it cannot help: an output on tmpfs
- * or ramfs (no disk; sync_file_range is a no-op there anyway) and a
- * descriptor that is not a regular file (a pipe).
+ * On by default; NPUC_WRITEBACK=0 in the environment turns it off,
+ * NPUC_WRITEBACK=C,W sets the chunk and the window in MiB.  Off always
+ * where it cannot help: an output on tmpfs or ramfs (no disk) and a
+ * descriptor that is not a regular file (a pipe).  No thread is started
+ * for an output smaller than a chunk.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -53,26 +55,24 @@
 
 #include "npuc_internal.h"
 
-#define WB_PAGE ((uint64_t)4096)
 #define WB_TMPFS_MAGIC 0x01021994u
 #define WB_RAMFS_MAGIC 0x858458f6u
 
-/* The environment's settings: off unless NPUC_WRITEBACK is "1" (the
- * default sizes) or "C,W" (chunk and window in MiB); anything else, "0"
+/* The environment's settings: on with the default sizes when
+ * NPUC_WRITEBACK is unset, empty or "1"; "C,W" sets the chunk and the
+ * window in MiB (1 <= C <= W, C <= 4096, W <= 65536); anything else, "0"
  * included, is off. */
 static void wb_settings(int *on, uint64_t *chunk, uint64_t *window) {
-    *on = 0;
+    *on = 1;
     *chunk = NPUC__WB_CHUNK;
     *window = NPUC__WB_WINDOW;
     const char *e = getenv("NPUC_WRITEBACK");
-    if (!e || !*e) return;
-    if (strcmp(e, "1") == 0) {
-        *on = 1;
-        return;
-    }
+    if (!e || !*e || strcmp(e, "1") == 0) return;
+    *on = 0;
     char *end;
     unsigned long c = strtoul(e, &end, 10), w = 0;
-    if (*end == ',') w = strtoul(end + 1, &end, 10);
+    if (end == e || *end != ',') return;
+    w = strtoul(end + 1, &end, 10);
     if (*end == 0 && c >= 1 && c <= 4096 && w >= c && w <= 65536) {
         *on = 1;
         *chunk = (uint64_t)c << 20;
@@ -92,40 +92,96 @@ void npuc__writeback_init(npuc__writeback *wb, int fd) {
         wb->on = 0;
 }
 
-/* sync_file_range over [off, off + len) with flags; 0, or an errno that
- * is the write's error (the others switch wb off). */
-static int wb_range(npuc__writeback *wb, uint64_t off, uint64_t len, unsigned flags) {
+/* The helper: fdatasync whenever a chunk has been written since the last
+ * one began, until asked to stop or an error. */
+static void *wb_main(void *arg) {
+    npuc__writeback *wb = arg;
+    pthread_mutex_lock(&wb->mu);
     for (;;) {
-        if (sync_file_range(wb->fd, (off64_t)off, (off64_t)len, flags) == 0) return 0;
-        if (errno == EINTR) continue;
-        if (errno == EINVAL || errno == ESPIPE || errno == ENOSYS || errno == EOPNOTSUPP) {
-            wb->on = 0;
-            return 0;
+        while (!wb->stop && wb->end - wb->synced < wb->chunk) pthread_cond_wait(&wb->cv, &wb->mu);
+        if (wb->stop) break;
+        const uint64_t to = wb->end;
+        pthread_mutex_unlock(&wb->mu);
+        int e = 0;
+        while (fdatasync(wb->fd) != 0)
+            if (errno != EINTR) {
+                e = errno;
+                break;
+            }
+        pthread_mutex_lock(&wb->mu);
+        if (e) {
+            if (e != EINVAL && e != EROFS && e != ENOSYS && e != ENOTSUP) wb->err = e;
+            break;
         }
-        return errno;
+        wb->synced = to;
+        pthread_cond_broadcast(&wb->cv);
     }
+    wb->quit = 1;
+    pthread_cond_broadcast(&wb->cv);
+    pthread_mutex_unlock(&wb->mu);
+    return NULL;
+}
+
+static int wb_start(npuc__writeback *wb) {
+    if (pthread_mutex_init(&wb->mu, NULL) != 0) return -1;
+    if (pthread_cond_init(&wb->cv, NULL) != 0) {
+        pthread_mutex_destroy(&wb->mu);
+        return -1;
+    }
+    if (pthread_create(&wb->thr, NULL, wb_main, wb) != 0) {
+        pthread_cond_destroy(&wb->cv);
+        pthread_mutex_destroy(&wb->mu);
+        return -1;
+    }
+    wb->running = 1;
+    return 0;
 }
 
 npuc_status npuc__writeback_wrote(npuc__writeback *wb, npuc_ctx *ctx, const char *path, uint64_t end) {
-    if (!wb->on || end < wb->started + wb->chunk) return NPUC_OK;
-    const uint64_t to = end / WB_PAGE * WB_PAGE;
-    int e = wb_range(wb, wb->started, to - wb->started, SYNC_FILE_RANGE_WRITE);
-    if (e == 0) wb->started = to;
-    if (e == 0 && wb->on && wb->started - wb->waited > wb->window) {
-        const uint64_t upto = wb->started - wb->window;
-        e = wb_range(wb, wb->waited, upto - wb->waited,
-                     SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-        if (e == 0) wb->waited = upto;
+    if (!wb->on) return NPUC_OK;
+    if (!wb->running) {
+        if (end < wb->chunk) return NPUC_OK;
+        if (wb_start(wb) != 0) { /* no thread: the final fsync does it all, as without */
+            wb->on = 0;
+            return NPUC_OK;
+        }
     }
+    pthread_mutex_lock(&wb->mu);
+    wb->end = end;
+    if (end - wb->synced >= wb->chunk) pthread_cond_signal(&wb->cv);
+    while (!wb->quit && end - wb->synced > wb->window) pthread_cond_wait(&wb->cv, &wb->mu);
+    const int e = wb->err;
+    pthread_mutex_unlock(&wb->mu);
     if (e == 0) return NPUC_OK;
-    wb->on = 0;
     return npuc_fail(ctx, NPUC_ERR_IO, "%s: writing: %s", path, strerror(e));
+}
+
+int npuc__writeback_end(npuc__writeback *wb) {
+    if (!wb->running) return 0;
+    pthread_mutex_lock(&wb->mu);
+    wb->stop = 1;
+    pthread_cond_broadcast(&wb->cv);
+    pthread_mutex_unlock(&wb->mu);
+    pthread_join(wb->thr, NULL);
+    pthread_cond_destroy(&wb->cv);
+    pthread_mutex_destroy(&wb->mu);
+    wb->running = 0;
+    wb->on = 0;
+    return wb->err;
 }
 
 npuc_status npuc__writer_wrote(npuc_writer *w, int fd, uint64_t end) {
     if (!w->wb_set || w->wb.fd != fd) {
+        npuc__writeback_end(&w->wb);
         npuc__writeback_init(&w->wb, fd);
         w->wb_set = 1;
     }
     return npuc__writeback_wrote(&w->wb, w->ctx, w->path, end);
+}
+
+npuc_status npuc__writer_wb_end(npuc_writer *w) {
+    if (!w->wb_set) return NPUC_OK;
+    w->wb_set = 0;
+    const int e = npuc__writeback_end(&w->wb);
+    return e ? npuc_fail(w->ctx, NPUC_ERR_IO, "%s: writing: %s", w->path, strerror(e)) : NPUC_OK;
 }

@@ -219,6 +219,7 @@ static void free_writer(npuc_writer *w) {
 
 void npuc_writer_abort(npuc_writer *w) {
     if (!w) return;
+    (void)npuc__writer_wb_end(w); /* the helper stops before the file closes */
     if (w->begun && w->be->abort) w->be->abort(w);
     npuc_atomic_file_abort(w->af);
     free_writer(w);
@@ -234,7 +235,12 @@ npuc_status npuc_writer_finish(npuc_writer *w) {
                        w->next, w->n);
         goto fail;
     }
-    if ((st = w->be->finish(w)) != NPUC_OK) goto fail;
+    /* The writeback helper stops before the format's finish closes its
+     * descriptor, and again after it for formats that write everything
+     * there (.keras) on the atomic file's descriptor, fsynced below. */
+    if ((st = npuc__writer_wb_end(w)) != NPUC_OK || (st = w->be->finish(w)) != NPUC_OK ||
+        (st = npuc__writer_wb_end(w)) != NPUC_OK)
+        goto fail;
     if (!w->be->no_file) {
         st = npuc_atomic_file_commit(w->af); /* frees af, whatever happens */
         w->af = NULL;

@@ -70,9 +70,10 @@ echo "file-size limit: ok"
 # A real full filesystem (issue 33): a 16 MiB ext4 image (no journal),
 # loop-mounted, and a tmpfs of size=8m, each taking a 20 MiB model until
 # the disk is full.
-# On ext4 the runs start the writeback while they write (NPUC_WRITEBACK=1,
-# src/core/writeback.c), so the error may come from write() or from a
-# writeback wait; on tmpfs the writeback is off.  Either way: exit 1, one line naming the output and
+# On ext4 the runs make the output durable while they write, with a 1 MiB
+# chunk and a 2 MiB window (NPUC_WRITEBACK=1,2: src/core/writeback.c's
+# helper fdatasyncs every MiB), so the error may come from write() or from
+# the helper's fdatasync; on tmpfs the writeback is off.  Either way: exit 1, one line naming the output and
 # "No space left on device", nothing at the output path and no temporary
 # file, the space given back.  Mounting needs root and a kernel that lets
 # this sandbox mount; without them this part is skipped with a message.
@@ -102,7 +103,7 @@ EOF
 mounted=0
 if [ "$(id -u)" -eq 0 ] && command -v mkfs.ext4 >/dev/null && truncate -s 16M "$T/fs.img" &&
     mkfs.ext4 -q -F -O ^has_journal "$T/fs.img" >/dev/null 2>&1 && mount -o loop "$T/fs.img" "$mnt" 2>"$T/mount.err"; then
-    export NPUC_WRITEBACK=1 # the writeback on: its errors too
+    export NPUC_WRITEBACK=1,2 # the writeback helper at work: its errors too
     full_fs "ext4 (loop, 16 MiB)"
     unset NPUC_WRITEBACK
     umount_mnt

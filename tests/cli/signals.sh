@@ -172,9 +172,10 @@ for kind in "quantize $T/d.safetensors -j1 --bits 4 --group-size 32 --asymmetric
 done
 echo "SIGHUP and SIGKILL + rerun: ok"
 
-# SIGKILL at random moments of a large write (issue 33): the writeback that
-# npuc starts while it computes (NPUC_WRITEBACK=1, src/core/writeback.c)
-# changes nothing about what is published.  A 96 MiB model converted to safetensors (96 MiB
+# SIGKILL at random moments of a large write (issue 33): the writeback
+# helper that fdatasyncs the output while npuc computes (src/core/writeback.c,
+# here every 4 MiB: NPUC_WRITEBACK=4,16) changes nothing about what is
+# published.  A 96 MiB model converted to safetensors (96 MiB
 # written) and to GGUF F16 (48 MiB) in this test's folder (on a disk when
 # TMPDIR is one), killed at random points of the first three quarters of
 # the run's measured duration (the first run reads a cold input):
@@ -183,7 +184,7 @@ echo "SIGHUP and SIGKILL + rerun: ok"
 # input's (npuc_test.py, a reader independent of npuc).  Then a rerun removes the killed
 # runs' temporary files.
 "$PY" "$TESTLIB/io_models.py" dense "$T/w.safetensors" 6 2048 2048
-export NPUC_WRITEBACK=1
+export NPUC_WRITEBACK=4,16
 KTRIES=${NPUC_KILL_TRIES:-5}
 is_quick && KTRIES=3
 for kind in safetensors gguf; do
