@@ -22,9 +22,10 @@
  *     producer instead of filling memory with dirty pages;
  *   - npuc__writeback_end stops the helper (after the fdatasync it is in,
  *     if any) before the writer's own fsync.
- * The sizes are measured (bench/bench_writeback.c): every fdatasync costs a
- * journal commit and a cache flush, so small chunks cost time; large ones
- * leave more for the final fsync.
+ * The sizes are measured (bench/bench_writeback.c, docs/outputs.md): every
+ * fdatasync costs a cache flush and makes the writer's next write() from a
+ * page it allocated wait for the inode, so small chunks cost time; large
+ * ones leave more for the final fsync.
  *
  * Durability is unchanged: the fsync before the rename and the directory
  * fsync after it stay where they were and are what makes the output
