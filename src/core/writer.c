@@ -219,7 +219,10 @@ static void free_writer(npuc_writer *w) {
 
 void npuc_writer_abort(npuc_writer *w) {
     if (!w) return;
-    (void)npuc__writer_wb_end(w); /* the helper stops before the file closes */
+    /* The helper stops before the file closes; its error, if any, must not
+     * replace the one that aborts the write (in ctx). */
+    if (w->wb_set) (void)npuc__writeback_end(&w->wb);
+    w->wb_set = 0;
     if (w->begun && w->be->abort) w->be->abort(w);
     npuc_atomic_file_abort(w->af);
     free_writer(w);
